@@ -1,0 +1,131 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Phase is the one-word summary of a server's connection.
+// +kubebuilder:validation:Enum=Pending;Connecting;Ready;Reconnecting;Failed;Invalid;Conflict
+type Phase string
+
+const (
+	PhasePending      Phase = "Pending"
+	PhaseConnecting   Phase = "Connecting"
+	PhaseReady        Phase = "Ready"
+	PhaseReconnecting Phase = "Reconnecting"
+	PhaseFailed       Phase = "Failed"
+	PhaseInvalid      Phase = "Invalid"
+	PhaseConflict     Phase = "Conflict"
+)
+
+// Condition types; Reconciling and Stalled follow kstatus.
+const (
+	ConditionReady       = "Ready"
+	ConditionReconciling = "Reconciling"
+	ConditionStalled     = "Stalled"
+)
+
+// Reasons of the Ready condition (and of Reconciling/Stalled when they hold).
+const (
+	ReasonConnected          = "Connected"
+	ReasonConnecting         = "Connecting"
+	ReasonReconnecting       = "Reconnecting"
+	ReasonReconnectExhausted = "ReconnectExhausted"
+	ReasonReconnectDisabled  = "ReconnectDisabled"
+	ReasonStartupFailed      = "StartupFailed"
+	ReasonCloseTimeout       = "CloseTimeout"
+	ReasonInvalidSpec        = "InvalidSpec"
+	ReasonSecretNotFound     = "SecretNotFound"
+	ReasonServerNameConflict = "ServerNameConflict"
+)
+
+// MaxStatusTools caps status.tools so that status stays small.
+const MaxStatusTools = 512
+
+// McpServerStatus is what the connection supervisor last reported, written by
+// the reconciler only when it changed.
+type McpServerStatus struct {
+	// ObservedGeneration is the metadata.generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Phase summarises the connection.
+	// +optional
+	Phase Phase `json:"phase,omitempty"`
+
+	// ServerName is the effective serverName (spec.serverName or metadata.name).
+	// +optional
+	ServerName string `json:"serverName,omitempty"`
+
+	// ConnectionGeneration numbers the latest connection generation; it never
+	// decreases, across hot swaps and manager restarts too.
+	// +optional
+	ConnectionGeneration int64 `json:"connectionGeneration,omitempty"`
+
+	// FailedAttempts counts consecutive failed attempts in the current outage.
+	// +optional
+	FailedAttempts int32 `json:"failedAttempts,omitempty"`
+
+	// ToolCount is the number of published tools, also past the cap of tools.
+	// +optional
+	ToolCount int32 `json:"toolCount,omitempty"`
+
+	// Tools are the published tools sorted by public name, at most 512.
+	// +optional
+	// +kubebuilder:validation:MaxItems=512
+	Tools []ToolStatus `json:"tools,omitempty"`
+
+	// ToolsTruncated is true when more tools are published than tools lists.
+	// +optional
+	ToolsTruncated bool `json:"toolsTruncated,omitempty"`
+
+	// ServerInfo is what the server said about itself when it connected.
+	// +optional
+	ServerInfo *ServerInfo `json:"serverInfo,omitempty"`
+
+	// LastConnectedTime is when the latest generation finished its tool sync.
+	// +optional
+	LastConnectedTime *metav1.Time `json:"lastConnectedTime,omitempty"`
+
+	// NextRetryTime is set while a reconnect attempt is scheduled.
+	// +optional
+	NextRetryTime *metav1.Time `json:"nextRetryTime,omitempty"`
+
+	// LastError is the most recent failure and the stage it happened in.
+	// +optional
+	LastError *LastError `json:"lastError,omitempty"`
+
+	// Conditions are Ready, Reconciling and Stalled.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// ToolStatus names one published tool.
+type ToolStatus struct {
+	// Name is the public name agents call, mcp__<serverName>__<rawName>.
+	Name string `json:"name"`
+	// RawName is the name the server itself uses.
+	RawName string `json:"rawName"`
+}
+
+// ServerInfo identifies the connected server implementation.
+type ServerInfo struct {
+	// +optional
+	Name string `json:"name,omitempty"`
+	// +optional
+	Version string `json:"version,omitempty"`
+	// ProtocolVersion is the MCP protocol version negotiated.
+	// +optional
+	ProtocolVersion string `json:"protocolVersion,omitempty"`
+}
+
+// LastError is a failure and where in the connection it happened.
+type LastError struct {
+	// Stage is transport-start, initialize, tools-list page N, tools-call,
+	// health-check or close.
+	Stage string `json:"stage"`
+	// Message says what went wrong; it never holds a secret value.
+	Message string `json:"message"`
+}
