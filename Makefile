@@ -23,7 +23,7 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
 
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate the CRD and RBAC manifests.
-	$(CONTROLLER_GEN) rbac:roleName=mcpbridge-manager-role crd:maxDescLen=512 paths=./... \
+	$(CONTROLLER_GEN) rbac:roleName=manager-role crd:maxDescLen=512 paths="./api/...;./internal/controller/..." \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 
 .PHONY: fmt
@@ -83,7 +83,6 @@ uninstall: envtest ## Remove the CRDs from the cluster in $KUBECONFIG.
 
 .PHONY: deploy
 deploy: envtest ## Deploy the operator with image $(IMG) to the cluster in $KUBECONFIG.
-	cd config/manager && $(KUBECTL) kustomize . >/dev/null
 	$(KUBECTL) kustomize config/default | sed 's|image: controller:latest|image: $(IMG)|' | $(KUBECTL) apply --server-side -f -
 
 .PHONY: undeploy
