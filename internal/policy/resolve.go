@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -293,8 +294,8 @@ func (r *resolver) headerValue(path *field.Path, h *v1alpha1.HTTPHeader) (string
 		return "", false
 	case h.Value != nil:
 		v, ok = *h.Value, true
-		if len(v) > maxHeaderValue {
-			r.errs = append(r.errs, field.TooLong(path.Child("value"), "", maxHeaderValue))
+		if utf8.RuneCountInString(v) > maxHeaderValue {
+			r.errs = append(r.errs, field.TooLongCharacters(path.Child("value"), "", maxHeaderValue))
 		}
 		path = path.Child("value")
 	default:
@@ -309,12 +310,13 @@ func (r *resolver) headerValue(path *field.Path, h *v1alpha1.HTTPHeader) (string
 	return v, ok
 }
 
+// length counts characters, as the CRD's minLength/maxLength do.
 func (r *resolver) length(path *field.Path, v string, min, max int) {
-	switch {
-	case len(v) < min:
+	switch n := utf8.RuneCountInString(v); {
+	case n < min:
 		r.errs = append(r.errs, field.Required(path, "must not be empty"))
-	case len(v) > max:
-		r.errs = append(r.errs, field.TooLong(path, "", max))
+	case n > max:
+		r.errs = append(r.errs, field.TooLongCharacters(path, "", max))
 	}
 }
 
