@@ -1,0 +1,50 @@
+package bridge
+
+import (
+	"time"
+
+	"github.com/mcpbridge/operator/internal/policy"
+)
+
+// backoffDelay is the delay before attempt n (from 1) of an outage:
+// min(maxDelay, initialDelay * 2^(n-1)), without overflowing.
+func backoffDelay(p policy.Reconnect, n int) time.Duration {
+	d := p.InitialDelay
+	for i := 1; i < n && d < p.MaxDelay; i++ {
+		d *= 2
+	}
+	return min(d, p.MaxDelay)
+}
+
+// outage is the attempt budget of §4.2: reconnect attempts since the last
+// stable connection, shared by every loss until a connection stays up for
+// maxDelay.
+type outage struct {
+	policy  policy.Reconnect
+	attempt int // reconnect attempts scheduled in this outage
+	failed  int // consecutive failed attempts (status failedAttempts)
+}
+
+// lost records the end of a connection that was up for upFor. A connection
+// that outlived the stability window closes the outage; a shorter one counts
+// as one more failed attempt of the same outage.
+func (o *outage) lost(upFor time.Duration) {
+	if upFor >= o.policy.MaxDelay {
+		o.attempt, o.failed = 0, 0
+		return
+	}
+	o.failed++
+}
+
+// failedAttempt records an attempt that never connected.
+func (o *outage) failedAttempt() { o.failed++ }
+
+// next schedules the next reconnect attempt: its number and delay, or
+// ok=false when the budget of maxAttempts reconnect attempts is spent.
+func (o *outage) next() (n int, delay time.Duration, ok bool) {
+	if o.attempt >= o.policy.MaxAttempts {
+		return o.attempt, 0, false
+	}
+	o.attempt++
+	return o.attempt, backoffDelay(o.policy, o.attempt), true
+}

@@ -1,0 +1,104 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// CallTool sends tools/call with the raw name upstream, bounded by
+// toolCallTimeoutMs and by the caller's ctx. A server that is not connected
+// fails at once with the reason (§6).
+func (s *Supervisor) CallTool(ctx context.Context, rawName string, args any) (*mcp.CallToolResult, error) {
+	g, why := s.liveGeneration()
+	if g == nil {
+		return nil, &StageError{Stage: StageToolsCall, Err: fmt.Errorf("%w: %s", ErrUnavailable, why)}
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.p.ToolCallTimeout)
+	defer cancel()
+	defer context.AfterFunc(g.ctx, cancel)() // a closing generation ends its calls
+	res, err := g.sess.CallTool(cctx, &mcp.CallToolParams{Name: rawName, Arguments: args})
+	if err == nil {
+		return res, nil
+	}
+	switch {
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case g.ctx.Err() != nil:
+		err = fmt.Errorf("%w: the connection was closed during the call", ErrUnavailable)
+	case errors.Is(cctx.Err(), context.DeadlineExceeded):
+		err = fmt.Errorf("the tool call timed out after %dms", s.p.ToolCallTimeout.Milliseconds())
+	case isSessionLost(err):
+		g.markLost(&StageError{Stage: StageToolsCall, Err: err})
+	case isTransportFailure(err):
+		kick(g.probe)
+	}
+	return nil, &StageError{Stage: StageToolsCall, Err: err}
+}
+
+// liveGeneration is the connected generation, or why there is none.
+func (s *Supervisor) liveGeneration() (*generation, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.live != nil {
+		return s.live, ""
+	}
+	sn := &s.snap
+	switch sn.Phase {
+	case PhaseReconnecting:
+		if sn.Attempt > 0 {
+			return nil, fmt.Sprintf("server %q is reconnecting (attempt %d of %d)", s.p.ServerName, sn.Attempt, sn.MaxAttempts)
+		}
+		return nil, fmt.Sprintf("server %q is reconnecting", s.p.ServerName)
+	case PhaseFailed:
+		return nil, fmt.Sprintf("server %q is down (%s): %s", s.p.ServerName, sn.Reason, sn.Message)
+	default:
+		return nil, fmt.Sprintf("server %q is not connected yet", s.p.ServerName)
+	}
+}
+
+// RenderText is the text rendering of a result (§6): text blocks joined by
+// newlines, every other block a short placeholder.
+func RenderText(res *mcp.CallToolResult) string {
+	parts := make([]string, 0, len(res.Content))
+	for _, c := range res.Content {
+		parts = append(parts, renderBlock(c))
+	}
+	return strings.Join(parts, "\n")
+}
+
+func renderBlock(c mcp.Content) string {
+	switch b := c.(type) {
+	case *mcp.TextContent:
+		return b.Text
+	case *mcp.ImageContent:
+		return fmt.Sprintf("[image: %s, content discarded]", b.MIMEType)
+	case *mcp.AudioContent:
+		return fmt.Sprintf("[audio: %s, content discarded]", b.MIMEType)
+	case *mcp.EmbeddedResource:
+		if b.Resource != nil {
+			return fmt.Sprintf("[resource: %s, content discarded]", b.Resource.URI)
+		}
+		return "[resource, content discarded]"
+	case *mcp.ResourceLink:
+		return fmt.Sprintf("[resource link: %s]", b.URI)
+	default:
+		return fmt.Sprintf("[%T content discarded]", c)
+	}
+}
+
+// ToolError is a result with isError set, as an error (§6).
+type ToolError struct{ Result *mcp.CallToolResult }
+
+func (e *ToolError) Error() string { return "the tool reported an error: " + RenderText(e.Result) }
+
+// ResultError returns a *ToolError when the result has isError set.
+func ResultError(res *mcp.CallToolResult) error {
+	if res != nil && res.IsError {
+		return &ToolError{Result: res}
+	}
+	return nil
+}

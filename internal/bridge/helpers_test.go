@@ -1,0 +1,106 @@
+package bridge
+
+import (
+	"context"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpbridge/operator/api/v1alpha1"
+	"github.com/mcpbridge/operator/internal/policy"
+)
+
+const eventually = 20 * time.Second
+
+// stdioPolicy runs the fixture binary with args and short, test-sized delays.
+func stdioPolicy(args ...string) *policy.Policy {
+	return &policy.Policy{
+		ServerName:        "fx",
+		Transport:         v1alpha1.TransportStdio,
+		Stdio:             &policy.Stdio{Command: fixtureBin, Args: args},
+		ToolCallTimeout:   10 * time.Second,
+		ConnectionTimeout: 10 * time.Second,
+		Reconnect:         policy.Reconnect{Enabled: true, InitialDelay: 20 * time.Millisecond, MaxDelay: 200 * time.Millisecond, MaxAttempts: 5},
+	}
+}
+
+func httpPolicy(url string) *policy.Policy {
+	p := stdioPolicy()
+	p.Transport, p.Stdio, p.HTTP = v1alpha1.TransportStreamableHTTP, nil, &policy.HTTP{URL: url}
+	return p
+}
+
+// startSupervisor starts a supervisor and disposes it when the test ends.
+func startSupervisor(t *testing.T, p *policy.Policy, mutate ...func(*Options)) (*Supervisor, *Registry) {
+	t.Helper()
+	reg := NewRegistry()
+	o := Options{Namespace: "ns", Name: "srv", Policy: p, Registry: reg, Log: testr.New(t),
+		CloseBarrier: 3 * time.Second}
+	for _, m := range mutate {
+		m(&o)
+	}
+	s := New(o)
+	ctx, cancel := context.WithCancel(context.Background())
+	s.Start(ctx)
+	t.Cleanup(func() {
+		dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer dcancel()
+		if err := s.Dispose(dctx); err != nil {
+			t.Errorf("dispose: %v", err)
+		}
+		cancel()
+	})
+	return s, reg
+}
+
+// waitFor polls the snapshot until cond holds.
+func waitFor(t *testing.T, s *Supervisor, what string, cond func(Snapshot) bool) Snapshot {
+	t.Helper()
+	deadline := time.Now().Add(eventually)
+	for {
+		sn := s.Snapshot()
+		if cond(sn) {
+			return sn
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s; last snapshot: %+v", what, sn)
+		}
+		select {
+		case <-s.Changes():
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func isReady(sn Snapshot) bool { return sn.Phase == PhaseReady }
+
+func toolNames(tools []Tool) []string {
+	out := make([]string, len(tools))
+	for i, t := range tools {
+		out[i] = t.Name
+	}
+	return out
+}
+
+func eventsPath(t *testing.T) string { return filepath.Join(t.TempDir(), "events") }
+
+// pidOf reads the fixture's pid tool result.
+func pidOf(t *testing.T, res *mcp.CallToolResult) int {
+	t.Helper()
+	text := RenderText(res)
+	pid, err := strconv.Atoi(strings.TrimSpace(text))
+	if err != nil {
+		if m, ok := res.StructuredContent.(map[string]any); ok {
+			if f, ok := m["pid"].(float64); ok {
+				return int(f)
+			}
+		}
+		t.Fatalf("pid result %q: %v", text, err)
+	}
+	return pid
+}

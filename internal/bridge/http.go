@@ -1,0 +1,85 @@
+package bridge
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpbridge/operator/internal/policy"
+)
+
+// httpDialer connects to a Streamable HTTP endpoint.
+type httpDialer struct {
+	spec *policy.HTTP
+}
+
+func (d *httpDialer) dial(_ context.Context, onLost func(error)) (link, error) {
+	base := &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConnsPerHost:   8,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ResponseHeaderTimeout: 0, // a call may legitimately take toolCallTimeoutMs
+	}
+	rt := &sessionTransport{base: base, headers: d.spec.Headers, onLost: onLost}
+	l := &httpLink{
+		base: base,
+		t: &mcp.StreamableClientTransport{
+			Endpoint: d.spec.URL,
+			// No Client.Timeout: it would cut the SSE streams; every request
+			// carries its own deadline instead.
+			HTTPClient: &http.Client{Transport: rt},
+			MaxRetries: 2,
+		},
+		done: make(chan struct{}),
+	}
+	return l, nil
+}
+
+type httpLink struct {
+	base *http.Transport
+	t    *mcp.StreamableClientTransport
+	done chan struct{}
+	once sync.Once
+}
+
+func (l *httpLink) transport() mcp.Transport { return l.t }
+
+// close drops pooled connections; the session itself is closed by the
+// generation, and nothing else of ours outlives it.
+func (l *httpLink) close() {
+	l.once.Do(func() {
+		l.base.CloseIdleConnections()
+		close(l.done)
+	})
+}
+
+func (l *httpLink) closed() <-chan struct{} { return l.done }
+
+// sessionTransport adds the configured headers and reports session loss: a
+// 404 to a request that carries a session id means the server forgot the
+// session, whatever the body says (SPEC §4.5).
+type sessionTransport struct {
+	base    http.RoundTripper
+	headers []policy.Header
+	onLost  func(error)
+}
+
+func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = req.Clone(req.Context())
+	for _, h := range t.headers {
+		req.Header.Set(h.Name, h.Value)
+	}
+	resp, err := t.base.RoundTrip(req)
+	if err == nil && resp.StatusCode == http.StatusNotFound && req.Header.Get("Mcp-Session-Id") != "" {
+		t.onLost(fmt.Errorf("the server no longer knows session %s (HTTP 404): %w",
+			req.Header.Get("Mcp-Session-Id"), mcp.ErrSessionMissing))
+	}
+	return resp, err
+}

@@ -1,0 +1,41 @@
+package bridge
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// fixtureBin is the in-repo fixture server, built once for the package.
+var fixtureBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "bridge-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fixtureBin = filepath.Join(dir, "mcp-fixture")
+	_, self, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(self), "..", "..")
+	build := exec.Command("go", "build", "-o", fixtureBin, "./test/fixture/cmd/mcp-fixture")
+	build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build fixture:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}

@@ -1,0 +1,414 @@
+package bridge
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Caller forwards a tools/call to the upstream that owns a tool.
+type Caller interface {
+	CallTool(ctx context.Context, rawName string, args any) (*mcp.CallToolResult, error)
+}
+
+// Tool is one published tool.
+//
+// Values handed out by the Registry are shared snapshots: callers must not
+// mutate a Tool's Upstream (copy the mcp.Tool struct before changing a field,
+// e.g. to set Name to the public name).
+type Tool struct {
+	Name       string    // public name
+	RawName    string    // the name the server listed; the only name sent upstream
+	ServerName string    // effective serverName of the owner
+	Owner      string    // the resource that published it, e.g. "ns/name"
+	Upstream   *mcp.Tool // as the server listed it (Upstream.Name == RawName); never mutated after publish
+}
+
+// ConflictError reports that a public name in the new set is held by another
+// owner, or that two raw names in the set map to one public name (then HeldBy
+// is the swapping owner itself).
+type ConflictError struct {
+	PublicName string
+	RawName    string
+	HeldBy     string
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("tool %q would be published as %q, already held by %s", e.RawName, e.PublicName, e.HeldBy)
+}
+
+// Registry is the per-namespace tool registry (SPEC §5). It is safe for
+// concurrent use. Readers receive immutable snapshots and hold no lock once a
+// method returns.
+type Registry struct {
+	mu         sync.RWMutex
+	namespaces map[string]*regNamespace
+	subs       map[*Subscription]struct{}
+}
+
+// regNamespace is the state of one namespace.
+type regNamespace struct {
+	owners map[string]*regOwner
+	byName map[string]regSlot // public name -> where it lives
+	// snapshot is the namespace's tools sorted by public name. It is rebuilt
+	// lazily (by the first Tools call after a change) into a new slice; a
+	// published snapshot is never written again.
+	snapshot      []Tool
+	snapshotValid bool
+}
+
+// regOwner is one owner's published set.
+type regOwner struct {
+	name       string
+	serverName string
+	caller     Caller
+	tools      []Tool              // sorted by public name; shared with readers, never written after publish
+	digests    [][sha256.Size]byte // SHA-256 of the canonical JSON of tools[i].Upstream
+}
+
+type regSlot struct {
+	owner *regOwner
+	idx   int
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry {
+	return &Registry{
+		namespaces: make(map[string]*regNamespace),
+		subs:       make(map[*Subscription]struct{}),
+	}
+}
+
+// Swap replaces owner's whole set in namespace ns in one atomic step: a reader
+// sees either the previous set or the new one, never a mix and never an empty
+// set in between.
+//
+// The swap is refused (err != nil, nothing changed, the previous set and
+// caller kept) when a tool is nil, a raw name is listed twice, a tool cannot
+// be JSON-encoded, or a public name is held by another owner or by two raw
+// names of the set (*ConflictError).
+//
+// Published tools are deep copies (by JSON round trip) of the given tools, so
+// the caller may reuse them; a schema given as a json.RawMessage or a struct
+// is published as the generic JSON value (map[string]any, float64 numbers),
+// as the SDK client would have decoded it.
+//
+// changed reports whether the published tools of ns changed; only then are
+// subscribers signalled. A set equal to the current one (same public names,
+// same tools by canonical JSON, same serverName) gives changed=false and keeps
+// the current entries as they are, but caller replaces the previous Caller, so
+// a reconnect can hand in its new session without disturbing readers.
+//
+// An empty set is allowed (a server with zero tools): it leaves an owner entry
+// without tools, which publishes nothing, like Remove.
+func (r *Registry) Swap(ns, owner, serverName string, tools []*mcp.Tool, caller Caller) (changed bool, err error) {
+	// Encoding and naming are done before taking the lock.
+	next, digests, err := regPrepare(owner, serverName, tools)
+	if err != nil {
+		return false, err
+	}
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+
+	st := r.namespaces[ns]
+	var cur *regOwner
+	if st != nil {
+		cur = st.owners[owner]
+		for _, t := range next {
+			if slot, ok := st.byName[t.Name]; ok && slot.owner.name != owner {
+				return false, &ConflictError{PublicName: t.Name, RawName: t.RawName, HeldBy: slot.owner.name}
+			}
+		}
+	}
+	if st == nil {
+		st = &regNamespace{owners: make(map[string]*regOwner), byName: make(map[string]regSlot)}
+		r.namespaces[ns] = st
+	}
+
+	if cur != nil && regSameSet(cur, next, digests) {
+		cur.caller = caller
+		cur.serverName = serverName
+		return false, nil
+	}
+
+	changed = cur != nil && len(cur.tools) > 0 || len(next) > 0
+	if cur != nil {
+		for _, t := range cur.tools {
+			delete(st.byName, t.Name)
+		}
+	}
+	o := &regOwner{name: owner, serverName: serverName, caller: caller, tools: next, digests: digests}
+	st.owners[owner] = o
+	for i, t := range next {
+		st.byName[t.Name] = regSlot{owner: o, idx: i}
+	}
+	if changed {
+		st.snapshotValid = false
+		st.snapshot = nil
+		r.notifyLocked(ns)
+	}
+	return changed, nil
+}
+
+// regPrepare builds the published entries for tools, sorted by public name,
+// and the digests of their canonical JSON encodings.
+func regPrepare(owner, serverName string, tools []*mcp.Tool) ([]Tool, [][sha256.Size]byte, error) {
+	type item struct {
+		tool   Tool
+		digest [sha256.Size]byte
+	}
+	items := make([]item, 0, len(tools))
+	seen := make(map[string]struct{}, len(tools))
+	for i, t := range tools {
+		if t == nil {
+			return nil, nil, fmt.Errorf("tool #%d in the list is nil", i)
+		}
+		if _, dup := seen[t.Name]; dup {
+			return nil, nil, fmt.Errorf("tool %q is listed twice", t.Name)
+		}
+		seen[t.Name] = struct{}{}
+
+		raw, err := json.Marshal(t)
+		if err != nil {
+			return nil, nil, fmt.Errorf("tool %q cannot be encoded as JSON: %w", t.Name, err)
+		}
+		up := new(mcp.Tool)
+		if err := json.Unmarshal(raw, up); err != nil {
+			return nil, nil, fmt.Errorf("tool %q cannot be decoded from JSON: %w", t.Name, err)
+		}
+		canonical, err := json.Marshal(up)
+		if err != nil {
+			return nil, nil, fmt.Errorf("tool %q cannot be encoded as JSON: %w", t.Name, err)
+		}
+		items = append(items, item{
+			tool: Tool{
+				Name:       PublicName(serverName, t.Name),
+				RawName:    t.Name,
+				ServerName: serverName,
+				Owner:      owner,
+				Upstream:   up,
+			},
+			digest: sha256.Sum256(canonical),
+		})
+	}
+	// Stable, so that of two raw names with one public name the one the
+	// server listed later is reported.
+	slices.SortStableFunc(items, func(a, b item) int { return cmp.Compare(a.tool.Name, b.tool.Name) })
+	out := make([]Tool, len(items))
+	digests := make([][sha256.Size]byte, len(items))
+	for i, it := range items {
+		if i > 0 && it.tool.Name == items[i-1].tool.Name {
+			return nil, nil, &ConflictError{PublicName: it.tool.Name, RawName: it.tool.RawName, HeldBy: owner}
+		}
+		out[i] = it.tool
+		digests[i] = it.digest
+	}
+	return out, digests, nil
+}
+
+// regSameSet reports whether next (with digests) publishes exactly what cur
+// publishes.
+func regSameSet(cur *regOwner, next []Tool, digests [][sha256.Size]byte) bool {
+	if len(cur.tools) != len(next) {
+		return false
+	}
+	for i := range next {
+		a, b := cur.tools[i], next[i]
+		if a.Name != b.Name || a.RawName != b.RawName || a.ServerName != b.ServerName || a.Owner != b.Owner {
+			return false
+		}
+		if cur.digests[i] != digests[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Remove unregisters owner's tools in ns and forgets the owner. changed is
+// false (and nothing is signalled) if it had no tools.
+func (r *Registry) Remove(ns, owner string) (changed bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := r.namespaces[ns]
+	if st == nil {
+		return false
+	}
+	cur := st.owners[owner]
+	if cur == nil {
+		return false
+	}
+	delete(st.owners, owner)
+	for _, t := range cur.tools {
+		delete(st.byName, t.Name)
+	}
+	if len(st.owners) == 0 {
+		delete(r.namespaces, ns)
+	}
+	if len(cur.tools) == 0 {
+		return false
+	}
+	st.snapshotValid = false
+	st.snapshot = nil
+	r.notifyLocked(ns)
+	return true
+}
+
+// Tools returns ns's tools sorted by public name. The slice is a shared,
+// immutable snapshot: callers must not modify it or the tools' Upstream. A
+// later Swap never writes into a returned slice.
+func (r *Registry) Tools(ns string) []Tool {
+	r.mu.RLock()
+	st := r.namespaces[ns]
+	if st == nil {
+		r.mu.RUnlock()
+		return nil
+	}
+	if st.snapshotValid {
+		s := st.snapshot
+		r.mu.RUnlock()
+		return s
+	}
+	r.mu.RUnlock()
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st = r.namespaces[ns]
+	if st == nil {
+		return nil
+	}
+	if !st.snapshotValid {
+		n := 0
+		for _, o := range st.owners {
+			n += len(o.tools)
+		}
+		var s []Tool
+		if n > 0 {
+			s = make([]Tool, 0, n)
+			for _, o := range st.owners {
+				s = append(s, o.tools...)
+			}
+			slices.SortFunc(s, func(a, b Tool) int { return cmp.Compare(a.Name, b.Name) })
+		}
+		st.snapshot = s
+		st.snapshotValid = true
+	}
+	return st.snapshot
+}
+
+// Owned returns owner's tools in ns sorted by public name, as a shared,
+// immutable snapshot (see Tools).
+func (r *Registry) Owned(ns, owner string) []Tool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	st := r.namespaces[ns]
+	if st == nil {
+		return nil
+	}
+	o := st.owners[owner]
+	if o == nil || len(o.tools) == 0 {
+		return nil
+	}
+	return o.tools
+}
+
+// Lookup finds a tool by public name in ns and the Caller that serves it.
+func (r *Registry) Lookup(ns, publicName string) (Tool, Caller, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	st := r.namespaces[ns]
+	if st == nil {
+		return Tool{}, nil, false
+	}
+	slot, ok := st.byName[publicName]
+	if !ok {
+		return Tool{}, nil, false
+	}
+	return slot.owner.tools[slot.idx], slot.owner.caller, true
+}
+
+// Subscription is a coalescing feed of registry changes. C receives a value
+// (non-blocking, capacity 1) whenever the published tools of any namespace
+// change; any number of changes before the receiver gets to C collapse into
+// one pending value. Drain then tells which namespaces changed.
+type Subscription struct {
+	C <-chan struct{}
+
+	r       *Registry
+	c       chan struct{}
+	mu      sync.Mutex
+	pending map[string]struct{}
+	closed  bool
+}
+
+// Subscribe returns a new change feed. The registry never blocks on a slow
+// subscriber.
+func (r *Registry) Subscribe() *Subscription {
+	c := make(chan struct{}, 1)
+	s := &Subscription{C: c, r: r, c: c, pending: make(map[string]struct{})}
+	r.mu.Lock()
+	r.subs[s] = struct{}{}
+	r.mu.Unlock()
+	return s
+}
+
+// notifyLocked records that ns changed for every subscriber and signals each
+// one without blocking. r.mu must be held for writing.
+func (r *Registry) notifyLocked(ns string) {
+	for s := range r.subs {
+		// Close deregisters under r.mu, so s is open here.
+		s.mu.Lock()
+		s.pending[ns] = struct{}{}
+		select {
+		case s.c <- struct{}{}:
+		default: // a signal is already pending
+		}
+		s.mu.Unlock()
+	}
+}
+
+// Drain returns the namespaces that changed since the last Drain, sorted, and
+// consumes a pending signal on C, so a signal on C always has a non-empty
+// Drain behind it (unless Drain was already called for it). After Close it
+// returns nil.
+func (s *Subscription) Drain() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.c:
+	default:
+	}
+	if s.closed || len(s.pending) == 0 {
+		return nil
+	}
+	out := make([]string, 0, len(s.pending))
+	for ns := range s.pending {
+		out = append(out, ns)
+	}
+	clear(s.pending)
+	slices.Sort(out)
+	return out
+}
+
+// Close stops delivery. Like time.Ticker.Stop it does not close C, so a
+// goroutine selecting on C never sees a spurious signal; a signal pending at
+// Close is discarded. Close is idempotent.
+func (s *Subscription) Close() {
+	s.r.mu.Lock()
+	delete(s.r.subs, s)
+	s.r.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	clear(s.pending)
+	select {
+	case <-s.c:
+	default:
+	}
+}

@@ -1,0 +1,53 @@
+package bridge
+
+import (
+	"slices"
+	"time"
+)
+
+// Snapshot is what a supervisor reports; the controller turns it into status.
+type Snapshot struct {
+	Phase Phase
+	// Reason and Message say why the phase is Failed.
+	Reason  string
+	Message string
+	// Generation numbers the latest connection generation started.
+	Generation int64
+	// FailedAttempts counts consecutive failed attempts in this outage.
+	FailedAttempts int
+	// Attempt is the reconnect attempt scheduled or running, from 1; 0
+	// when no outage is open.
+	Attempt     int
+	MaxAttempts int
+	// RetryDelay and NextRetry describe the scheduled attempt.
+	RetryDelay time.Duration
+	NextRetry  time.Time
+	// Tools are the server's tools as published in the registry.
+	Tools         []Tool
+	ServerInfo    *ServerInfo
+	LastError     *StageError
+	LastConnected time.Time
+	// SyncConflict is set while the latest fetched tool set could not be
+	// published because a public name is held by another server.
+	SyncConflict string
+}
+
+// ServerInfo is what the server said about itself.
+type ServerInfo struct {
+	Name            string
+	Version         string
+	ProtocolVersion string
+}
+
+func (s Snapshot) clone() Snapshot {
+	s.Tools = slices.Clone(s.Tools)
+	if s.ServerInfo != nil {
+		si := *s.ServerInfo
+		s.ServerInfo = &si
+	}
+	if s.LastError != nil {
+		le := *s.LastError
+		s.LastError = &le
+	}
+	return s
+}

@@ -1,0 +1,286 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/utils/clock"
+
+	"github.com/mcpbridge/operator/internal/policy"
+)
+
+// Phase is the supervisor's connection state.
+type Phase string
+
+const (
+	PhasePending      Phase = "Pending"
+	PhaseConnecting   Phase = "Connecting"
+	PhaseReady        Phase = "Ready"
+	PhaseReconnecting Phase = "Reconnecting"
+	PhaseFailed       Phase = "Failed"
+)
+
+// Reasons a supervisor stops for good (until a hot swap).
+const (
+	ReasonReconnectExhausted = "ReconnectExhausted"
+	ReasonReconnectDisabled  = "ReconnectDisabled"
+	ReasonStartupFailed      = "StartupFailed"
+	ReasonCloseTimeout       = "CloseTimeout"
+)
+
+// DefaultCloseBarrier is how long a generation may take to report closed
+// before the supervisor refuses to start another (§4.1).
+const DefaultCloseBarrier = 5 * time.Second
+
+// Options build a Supervisor.
+type Options struct {
+	Namespace string
+	Name      string
+	Policy    *policy.Policy
+	Registry  *Registry
+	Log       logr.Logger
+	// BaseGeneration continues connection-generation numbering from a
+	// previous supervisor of the same resource.
+	BaseGeneration int64
+	// Clock times backoff and the stability window; nil is the real clock.
+	Clock clock.Clock
+	// CloseBarrier defaults to DefaultCloseBarrier.
+	CloseBarrier time.Duration
+	// TerminateGrace is the stdio wait between stdin close, SIGTERM and
+	// SIGKILL; it defaults to a third of CloseBarrier.
+	TerminateGrace time.Duration
+
+	dialer dialer // tests inject transports here
+}
+
+// Supervisor keeps one MCP server connected and its tools published.
+type Supervisor struct {
+	p        *policy.Policy
+	ns       string
+	owner    string
+	registry *Registry
+	log      logr.Logger
+	clock    clock.Clock
+	barrier  time.Duration
+	dialer   dialer
+	changes  chan struct{}
+	syncMu   sync.Mutex // two syncs of this server never interleave
+
+	mu   sync.Mutex
+	snap Snapshot
+	live *generation // the connected generation, nil while down
+
+	lifeMu sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New builds a Supervisor; it does nothing until Start.
+func New(o Options) *Supervisor {
+	s := &Supervisor{
+		p:        o.Policy,
+		ns:       o.Namespace,
+		owner:    o.Namespace + "/" + o.Name,
+		registry: o.Registry,
+		log:      o.Log.WithValues("mcpserver", o.Namespace+"/"+o.Name, "serverName", o.Policy.ServerName),
+		clock:    o.Clock,
+		barrier:  o.CloseBarrier,
+		dialer:   o.dialer,
+		changes:  make(chan struct{}, 1),
+		snap:     Snapshot{Phase: PhasePending, Generation: o.BaseGeneration, MaxAttempts: o.Policy.Reconnect.MaxAttempts},
+	}
+	if s.clock == nil {
+		s.clock = clock.RealClock{}
+	}
+	if s.barrier <= 0 {
+		s.barrier = DefaultCloseBarrier
+	}
+	if s.dialer == nil {
+		s.dialer = newDialer(o.Policy, s.log, cmpOr(o.TerminateGrace, s.barrier/3))
+	}
+	return s
+}
+
+func newDialer(p *policy.Policy, log logr.Logger, grace time.Duration) dialer {
+	if p.Stdio != nil {
+		return &stdioDialer{spec: p.Stdio, log: log, grace: grace}
+	}
+	return &httpDialer{spec: p.HTTP}
+}
+
+func cmpOr(a, b time.Duration) time.Duration {
+	if a > 0 {
+		return a
+	}
+	return b
+}
+
+// Start runs the supervisor until ctx ends or Dispose; a second Start does
+// nothing.
+func (s *Supervisor) Start(ctx context.Context) {
+	s.lifeMu.Lock()
+	defer s.lifeMu.Unlock()
+	if s.done != nil {
+		return
+	}
+	ctx, s.cancel = context.WithCancel(ctx)
+	s.done = make(chan struct{})
+	go s.run(ctx)
+}
+
+// Dispose cancels a pending reconnect, aborts an in-flight connect, closes
+// the live generation, waits for its close barrier and unregisters the
+// server's tools. It returns early with ctx's error if ctx ends first.
+func (s *Supervisor) Dispose(ctx context.Context) error {
+	s.lifeMu.Lock()
+	cancel, done := s.cancel, s.done
+	s.lifeMu.Unlock()
+	if done == nil {
+		s.registry.Remove(s.ns, s.owner)
+		return nil
+	}
+	cancel()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("dispose %s: %w", s.owner, ctx.Err())
+	}
+}
+
+// Changes receives a value whenever the snapshot changed since the last
+// receive; sends never block and coalesce.
+func (s *Supervisor) Changes() <-chan struct{} { return s.changes }
+
+// Snapshot is a copy of the supervisor's current state.
+func (s *Supervisor) Snapshot() Snapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.snap.clone()
+}
+
+// update changes the snapshot under the lock and signals a change.
+func (s *Supervisor) update(fn func(*Snapshot)) {
+	s.mu.Lock()
+	fn(&s.snap)
+	s.mu.Unlock()
+	s.signal()
+}
+
+func (s *Supervisor) signal() {
+	select {
+	case s.changes <- struct{}{}:
+	default:
+	}
+}
+
+// run is the supervisor's only long-lived goroutine: connect, serve until
+// lost, back off, repeat, until the budget is spent or ctx ends.
+func (s *Supervisor) run(ctx context.Context) {
+	defer close(s.done)
+	defer s.registry.Remove(s.ns, s.owner)
+	o := outage{policy: s.p.Reconnect}
+	everConnected := false
+	for {
+		err := s.attempt(ctx, &o, &everConnected)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			s.stop(err)
+			return
+		}
+		n, delay, ok := o.next()
+		if !ok {
+			s.registry.Remove(s.ns, s.owner)
+			s.stop(&stopError{reason: ReasonReconnectExhausted,
+				msg: fmt.Sprintf("Gave up after %d consecutive failed reconnect attempts", s.p.Reconnect.MaxAttempts)})
+			return
+		}
+		s.scheduleRetry(n, delay, o.failed, everConnected)
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.clock.After(delay):
+		}
+	}
+}
+
+// stopError ends the supervisor in PhaseFailed with a reason.
+type stopError struct {
+	reason string
+	msg    string
+}
+
+func (e *stopError) Error() string { return e.msg }
+
+// attempt runs one generation from connect to loss. A nil error means
+// "back off and try again"; a *stopError means stop for good.
+func (s *Supervisor) attempt(ctx context.Context, o *outage, everConnected *bool) error {
+	g, err := s.connect(ctx, *everConnected)
+	if ctx.Err() != nil {
+		return nil
+	}
+	if errors.Is(err, ErrCloseTimeout) {
+		return &stopError{reason: ReasonCloseTimeout, msg: "The previous connection did not close within " +
+			s.barrier.String() + "; reconnecting was stopped to avoid two live server processes"}
+	}
+	if err != nil {
+		o.failedAttempt()
+		s.update(func(sn *Snapshot) { sn.FailedAttempts = o.failed })
+		if !*everConnected && s.p.FailOnStartupError {
+			return &stopError{reason: ReasonStartupFailed, msg: "The first connection attempt failed and failOnStartupError is set: " + err.Error()}
+		}
+		if !s.p.Reconnect.Enabled {
+			return &stopError{reason: ReasonReconnectDisabled, msg: "The connection failed and reconnect is disabled: " + err.Error()}
+		}
+		return nil
+	}
+	*everConnected = true
+	up := s.clock.Now()
+	lossErr := s.serve(ctx, g)
+	if ctx.Err() != nil {
+		return nil
+	}
+	o.lost(s.clock.Since(up))
+	s.update(func(sn *Snapshot) { sn.FailedAttempts = o.failed })
+	if errors.Is(lossErr, ErrCloseTimeout) {
+		return &stopError{reason: ReasonCloseTimeout, msg: "The lost connection did not close within " +
+			s.barrier.String() + "; reconnecting was stopped to avoid two live server processes"}
+	}
+	if !s.p.Reconnect.Enabled {
+		return &stopError{reason: ReasonReconnectDisabled,
+			msg: "The connection was lost and reconnect is disabled; its tools stay registered but fail: " + lossErr.Error()}
+	}
+	return nil
+}
+
+// stop records a final failure; the tools stay as the caller left them.
+func (s *Supervisor) stop(err error) {
+	var se *stopError
+	if !errors.As(err, &se) {
+		se = &stopError{reason: ReasonReconnectExhausted, msg: err.Error()}
+	}
+	s.log.Error(nil, "connection supervisor stopped", "reason", se.reason, "message", se.msg)
+	s.update(func(sn *Snapshot) {
+		sn.Phase, sn.Reason, sn.Message = PhaseFailed, se.reason, se.msg
+		sn.NextRetry, sn.RetryDelay, sn.Attempt = time.Time{}, 0, 0
+		sn.Tools = s.registry.Owned(s.ns, s.owner)
+	})
+}
+
+func (s *Supervisor) scheduleRetry(n int, delay time.Duration, failed int, everConnected bool) {
+	s.log.Info("reconnecting", "attempt", n, "maxAttempts", s.p.Reconnect.MaxAttempts, "delay", delay.String())
+	s.update(func(sn *Snapshot) {
+		sn.Phase = PhaseReconnecting
+		if !everConnected {
+			sn.Phase = PhaseConnecting
+		}
+		sn.Attempt, sn.RetryDelay, sn.FailedAttempts = n, delay, failed
+		sn.NextRetry = s.clock.Now().Add(delay)
+	})
+}

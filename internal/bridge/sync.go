@@ -1,0 +1,139 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Limits on what a server may list, so that a hostile server cannot make
+// the manager hold unbounded data.
+const (
+	maxTools = 50_000
+	maxPages = 10_000
+)
+
+// syncTools is the two-phase sync of §4.4: fetch every page under ctx's
+// deadline into a complete set, then swap it into the registry in one step.
+// A failed fetch changes nothing; a refused swap keeps the previous set.
+func (s *Supervisor) syncTools(ctx context.Context, g *generation, stage *string) error {
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	tools, err := fetchTools(ctx, g.sess, stage)
+	if err != nil {
+		return err
+	}
+	g.fetched = tools
+	s.publish(g, tools)
+	return nil
+}
+
+func fetchTools(ctx context.Context, sess *mcp.ClientSession, stage *string) ([]*mcp.Tool, error) {
+	var tools []*mcp.Tool
+	seen := map[string]bool{}
+	cursors := map[string]bool{}
+	cursor := ""
+	for page := 1; ; page++ {
+		*stage = StageToolsList(page)
+		if page > maxPages {
+			return nil, fmt.Errorf("the server listed more than %d pages of tools", maxPages)
+		}
+		res, err := sess.ListTools(ctx, &mcp.ListToolsParams{Cursor: cursor})
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range res.Tools {
+			if err := checkTool(t, seen); err != nil {
+				return nil, err
+			}
+		}
+		if tools = append(tools, res.Tools...); len(tools) > maxTools {
+			return nil, fmt.Errorf("the server listed more than %d tools", maxTools)
+		}
+		if res.NextCursor == "" {
+			return tools, nil
+		}
+		if cursors[res.NextCursor] {
+			return nil, fmt.Errorf("the server repeated the pagination cursor %q", res.NextCursor)
+		}
+		cursors[res.NextCursor], cursor = true, res.NextCursor
+	}
+}
+
+// checkTool rejects a fetch over a tool that could not be published intact.
+func checkTool(t *mcp.Tool, seen map[string]bool) error {
+	if t.Name == "" {
+		return errors.New("the server listed a tool without a name")
+	}
+	if seen[t.Name] {
+		return fmt.Errorf("the server listed the tool %q twice", t.Name)
+	}
+	seen[t.Name] = true
+	schema, ok := t.InputSchema.(map[string]any)
+	if !ok || schema["type"] != "object" {
+		return fmt.Errorf("the tool %q has an input schema that is not a JSON object schema", t.Name)
+	}
+	return nil
+}
+
+// publish swaps a complete set in; the generation must still be current.
+func (s *Supervisor) publish(g *generation, tools []*mcp.Tool) {
+	if g.ctx.Err() != nil {
+		return
+	}
+	_, err := s.registry.Swap(s.ns, s.owner, s.p.ServerName, tools, s)
+	owned := s.registry.Owned(s.ns, s.owner)
+	s.update(func(sn *Snapshot) {
+		sn.Tools = owned
+		sn.SyncConflict = ""
+		if err != nil {
+			sn.SyncConflict = err.Error()
+		}
+	})
+	if err != nil {
+		s.log.Info("tool set not published: keeping the previous set", "error", err.Error())
+	}
+}
+
+// retryConflict retries a refused swap when the namespace's registry changed.
+func (s *Supervisor) retryConflict(g *generation, namespaces []string) {
+	if s.Snapshot().SyncConflict == "" {
+		return
+	}
+	for _, ns := range namespaces {
+		if ns == s.ns {
+			s.syncMu.Lock()
+			s.publish(g, g.fetched)
+			s.syncMu.Unlock()
+			return
+		}
+	}
+}
+
+// resyncLoop re-syncs on list_changed, each time with a fresh budget. A
+// failed re-sync keeps the last good set; a timed-out one is a loss (§4.4).
+func (s *Supervisor) resyncLoop(g *generation) {
+	for {
+		select {
+		case <-g.ctx.Done():
+			return
+		case <-g.resync:
+		}
+		ctx, cancel := context.WithTimeout(g.ctx, s.p.ConnectionTimeout)
+		stage := StageToolsList(1)
+		err := s.syncTools(ctx, g, &stage)
+		if err != nil && g.ctx.Err() == nil {
+			se := s.attemptError(g.ctx, ctx, stage, err).(*StageError)
+			s.log.Info("tool re-sync failed: keeping the last good tools", "error", se.Error())
+			s.update(func(sn *Snapshot) { sn.LastError = se })
+			if IsDeadline(se) {
+				g.markLost(se)
+			} else if isTransportFailure(err) {
+				kick(g.probe)
+			}
+		}
+		cancel()
+	}
+}
