@@ -139,17 +139,19 @@ func (s *Supervisor) Dispose(ctx context.Context) error {
 	s.lifeMu.Lock()
 	cancel, done := s.cancel, s.done
 	s.lifeMu.Unlock()
-	if done == nil {
-		s.registry.Remove(s.ns, s.owner)
-		return nil
+	if done != nil {
+		cancel()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return fmt.Errorf("dispose %s: %w", s.owner, ctx.Err())
+		}
 	}
-	cancel()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("dispose %s: %w", s.owner, ctx.Err())
-	}
+	// Only here: a supervisor that stopped for good (ReconnectDisabled,
+	// StartupFailed, CloseTimeout) keeps its last tools until disposed.
+	s.registry.Remove(s.ns, s.owner)
+	s.update(func(sn *Snapshot) { sn.Tools = nil })
+	return nil
 }
 
 // Changes receives a value whenever the snapshot changed since the last
@@ -182,7 +184,6 @@ func (s *Supervisor) signal() {
 // lost, back off, repeat, until the budget is spent or ctx ends.
 func (s *Supervisor) run(ctx context.Context) {
 	defer close(s.done)
-	defer s.registry.Remove(s.ns, s.owner)
 	o := outage{policy: s.p.Reconnect}
 	everConnected := false
 	for {
