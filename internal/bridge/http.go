@@ -62,6 +62,9 @@ func (l *httpLink) close() {
 
 func (l *httpLink) closed() <-chan struct{} { return l.done }
 
+// sessionDeleteTimeout bounds the DELETE that ends a session.
+const sessionDeleteTimeout = time.Second
+
 // sessionTransport adds the configured headers and reports session loss: a
 // 404 to a request that carries a session id means the server forgot the
 // session, whatever the body says (SPEC §4.5).
@@ -72,7 +75,15 @@ type sessionTransport struct {
 }
 
 func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	req = req.Clone(req.Context())
+	ctx := req.Context()
+	if req.Method == http.MethodDelete {
+		// Ending a session is a courtesy; a hung server must not hold the
+		// close barrier for the SDK's 5 s DELETE timeout.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, sessionDeleteTimeout)
+		defer cancel()
+	}
+	req = req.Clone(ctx)
 	for _, h := range t.headers {
 		req.Header.Set(h.Name, h.Value)
 	}
