@@ -106,7 +106,7 @@ type StdioTransport struct {
 	// +kubebuilder:validation:XValidation:rule="self.all(e, !has(e.valueFrom) || !has(e.value) || e.value == '')",message="spec.stdio.env: an entry sets value or valueFrom, not both"
 	// +kubebuilder:validation:XValidation:rule="self.all(e, !has(e.valueFrom) || (has(e.valueFrom.secretKeyRef) ? !has(e.valueFrom.configMapKeyRef) : has(e.valueFrom.configMapKeyRef)))",message="spec.stdio.env: valueFrom sets exactly one of secretKeyRef or configMapKeyRef"
 	// +kubebuilder:validation:XValidation:rule="self.all(e, !has(e.valueFrom) || (!has(e.valueFrom.fieldRef) && !has(e.valueFrom.resourceFieldRef) && !has(e.valueFrom.fileKeyRef)))",message="spec.stdio.env: valueFrom supports only secretKeyRef and configMapKeyRef"
-	// +kubebuilder:validation:XValidation:rule="self.all(e, size(e.name) > 0 && !e.name.contains('='))",message="spec.stdio.env: a name is non-empty and has no '='"
+	// +kubebuilder:validation:XValidation:rule="self.all(e, size(e.name) > 0)",message="spec.stdio.env: a name must not be empty"
 	Env []corev1.EnvVar `json:"env,omitempty"`
 
 	// Cwd is the child's working directory; empty means the manager's.
@@ -158,7 +158,7 @@ type HeaderValueSource struct {
 }
 
 // ReconnectPolicy is the bounded exponential backoff after a lost connection.
-// +kubebuilder:validation:XValidation:rule="self.initialDelayMs <= self.maxDelayMs",message="spec.reconnect.initialDelayMs must be less than or equal to spec.reconnect.maxDelayMs",fieldPath=".initialDelayMs"
+// +kubebuilder:validation:XValidation:rule="!has(self.initialDelayMs) || !has(self.maxDelayMs) || self.initialDelayMs <= self.maxDelayMs",message="spec.reconnect.initialDelayMs must be less than or equal to spec.reconnect.maxDelayMs",fieldPath=".initialDelayMs"
 type ReconnectPolicy struct {
 	// Enabled turns reconnection on; off, a lost connection is final until
 	// the next hot swap.
