@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -12,7 +13,9 @@ import (
 // CallTool sends tools/call with the raw name upstream, bounded by
 // toolCallTimeoutMs and by the caller's ctx. A server that is not connected
 // fails at once with the reason (§6).
-func (s *Supervisor) CallTool(ctx context.Context, rawName string, args any) (*mcp.CallToolResult, error) {
+func (s *Supervisor) CallTool(ctx context.Context, rawName string, args any) (res *mcp.CallToolResult, err error) {
+	start := time.Now()
+	defer func() { s.observer.ToolCall(callOutcome(res, err), time.Since(start)) }()
 	g, why := s.liveGeneration()
 	if g == nil {
 		return nil, &StageError{Stage: StageToolsCall, Err: fmt.Errorf("%w: %s", ErrUnavailable, why)}
@@ -20,7 +23,7 @@ func (s *Supervisor) CallTool(ctx context.Context, rawName string, args any) (*m
 	cctx, cancel := context.WithTimeout(ctx, s.p.ToolCallTimeout)
 	defer cancel()
 	defer context.AfterFunc(g.ctx, cancel)() // a closing generation ends its calls
-	res, err := g.sess.CallTool(cctx, &mcp.CallToolParams{Name: rawName, Arguments: args})
+	res, err = g.sess.CallTool(cctx, &mcp.CallToolParams{Name: rawName, Arguments: args})
 	if err == nil {
 		return res, nil
 	}
@@ -101,4 +104,17 @@ func ResultError(res *mcp.CallToolResult) error {
 		return &ToolError{Result: res}
 	}
 	return nil
+}
+
+func callOutcome(res *mcp.CallToolResult, err error) string {
+	switch {
+	case errors.Is(err, ErrUnavailable):
+		return "unavailable"
+	case err != nil:
+		return "error"
+	case res != nil && res.IsError:
+		return "tool_error"
+	default:
+		return "success"
+	}
 }

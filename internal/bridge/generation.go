@@ -176,15 +176,22 @@ func (s *Supervisor) connected(g *generation) {
 		info.Name, info.Version = init.ServerInfo.Name, init.ServerInfo.Version
 	}
 	s.mu.Lock()
-	recovered := s.snap.Attempt > 0
+	recovered := s.snap.Attempt > 0 || s.snap.Phase == PhaseReconnecting
 	s.live = g
 	s.snap.Phase, s.snap.ServerInfo = PhaseReady, info
 	s.snap.LastConnected = s.clock.Now()
 	s.snap.Attempt, s.snap.NextRetry, s.snap.RetryDelay = 0, time.Time{}, 0
 	s.mu.Unlock()
 	s.signal()
+	tools := len(s.registry.Owned(s.ns, s.owner))
 	s.log.Info("connected", "generation", g.num, "protocolVersion", info.ProtocolVersion,
-		"tools", len(s.registry.Owned(s.ns, s.owner)), "recovered", recovered)
+		"tools", tools, "recovered", recovered)
+	reason, verb := "Connected", "Connected to"
+	if recovered {
+		reason, verb = "Recovered", "Reconnected to"
+	}
+	s.emit(false, reason, fmt.Sprintf("%s %s %s (protocol %s) in generation %d; %d tools published",
+		verb, cmpStr(info.Name, "the server"), info.Version, info.ProtocolVersion, g.num, tools))
 	g.goFn(func() { s.resyncLoop(g) })
 	if s.p.HealthCheckInterval > 0 {
 		g.goFn(func() { s.healthLoop(g) })
@@ -256,4 +263,11 @@ func (s *Supervisor) closeGeneration(g *generation) error {
 		})
 		return ErrCloseTimeout
 	}
+}
+
+func cmpStr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
 }

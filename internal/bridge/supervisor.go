@@ -50,6 +50,8 @@ type Options struct {
 	Clock clock.Clock
 	// CloseBarrier defaults to DefaultCloseBarrier.
 	CloseBarrier time.Duration
+	// Observer receives call and sync measurements; nil discards them.
+	Observer Observer
 	// TerminateGrace is the stdio wait between stdin close, SIGTERM and
 	// SIGKILL; it defaults to a third of CloseBarrier.
 	TerminateGrace time.Duration
@@ -70,9 +72,12 @@ type Supervisor struct {
 	changes  chan struct{}
 	syncMu   sync.Mutex // two syncs of this server never interleave
 
-	mu   sync.Mutex
-	snap Snapshot
-	live *generation // the connected generation, nil while down
+	observer Observer
+
+	mu     sync.Mutex
+	snap   Snapshot
+	live   *generation // the connected generation, nil while down
+	events []Event
 
 	lifeMu sync.Mutex
 	cancel context.CancelFunc
@@ -90,11 +95,15 @@ func New(o Options) *Supervisor {
 		clock:    o.Clock,
 		barrier:  o.CloseBarrier,
 		dialer:   o.dialer,
+		observer: o.Observer,
 		changes:  make(chan struct{}, 1),
 		snap:     Snapshot{Phase: PhasePending, Generation: o.BaseGeneration, MaxAttempts: o.Policy.Reconnect.MaxAttempts},
 	}
 	if s.clock == nil {
 		s.clock = clock.RealClock{}
+	}
+	if s.observer == nil {
+		s.observer = nopObserver{}
 	}
 	if s.barrier <= 0 {
 		s.barrier = DefaultCloseBarrier
@@ -224,6 +233,9 @@ func (e *stopError) Error() string { return e.msg }
 func (s *Supervisor) attempt(ctx context.Context, o *outage, everConnected *bool) error {
 	g, err := s.connect(ctx, *everConnected)
 	if ctx.Err() != nil {
+		if g != nil { // connected just as the supervisor was disposed
+			_ = s.closeGeneration(g)
+		}
 		return nil
 	}
 	if errors.Is(err, ErrCloseTimeout) {
@@ -267,6 +279,7 @@ func (s *Supervisor) stop(err error) {
 		se = &stopError{reason: ReasonReconnectExhausted, msg: err.Error()}
 	}
 	s.log.Error(nil, "connection supervisor stopped", "reason", se.reason, "message", se.msg)
+	s.emit(true, se.reason, se.msg)
 	s.update(func(sn *Snapshot) {
 		sn.Phase, sn.Reason, sn.Message = PhaseFailed, se.reason, se.msg
 		sn.NextRetry, sn.RetryDelay, sn.Attempt = time.Time{}, 0, 0
@@ -276,6 +289,8 @@ func (s *Supervisor) stop(err error) {
 
 func (s *Supervisor) scheduleRetry(n int, delay time.Duration, failed int, everConnected bool) {
 	s.log.Info("reconnecting", "attempt", n, "maxAttempts", s.p.Reconnect.MaxAttempts, "delay", delay.String())
+	s.emit(true, "Reconnecting", fmt.Sprintf("Reconnecting in %dms (attempt %d/%d)%s",
+		delay.Milliseconds(), n, s.p.Reconnect.MaxAttempts, s.lastErrorSuffix()))
 	s.update(func(sn *Snapshot) {
 		sn.Phase = PhaseReconnecting
 		if !everConnected {
@@ -284,4 +299,14 @@ func (s *Supervisor) scheduleRetry(n int, delay time.Duration, failed int, everC
 		sn.Attempt, sn.RetryDelay, sn.FailedAttempts = n, delay, failed
 		sn.NextRetry = s.clock.Now().Add(delay)
 	})
+}
+
+// lastErrorSuffix is ": <last error>" for event messages, or nothing.
+func (s *Supervisor) lastErrorSuffix() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.snap.LastError == nil {
+		return ""
+	}
+	return ": " + s.snap.LastError.Error()
 }

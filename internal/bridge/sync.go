@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -21,7 +22,9 @@ const (
 func (s *Supervisor) syncTools(ctx context.Context, g *generation, stage *string) error {
 	s.syncMu.Lock()
 	defer s.syncMu.Unlock()
+	start := time.Now()
 	tools, err := fetchTools(ctx, g.sess, stage)
+	s.observer.ToolSync(err == nil, time.Since(start))
 	if err != nil {
 		return err
 	}
@@ -83,7 +86,8 @@ func (s *Supervisor) publish(g *generation, tools []*mcp.Tool) {
 	if g.ctx.Err() != nil {
 		return
 	}
-	_, err := s.registry.Swap(s.ns, s.owner, s.p.ServerName, tools, s)
+	before := s.registry.Owned(s.ns, s.owner)
+	changed, err := s.registry.Swap(s.ns, s.owner, s.p.ServerName, tools, s)
 	owned := s.registry.Owned(s.ns, s.owner)
 	s.update(func(sn *Snapshot) {
 		sn.Tools = owned
@@ -94,7 +98,28 @@ func (s *Supervisor) publish(g *generation, tools []*mcp.Tool) {
 	})
 	if err != nil {
 		s.log.Info("tool set not published: keeping the previous set", "error", err.Error())
+		s.emit(true, "ToolNameConflict", "Kept the previous tool set: "+err.Error())
+		return
 	}
+	if changed && len(before) > 0 {
+		added, removed := diffTools(before, owned)
+		s.emit(false, "ToolsChanged", fmt.Sprintf("Tools changed: %d added, %d removed, %d published", added, removed, len(owned)))
+	}
+}
+
+// diffTools counts public names added and removed between two sorted sets.
+func diffTools(before, after []Tool) (added, removed int) {
+	old := make(map[string]bool, len(before))
+	for _, t := range before {
+		old[t.Name] = true
+	}
+	for _, t := range after {
+		if !old[t.Name] {
+			added++
+		}
+		delete(old, t.Name)
+	}
+	return added, len(old)
 }
 
 // retryConflict retries a refused swap when the namespace's registry changed.
