@@ -1,0 +1,8 @@
+// Package testenv starts a real control plane (kube-apiserver and etcd, via
+// controller-runtime's envtest) with the operator's CRDs installed, for the
+// API and controller test suites.
+//
+// The binaries come from KUBEBUILDER_ASSETS or, when that is unset, from
+// <module root>/bin/k8s, where `make envtest` builds them. A missing control
+// plane is an error, never a skipped test.
+package testenv
