@@ -60,15 +60,18 @@ type McpServerStatus struct {
 	// ConnectionGeneration numbers the latest connection generation; it never
 	// decreases, across hot swaps and manager restarts too.
 	// +optional
-	ConnectionGeneration int64 `json:"connectionGeneration,omitempty"`
+	// +kubebuilder:default=0
+	ConnectionGeneration int64 `json:"connectionGeneration"`
 
 	// FailedAttempts counts consecutive failed attempts in the current outage.
 	// +optional
-	FailedAttempts int32 `json:"failedAttempts,omitempty"`
+	// +kubebuilder:default=0
+	FailedAttempts int32 `json:"failedAttempts"`
 
 	// ToolCount is the number of published tools, also past the cap of tools.
 	// +optional
-	ToolCount int32 `json:"toolCount,omitempty"`
+	// +kubebuilder:default=0
+	ToolCount int32 `json:"toolCount"`
 
 	// Tools are the published tools sorted by public name, at most 512.
 	// +optional

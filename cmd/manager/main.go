@@ -8,10 +8,12 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -19,6 +21,8 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
+	"github.com/mcpbridge/operator/internal/bridge"
+	"github.com/mcpbridge/operator/internal/controller"
 )
 
 func main() {
@@ -53,9 +57,13 @@ func run(args []string) error {
 		LeaderElectionID:              "mcpbridge-manager.mcpbridge.dev",
 		LeaderElectionReleaseOnCancel: true,
 		Cache:                         cacheOptions(opts.watchNamespaces),
+		GracefulShutdownTimeout:       ptr.To(30 * time.Second),
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
+	}
+	if err := setupControllers(mgr); err != nil {
+		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("add health check: %w", err)
@@ -67,6 +75,23 @@ func run(args []string) error {
 	log.Info("starting manager", "gatewayBindAddress", opts.gatewayAddr, "gatewayAuth", opts.gatewayAuth,
 		"watchNamespaces", opts.watchNamespaces)
 	return mgr.Start(ctrl.SetupSignalHandler())
+}
+
+// setupControllers wires the tool registry, the supervisors and the
+// McpServer reconciler into the manager.
+func setupControllers(mgr ctrl.Manager) error {
+	registry := bridge.NewRegistry()
+	sups := &controller.Supervisors{Registry: registry, Log: ctrl.Log.WithName("supervisor")}
+	r := &controller.McpServerReconciler{
+		Client:      mgr.GetClient(),
+		APIReader:   mgr.GetAPIReader(),
+		Recorder:    mgr.GetEventRecorder("mcpbridge-manager"),
+		Supervisors: sups,
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up the McpServer controller: %w", err)
+	}
+	return nil
 }
 
 // cacheOptions restricts the informers to the watched namespaces, if any.

@@ -1,0 +1,128 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpbridge/operator/api/v1alpha1"
+	"github.com/mcpbridge/operator/internal/bridge"
+	"github.com/mcpbridge/operator/test/fixture"
+)
+
+const (
+	eventuallyTimeout = 30 * time.Second
+	poll              = 50 * time.Millisecond
+)
+
+// stdioServer is an McpServer running the fixture with args and short delays.
+func stdioServer(ns, name string, args ...string) *v1alpha1.McpServer {
+	return &v1alpha1.McpServer{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: v1alpha1.McpServerSpec{
+			Transport:           v1alpha1.TransportStdio,
+			Stdio:               &v1alpha1.StdioTransport{Command: fixtureBin, Args: args},
+			ConnectionTimeoutMs: ptr32(10000),
+			Reconnect: &v1alpha1.ReconnectPolicy{
+				InitialDelayMs: ptr32(50), MaxDelayMs: ptr32(400), MaxAttempts: ptr32(4),
+			},
+		},
+	}
+}
+
+func ptr32(v int32) *int32 { return &v }
+
+func get(ns, name string) *v1alpha1.McpServer {
+	obj := &v1alpha1.McpServer{}
+	Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, obj)).To(Succeed())
+	return obj
+}
+
+// phaseOf polls a resource's phase.
+func phaseOf(ns, name string) func() v1alpha1.Phase {
+	return func() v1alpha1.Phase {
+		obj := &v1alpha1.McpServer{}
+		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, obj); err != nil {
+			return ""
+		}
+		return obj.Status.Phase
+	}
+}
+
+// readyAt waits until the resource is Ready in at least connection generation gen.
+func readyAt(ns, name string, gen int64) *v1alpha1.McpServer {
+	var obj *v1alpha1.McpServer
+	Eventually(func(g Gomega) {
+		obj = &v1alpha1.McpServer{}
+		g.Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, obj)).To(Succeed())
+		g.Expect(obj.Status.Phase).To(Equal(v1alpha1.PhaseReady))
+		g.Expect(obj.Status.ConnectionGeneration).To(BeNumerically(">=", gen))
+		g.Expect(obj.Status.ObservedGeneration).To(Equal(obj.Generation))
+	}, eventuallyTimeout, poll).Should(Succeed())
+	return obj
+}
+
+func toolNames(obj *v1alpha1.McpServer) []string {
+	out := make([]string, len(obj.Status.Tools))
+	for i, t := range obj.Status.Tools {
+		out[i] = t.Name
+	}
+	return out
+}
+
+// kstatusOf computes the kstatus status of a resource as Flux and Argo do.
+func kstatusOf(obj *v1alpha1.McpServer) status.Status {
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	Expect(err).NotTo(HaveOccurred())
+	res, err := status.Compute(&unstructured.Unstructured{Object: u})
+	Expect(err).NotTo(HaveOccurred())
+	return res.Status
+}
+
+// eventsFor lists the reasons and messages of events about a resource.
+func eventsFor(ns, name string) []string {
+	list := &corev1.EventList{}
+	Expect(k8s.List(context.Background(), list, client.InNamespace(ns))).To(Succeed())
+	var out []string
+	for _, e := range list.Items {
+		if e.InvolvedObject.Name == name {
+			out = append(out, e.Reason+": "+e.Message)
+		}
+	}
+	return out
+}
+
+func hasEvent(ns, name, reason, contains string) func() bool {
+	return func() bool {
+		for _, e := range eventsFor(ns, name) {
+			if strings.HasPrefix(e, reason+":") && strings.Contains(e, contains) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// lifetimes reads the fixture's events file; it must parse.
+func lifetimes(path string) []fixture.Lifetime {
+	evs, err := fixture.ReadEvents(path)
+	Expect(err).NotTo(HaveOccurred())
+	return fixture.Lifetimes(evs)
+}
+
+func describe(obj *v1alpha1.McpServer) string {
+	return fmt.Sprintf("%s/%s phase=%s gen=%d", obj.Namespace, obj.Name, obj.Status.Phase, obj.Status.ConnectionGeneration)
+}
+
+func textOf(res *mcp.CallToolResult) string { return bridge.RenderText(res) }

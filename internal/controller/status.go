@@ -1,0 +1,158 @@
+package controller
+
+import (
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/mcpbridge/operator/api/v1alpha1"
+	"github.com/mcpbridge/operator/internal/bridge"
+)
+
+// verdict is what one reconcile concluded about a resource: a phase with
+// the Ready reason and message, and the supervisor's snapshot when one runs.
+type verdict struct {
+	phase   v1alpha1.Phase
+	reason  string
+	message string
+	snap    *bridge.Snapshot
+}
+
+// verdictFromSnapshot maps a running supervisor's state to a verdict.
+func verdictFromSnapshot(sn bridge.Snapshot) verdict {
+	v := verdict{snap: &sn}
+	switch sn.Phase {
+	case bridge.PhaseReady:
+		v.phase, v.reason = v1alpha1.PhaseReady, v1alpha1.ReasonConnected
+		v.message = connectedMessage(sn)
+	case bridge.PhaseReconnecting:
+		v.phase, v.reason = v1alpha1.PhaseReconnecting, v1alpha1.ReasonReconnecting
+		v.message = "Connection lost" + errorSuffix(sn) + attemptSuffix(sn)
+	case bridge.PhaseFailed:
+		v.phase, v.reason, v.message = v1alpha1.PhaseFailed, sn.Reason, sn.Message
+	case bridge.PhaseConnecting:
+		v.phase, v.reason = v1alpha1.PhaseConnecting, v1alpha1.ReasonConnecting
+		v.message = "Connecting to the server" + errorSuffix(sn) + attemptSuffix(sn)
+	default:
+		v.phase, v.reason, v.message = v1alpha1.PhasePending, v1alpha1.ReasonConnecting, "Waiting for the connection supervisor to start"
+	}
+	return v
+}
+
+func connectedMessage(sn bridge.Snapshot) string {
+	msg := fmt.Sprintf("Connected; %d tools published", len(sn.Tools))
+	if sn.SyncConflict != "" {
+		msg += "; the latest tool list was not published: " + sn.SyncConflict
+	}
+	return msg
+}
+
+func errorSuffix(sn bridge.Snapshot) string {
+	if sn.LastError == nil {
+		return ""
+	}
+	return ": " + sn.LastError.Error()
+}
+
+func attemptSuffix(sn bridge.Snapshot) string {
+	if sn.Attempt == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; retrying in %dms (attempt %d of %d)", sn.RetryDelay.Milliseconds(), sn.Attempt, sn.MaxAttempts)
+}
+
+// applyStatus writes the verdict into obj's status. Fields that only a
+// running supervisor knows are cleared when none runs; the connection
+// generation never goes back.
+func applyStatus(obj *v1alpha1.McpServer, serverName string, v verdict) {
+	st := &obj.Status
+	st.ObservedGeneration = obj.Generation
+	st.Phase, st.ServerName = v.phase, serverName
+	if sn := v.snap; sn != nil {
+		applySnapshot(st, *sn)
+	} else {
+		st.FailedAttempts, st.ToolCount, st.Tools, st.ToolsTruncated = 0, 0, nil, false
+		st.ServerInfo, st.NextRetryTime = nil, nil
+	}
+	setConditions(obj, v)
+}
+
+func applySnapshot(st *v1alpha1.McpServerStatus, sn bridge.Snapshot) {
+	st.ConnectionGeneration = max(st.ConnectionGeneration, sn.Generation)
+	st.FailedAttempts = int32(sn.FailedAttempts)
+	if sn.Phase == bridge.PhaseReady {
+		st.FailedAttempts = 0 // connected: no outage in progress
+	}
+	st.ToolCount = int32(len(sn.Tools))
+	st.Tools, st.ToolsTruncated = statusTools(sn.Tools)
+	st.ServerInfo = nil
+	if si := sn.ServerInfo; si != nil {
+		st.ServerInfo = &v1alpha1.ServerInfo{Name: si.Name, Version: si.Version, ProtocolVersion: si.ProtocolVersion}
+	}
+	st.LastConnectedTime = statusTime(sn.LastConnected)
+	st.NextRetryTime = nil
+	if sn.Phase == bridge.PhaseReconnecting || sn.Phase == bridge.PhaseConnecting {
+		st.NextRetryTime = statusTime(sn.NextRetry)
+	}
+	if le := sn.LastError; le != nil {
+		st.LastError = &v1alpha1.LastError{Stage: le.Stage, Message: truncate(le.Message(), maxMessage)}
+	}
+}
+
+// maxMessage keeps messages from upstream servers from bloating status.
+const maxMessage = 1024
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+func statusTools(tools []bridge.Tool) ([]v1alpha1.ToolStatus, bool) {
+	if len(tools) == 0 {
+		return nil, false
+	}
+	n := min(len(tools), v1alpha1.MaxStatusTools)
+	out := make([]v1alpha1.ToolStatus, n)
+	for i := range n {
+		out[i] = v1alpha1.ToolStatus{Name: tools[i].Name, RawName: truncate(tools[i].RawName, 256)}
+	}
+	return out, len(tools) > n
+}
+
+// statusTime drops sub-second precision, which the API would drop anyway:
+// comparing a fresh time with a stored one must not look like a change.
+func statusTime(t time.Time) *metav1.Time {
+	if t.IsZero() {
+		return nil
+	}
+	mt := metav1.NewTime(t.UTC().Truncate(time.Second))
+	return &mt
+}
+
+// setConditions stamps Ready, Reconciling and Stalled (kstatus) with the
+// observed generation; a transition time moves only when a status flips.
+func setConditions(obj *v1alpha1.McpServer, v verdict) {
+	progressing := v.phase == v1alpha1.PhasePending || v.phase == v1alpha1.PhaseConnecting || v.phase == v1alpha1.PhaseReconnecting
+	stalled := v.phase == v1alpha1.PhaseFailed || v.phase == v1alpha1.PhaseInvalid || v.phase == v1alpha1.PhaseConflict ||
+		v.reason == v1alpha1.ReasonSecretNotFound
+	msg := truncate(v.message, maxMessage)
+	set := func(t string, on bool) {
+		meta.SetStatusCondition(&obj.Status.Conditions, metav1.Condition{
+			Type: t, Status: condStatus(on), Reason: v.reason, Message: msg, ObservedGeneration: obj.Generation,
+		})
+	}
+	set(v1alpha1.ConditionReady, v.phase == v1alpha1.PhaseReady)
+	set(v1alpha1.ConditionReconciling, progressing && !stalled)
+	set(v1alpha1.ConditionStalled, stalled)
+}
+
+func condStatus(on bool) metav1.ConditionStatus {
+	if on {
+		return metav1.ConditionTrue
+	}
+	return metav1.ConditionFalse
+}

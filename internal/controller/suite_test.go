@@ -1,0 +1,114 @@
+package controller_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/mcpbridge/operator/internal/bridge"
+	"github.com/mcpbridge/operator/internal/controller"
+	"github.com/mcpbridge/operator/internal/testenv"
+)
+
+var (
+	env        *testenv.Env
+	k8s        client.Client
+	fixtureBin string
+	mgrCtx     context.Context
+	mgrCancel  context.CancelFunc
+	mgrDone    chan struct{}
+	registry   *bridge.Registry
+	sups       *controller.Supervisors
+)
+
+func TestController(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "McpServer Controller Suite")
+}
+
+var _ = BeforeSuite(func() {
+	ctrl.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	root, err := testenv.ModuleRoot()
+	Expect(err).NotTo(HaveOccurred())
+	fixtureBin = filepath.Join(GinkgoT().TempDir(), "mcp-fixture")
+	build := exec.Command("go", "build", "-o", fixtureBin, "./test/fixture/cmd/mcp-fixture")
+	build.Dir, build.Stderr = root, os.Stderr
+	Expect(build.Run()).To(Succeed())
+
+	env, err = testenv.Start()
+	Expect(err).NotTo(HaveOccurred())
+	k8s = env.Client
+	startManager()
+})
+
+var _ = AfterSuite(func() {
+	stopManager()
+	if env != nil {
+		Expect(env.Stop()).To(Succeed())
+	}
+})
+
+// startManager runs a manager in-process with the reconciler, with test-sized
+// close barrier and grace.
+func startManager() {
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme:                 env.Scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             ctrlConfig(),
+	})
+	Expect(err).NotTo(HaveOccurred())
+	registry = bridge.NewRegistry()
+	sups = &controller.Supervisors{Registry: registry, Log: ctrl.Log.WithName("supervisor"),
+		Tune: func(o *bridge.Options) {
+			o.CloseBarrier = 3 * time.Second
+			o.TerminateGrace = 500 * time.Millisecond
+		}}
+	r := &controller.McpServerReconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+		Recorder: mgr.GetEventRecorder("mcpbridge-manager"), Supervisors: sups,
+	}
+	Expect(r.SetupWithManager(mgr)).To(Succeed())
+	mgrCtx, mgrCancel = context.WithCancel(context.Background())
+	mgrDone = make(chan struct{})
+	go func() {
+		defer GinkgoRecover()
+		defer close(mgrDone)
+		Expect(mgr.Start(mgrCtx)).To(Succeed())
+	}()
+}
+
+func stopManager() {
+	if mgrCancel == nil {
+		return
+	}
+	mgrCancel()
+	Eventually(mgrDone, 40*time.Second).Should(BeClosed())
+	mgrCancel = nil
+}
+
+// newNamespace creates a namespace for one spec.
+func newNamespace() string {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "mcps-"}}
+	Expect(k8s.Create(context.Background(), ns)).To(Succeed())
+	return ns.Name
+}
+
+func ctrlConfig() config.Controller {
+	// A manager restart in the suite registers the controller name again.
+	return config.Controller{SkipNameValidation: ptr.To(true)}
+}

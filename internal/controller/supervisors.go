@@ -1,0 +1,183 @@
+package controller
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/mcpbridge/operator/api/v1alpha1"
+	"github.com/mcpbridge/operator/internal/bridge"
+)
+
+// shutdownTimeout bounds disposing every supervisor when the manager stops
+// (SPEC §8: graceful shutdown within 30 s).
+const shutdownTimeout = 25 * time.Second
+
+// Supervisors runs one bridge.Supervisor per McpServer, keyed by name. It is
+// a manager.Runnable that needs leader election: supervisors (and their
+// child processes) exist only on the leader, and all are disposed when the
+// manager stops. Supervisors never write to the apiserver; their change
+// signals reach the reconciler through Source.
+type Supervisors struct {
+	Registry *bridge.Registry
+	Log      logr.Logger
+	// Tune lets tests shorten the close barrier and grace periods.
+	Tune func(*bridge.Options)
+
+	mu      sync.Mutex
+	ctx     context.Context
+	entries map[types.NamespacedName]*supervisorEntry
+	started chan struct{}
+	events  chan event.TypedGenericEvent[*v1alpha1.McpServer]
+	once    sync.Once
+}
+
+type supervisorEntry struct {
+	sup    *bridge.Supervisor
+	key    string // what the supervisor was built from; a new key is a hot swap
+	cancel context.CancelFunc
+}
+
+func (s *Supervisors) init() {
+	s.once.Do(func() {
+		s.entries = map[types.NamespacedName]*supervisorEntry{}
+		s.started = make(chan struct{})
+		s.events = make(chan event.TypedGenericEvent[*v1alpha1.McpServer], 1024)
+	})
+}
+
+// Source feeds supervisor changes to the reconciler.
+func (s *Supervisors) Source() source.Source {
+	s.init()
+	return source.Channel(s.events, &handler.TypedEnqueueRequestForObject[*v1alpha1.McpServer]{})
+}
+
+// NeedLeaderElection keeps supervisors on the elected leader only.
+func (s *Supervisors) NeedLeaderElection() bool { return true }
+
+// Start records the manager's context and, when it ends, disposes every
+// supervisor so that no child process outlives the manager.
+func (s *Supervisors) Start(ctx context.Context) error {
+	s.init()
+	s.mu.Lock()
+	s.ctx = ctx
+	s.mu.Unlock()
+	close(s.started)
+	<-ctx.Done()
+	s.disposeAll()
+	return nil
+}
+
+// Get returns the supervisor running for key, if any.
+func (s *Supervisors) Get(key types.NamespacedName) *bridge.Supervisor {
+	s.init()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e := s.entries[key]; e != nil {
+		return e.sup
+	}
+	return nil
+}
+
+// Ensure runs a supervisor for key built from specKey. An unchanged specKey
+// keeps the running one; a new one disposes it first (waiting for its close
+// barrier, no lock held) and continues its generation numbering.
+func (s *Supervisors) Ensure(ctx context.Context, key types.NamespacedName, specKey string, opts bridge.Options) (*bridge.Supervisor, error) {
+	s.init()
+	select {
+	case <-s.started:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	s.mu.Lock()
+	old := s.entries[key]
+	s.mu.Unlock()
+	if old != nil && old.key == specKey {
+		return old.sup, nil
+	}
+	if old != nil {
+		opts.BaseGeneration = max(opts.BaseGeneration, old.sup.Snapshot().Generation)
+		if err := s.Stop(ctx, key); err != nil {
+			return nil, err
+		}
+	}
+	return s.start(key, specKey, opts), nil
+}
+
+func (s *Supervisors) start(key types.NamespacedName, specKey string, opts bridge.Options) *bridge.Supervisor {
+	opts.Registry = s.Registry
+	if opts.Log.GetSink() == nil {
+		opts.Log = s.Log
+	}
+	if s.Tune != nil {
+		s.Tune(&opts)
+	}
+	sup := bridge.New(opts)
+	s.mu.Lock()
+	ctx, cancel := context.WithCancel(s.ctx)
+	s.entries[key] = &supervisorEntry{sup: sup, key: specKey, cancel: cancel}
+	s.mu.Unlock()
+	sup.Start(ctx)
+	go s.forward(ctx, key, sup)
+	return sup
+}
+
+// forward turns a supervisor's change signals into reconcile requests.
+func (s *Supervisors) forward(ctx context.Context, key types.NamespacedName, sup *bridge.Supervisor) {
+	obj := &v1alpha1.McpServer{}
+	obj.Namespace, obj.Name = key.Namespace, key.Name
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-sup.Changes():
+		}
+		select {
+		case s.events <- event.TypedGenericEvent[*v1alpha1.McpServer]{Object: obj}:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// Stop disposes key's supervisor, if any, and waits for its close barrier.
+func (s *Supervisors) Stop(ctx context.Context, key types.NamespacedName) error {
+	s.init()
+	s.mu.Lock()
+	e := s.entries[key]
+	delete(s.entries, key)
+	s.mu.Unlock()
+	if e == nil {
+		return nil
+	}
+	defer e.cancel()
+	dctx, cancel := context.WithTimeout(ctx, bridge.DefaultCloseBarrier+2*time.Second)
+	defer cancel()
+	return e.sup.Dispose(dctx)
+}
+
+func (s *Supervisors) disposeAll() {
+	s.mu.Lock()
+	keys := make([]types.NamespacedName, 0, len(s.entries))
+	for k := range s.entries {
+		keys = append(keys, k)
+	}
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, k := range keys {
+		wg.Go(func() {
+			if err := s.Stop(ctx, k); err != nil {
+				s.Log.Error(err, "disposing supervisor at shutdown", "mcpserver", k.String())
+			}
+		})
+	}
+	wg.Wait()
+}
