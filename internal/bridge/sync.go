@@ -89,13 +89,16 @@ func (s *Supervisor) publish(g *generation, tools []*mcp.Tool) {
 	before := s.registry.Owned(s.ns, s.owner)
 	changed, err := s.registry.Swap(s.ns, s.owner, s.p.ServerName, tools, s)
 	owned := s.registry.Owned(s.ns, s.owner)
-	s.update(func(sn *Snapshot) {
-		sn.Tools = owned
-		sn.SyncConflict = ""
-		if err != nil {
-			sn.SyncConflict = err.Error()
-		}
-	})
+	s.mu.Lock()
+	s.snap.Tools, s.snap.SyncConflict = owned, ""
+	if err != nil {
+		s.snap.SyncConflict = err.Error()
+	}
+	live := s.live == g
+	s.mu.Unlock()
+	if live { // during a connect, connected() signals once for both
+		s.signal()
+	}
 	if err != nil {
 		s.log.Info("tool set not published: keeping the previous set", "error", err.Error())
 		s.emit(true, "ToolNameConflict", "Kept the previous tool set: "+err.Error())
