@@ -40,7 +40,7 @@ func serverNameHolder(ctx context.Context, c client.Reader, ns, serverName strin
 	var holder *v1alpha1.McpServer
 	for i := range list.Items {
 		m := &list.Items[i]
-		if m.DeletionTimestamp != nil {
+		if m.DeletionTimestamp != nil || effectiveServerName(m) != serverName {
 			continue
 		}
 		if holder == nil || olderThan(m, holder) {

@@ -1,0 +1,47 @@
+package controller_test
+
+import (
+	"context"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/mcpbridge/operator/api/v1alpha1"
+)
+
+var _ = Describe("Status economy", func() {
+	It("takes at most 4 status writes from create to Ready and none while idle and healthy", func() {
+		ctx := context.Background()
+		ns := newNamespace()
+		wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+		Expect(err).NotTo(HaveOccurred())
+		w, err := wc.Watch(ctx, &v1alpha1.McpServerList{}, client.InNamespace(ns))
+		Expect(err).NotTo(HaveOccurred())
+		defer w.Stop()
+
+		obj := stdioServer(ns, "fx")
+		obj.Spec.HealthCheckIntervalMs = ptr32(100) // probes run, status stays still
+		Expect(k8s.Create(ctx, obj)).To(Succeed())
+
+		writes := 0
+		Eventually(func() v1alpha1.Phase {
+			select {
+			case ev := <-w.ResultChan():
+				if ev.Type == watch.Modified {
+					writes++
+				}
+				return ev.Object.(*v1alpha1.McpServer).Status.Phase
+			case <-time.After(50 * time.Millisecond):
+				return ""
+			}
+		}, eventuallyTimeout, time.Millisecond).Should(Equal(v1alpha1.PhaseReady))
+		GinkgoWriter.Printf("status writes from create to Ready: %d\n", writes)
+		Expect(writes).To(BeNumerically("<=", 4))
+
+		Consistently(w.ResultChan(), 3*time.Second, 50*time.Millisecond).ShouldNot(Receive(),
+			"an idle, healthy resource gets no status writes")
+	})
+})
