@@ -4,12 +4,8 @@
 // declared here, next to the code that uses it.
 package controller
 
-// +kubebuilder:rbac:groups=mcpbridge.dev,resources=mcpservers,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=mcpbridge.dev,resources=mcpservers,verbs=get;list;watch
 // +kubebuilder:rbac:groups=mcpbridge.dev,resources=mcpservers/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=mcpbridge.dev,resources=mcpservers/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=secrets;configmaps,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
-// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create

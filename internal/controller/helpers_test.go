@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -126,3 +127,28 @@ func describe(obj *v1alpha1.McpServer) string {
 }
 
 func textOf(res *mcp.CallToolResult) string { return bridge.RenderText(res) }
+
+// metricValue reads a gauge or counter for one McpServer from the
+// controller-runtime registry that the manager serves on /metrics.
+func metricValue(metric, ns, name string) (float64, bool) {
+	families, err := ctrlmetrics.Registry.Gather()
+	Expect(err).NotTo(HaveOccurred())
+	for _, f := range families {
+		if f.GetName() != metric {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["namespace"] == ns && labels["name"] == name {
+				if m.GetGauge() != nil {
+					return m.GetGauge().GetValue(), true
+				}
+				return m.GetCounter().GetValue(), true
+			}
+		}
+	}
+	return 0, false
+}
