@@ -44,6 +44,9 @@ func run(args []string) error {
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts.zap)))
 	log := ctrl.Log.WithName("setup")
+	if err := bridge.BecomeSubreaper(); err != nil {
+		log.Error(err, "cannot adopt orphaned grandchildren of stdio servers; they may linger as zombies")
+	}
 
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))

@@ -10,7 +10,10 @@ import (
 // min(maxDelay, initialDelay * 2^(n-1)), without overflowing.
 func backoffDelay(p policy.Reconnect, n int) time.Duration {
 	d := p.InitialDelay
-	for i := 1; i < n && d < p.MaxDelay; i++ {
+	for i := 1; i < n; i++ {
+		if d > p.MaxDelay/2 {
+			return p.MaxDelay
+		}
 		d *= 2
 	}
 	return min(d, p.MaxDelay)
@@ -35,6 +38,10 @@ func (o *outage) lost(upFor time.Duration) {
 	}
 	o.failed++
 }
+
+// stable records a connection that has stayed up for the stability
+// window: the outage is over even before the next loss.
+func (o *outage) stable() { o.attempt, o.failed = 0, 0 }
 
 // failedAttempt records an attempt that never connected.
 func (o *outage) failedAttempt() { o.failed++ }

@@ -201,9 +201,10 @@ func (s *Supervisor) connected(g *generation) {
 }
 
 // serve waits until the live generation is lost or ctx ends, then closes it.
-func (s *Supervisor) serve(ctx context.Context, g *generation) error {
+func (s *Supervisor) serve(ctx context.Context, g *generation, o *outage) error {
 	sub := s.registry.Subscribe()
 	defer sub.Close()
+	stable := s.clock.After(s.p.Reconnect.MaxDelay)
 	var lossErr error
 	for lossErr == nil {
 		select {
@@ -214,6 +215,10 @@ func (s *Supervisor) serve(ctx context.Context, g *generation) error {
 			lossErr = g.lostErr
 		case <-sub.C:
 			s.retryConflict(g, sub.Drain())
+		case <-stable:
+			// Up for the stability window: the outage is over (§4.2).
+			o.stable()
+			s.update(func(sn *Snapshot) { sn.FailedAttempts, sn.Attempt = 0, 0 })
 		}
 	}
 	s.log.Info("connection lost", "generation", g.num, "error", lossErr.Error())

@@ -29,6 +29,11 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "build fixture:", err)
 		os.Exit(1)
 	}
+	// As the manager does: orphaned grandchildren come back to us.
+	if err := BecomeSubreaper(); err != nil {
+		fmt.Fprintln(os.Stderr, "subreaper:", err)
+		os.Exit(1)
+	}
 	code := m.Run()
 	_ = os.RemoveAll(dir)
 	if code == 0 {

@@ -90,8 +90,12 @@ func (d *stdioDialer) dial(_ context.Context, _ func(error)) (link, error) {
 		return nil, fmt.Errorf("start %q: %w", d.spec.Command, err)
 	}
 	closeAll(inR, outW, errW) // the child has its copies
-	l := &stdioLink{cmd: cmd, stdin: inW, stdout: outR, grace: d.grace, exited: make(chan struct{})}
-	go logStderr(errR, d.log.WithValues("pid", cmd.Process.Pid))
+	l := &stdioLink{cmd: cmd, stdin: inW, stdout: outR, grace: d.grace,
+		exited: make(chan struct{}), stderrDone: make(chan struct{})}
+	go func() {
+		defer close(l.stderrDone)
+		logStderr(errR, d.log.WithValues("pid", cmd.Process.Pid))
+	}()
 	go l.reap()
 	return l, nil
 }
@@ -101,8 +105,9 @@ type stdioLink struct {
 	stdin     *os.File
 	stdout    *os.File
 	grace     time.Duration
-	exited    chan struct{}
-	waitErr   error // set before exited is closed
+	exited     chan struct{}
+	stderrDone chan struct{}
+	waitErr    error // set before exited is closed
 	closeOnce sync.Once
 }
 
@@ -122,9 +127,45 @@ func (l *stdioLink) transport() mcp.Transport {
 // (an npx-style launcher's grandchildren) and releases the pipes.
 func (l *stdioLink) reap() {
 	l.waitErr = l.cmd.Wait()
-	_ = syscall.Kill(-l.cmd.Process.Pid, syscall.SIGKILL)
+	pgid := l.cmd.Process.Pid
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	reapGroup(pgid)
 	closeAll(l.stdin, l.stdout)
+	// The last stderr lines belong to this generation; a descendant that
+	// escaped the group may hold the pipe, so do not wait for it forever.
+	select {
+	case <-l.stderrDone:
+	case <-time.After(stderrDrain):
+	}
 	close(l.exited)
+}
+
+// stderrDrain bounds the wait for a dead child's last stderr lines.
+const stderrDrain = 500 * time.Millisecond
+
+// reapGroup waits for the killed members of the child's process group that
+// became our children: with the manager as a child subreaper (see
+// BecomeSubreaper), orphaned grandchildren are re-parented to us and would
+// otherwise stay zombies. Without it, there is nothing to wait for.
+func reapGroup(pgid int) {
+	for {
+		_, err := syscall.Wait4(-pgid, nil, 0, nil)
+		if err != syscall.EINTR && err != nil {
+			return
+		}
+	}
+}
+
+// BecomeSubreaper makes this process adopt orphaned descendants, so that
+// the grandchildren of a stdio server (an npx launcher's node process) are
+// reaped by the supervisor instead of becoming zombies of PID 1 — which, in
+// a container, is the manager itself.
+func BecomeSubreaper() error {
+	const prSetChildSubreaper = 36
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0); errno != 0 {
+		return errno
+	}
+	return nil
 }
 
 // close escalates: stdin closed, then SIGTERM, then SIGKILL to the group.

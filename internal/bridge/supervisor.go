@@ -255,7 +255,7 @@ func (s *Supervisor) attempt(ctx context.Context, o *outage, everConnected *bool
 	}
 	*everConnected = true
 	up := s.clock.Now()
-	lossErr := s.serve(ctx, g)
+	lossErr := s.serve(ctx, g, o)
 	if ctx.Err() != nil {
 		return nil
 	}

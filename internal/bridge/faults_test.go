@@ -1,0 +1,504 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/funcr"
+
+	"github.com/mcpbridge/operator/internal/policy"
+	"github.com/mcpbridge/operator/test/fixture"
+)
+
+// faultsCallLoop calls echo over and over until stop, counting outcomes; it
+// keeps writes going to children that are dying.
+func faultsCallLoop(s *Supervisor, stop <-chan struct{}) (wait func() (ok, failed int64)) {
+	var okN, failN atomic.Int64
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_, err := s.CallTool(ctx, "echo", map[string]any{"text": "x"})
+				cancel()
+				if err != nil {
+					failN.Add(1)
+					if errors.Is(err, ErrUnavailable) {
+						time.Sleep(time.Millisecond)
+					}
+				} else {
+					okN.Add(1)
+				}
+			}
+		}()
+	}
+	return func() (int64, int64) {
+		wg.Wait()
+		return okN.Load(), failN.Load()
+	}
+}
+
+// §4.5: the child dies while a call is in flight (the crash tool exits
+// mid-call, and other calls keep writing to its stdin): the calls fail
+// with an error, nothing panics, and the server reconnects.
+func TestFaultChildDyingMidCallFailsTheCallAndReconnects(t *testing.T) {
+	ev := eventsPath(t)
+	s, _ := startSupervisor(t, stdioPolicy("--events-file="+ev))
+	waitFor(t, s, "Ready", isReady)
+	stop := make(chan struct{})
+	wait := faultsCallLoop(s, stop)
+	start := time.Now()
+	res, err := s.CallTool(context.Background(), fixture.ToolCrash, map[string]any{})
+	elapsed := time.Since(start)
+	if err == nil {
+		t.Fatalf("crash call succeeded: %v", RenderText(res))
+	}
+	var se *StageError
+	if !errors.As(err, &se) || se.Stage != StageToolsCall {
+		t.Errorf("crash call error %v, want a tools-call StageError", err)
+	}
+	t.Logf("crash call failed after %v: %v", elapsed, err)
+	if elapsed > 5*time.Second {
+		t.Errorf("the call to a dying child took %v", elapsed)
+	}
+	sn := waitFor(t, s, "generation 2 Ready", func(sn Snapshot) bool { return sn.Generation >= 2 && sn.Phase == PhaseReady })
+	close(stop)
+	okN, failN := wait()
+	t.Logf("concurrent echo calls: %d ok, %d failed", okN, failN)
+	if sn.Generation != 2 {
+		t.Errorf("generation %d, want 2", sn.Generation)
+	}
+	evs := mustEvents(t, ev)
+	crashed := slices.ContainsFunc(evs, func(e fixture.Event) bool { return e.Kind == fixture.EventCrash && e.Code == fixture.CrashExitCode })
+	if !crashed {
+		t.Errorf("the fixture did not record its crash: %v", evs)
+	}
+	if res, err := s.CallTool(context.Background(), "echo", map[string]any{"text": "back"}); err != nil || RenderText(res) != "back" {
+		t.Errorf("echo after recovery: %v %v", res, err)
+	}
+}
+
+// §4.5: children that die while list_changed notifications and re-syncs are
+// in flight, at staggered moments of their connection, over several
+// generations, while calls keep writing to them: no panic, and the server
+// recovers once a child stays up.
+func TestFaultChildDyingDuringNotificationsAndResyncRecovers(t *testing.T) {
+	dir := t.TempDir()
+	counter := filepath.Join(dir, "count")
+	ev := filepath.Join(dir, "events")
+	// Start k (0-based) of the first 8 adds late_tool after 3k+1 ms and
+	// exits 1 ms later; later starts behave.
+	script := `n=$(cat "` + counter + `" 2>/dev/null || echo 0); echo $((n+1)) > "` + counter + `"
+if [ "$n" -lt 8 ]; then exec "$0" --list-changed-after=$((n*3+1))ms --exit-after=$((n*3+2))ms "$@"; fi
+exec "$0" "$@"`
+	p := stdioPolicy()
+	p.Stdio.Command = "/bin/sh"
+	p.Stdio.Args = []string{"-c", script, fixtureBin, "--tools=3", "--events-file=" + ev}
+	p.Reconnect = policy.Reconnect{Enabled: true, InitialDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond, MaxAttempts: 50}
+	s, reg := startSupervisor(t, p)
+	stop := make(chan struct{})
+	wait := faultsCallLoop(s, stop)
+	sn := waitFor(t, s, "a generation that stays Ready", func(sn Snapshot) bool {
+		return sn.Phase == PhaseFailed || (sn.Phase == PhaseReady && sn.Generation >= 9)
+	})
+	close(stop)
+	okN, failN := wait()
+	t.Logf("generation %d Ready; concurrent echo calls: %d ok, %d failed", sn.Generation, okN, failN)
+	if sn.Phase != PhaseReady {
+		t.Fatalf("did not recover: %s: %s (%v)", sn.Reason, sn.Message, sn.LastError)
+	}
+	if n := len(stdioStarts(mustEvents(t, ev))); n < 9 {
+		t.Errorf("only %d children started", n)
+	}
+	if got := len(reg.Tools("ns")); got != 3+len(fixture.BuiltinTools) {
+		t.Errorf("after recovery %d tools registered, want %d", got, 3+len(fixture.BuiltinTools))
+	}
+	if _, err := s.CallTool(context.Background(), "echo", map[string]any{"text": "x"}); err != nil {
+		t.Errorf("echo after recovery: %v", err)
+	}
+}
+
+// A line of invalid JSON from the server is a loss (then a recovery) or a
+// clear error, never a crash or a hang: the server stays usable.
+func TestFaultInvalidJSONFromServerNeverCrashesOrHangs(t *testing.T) {
+	p := stdioPolicy("--invalid-json-after=300ms")
+	// Every child sends garbage 300ms after it started: keep its
+	// connections "stable" so that the budget never runs out.
+	p.Reconnect = policy.Reconnect{Enabled: true, InitialDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond, MaxAttempts: 3}
+	s, _ := startSupervisor(t, p)
+	waitFor(t, s, "Ready", isReady)
+	rec := stdioRecord(t, s)
+	// Well past the garbage line: calls keep working, or the connection is
+	// replaced and they work again.
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	calls, fails := 0, 0
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		start := time.Now()
+		_, err := s.CallTool(ctx, "echo", map[string]any{"text": "x"})
+		cancel()
+		if el := time.Since(start); el > 2*time.Second {
+			t.Fatalf("a call hung for %v after invalid JSON", el)
+		}
+		calls++
+		if err != nil {
+			fails++
+			if err.Error() == "" {
+				t.Errorf("an error without a message")
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	sn := waitFor(t, s, "Ready", isReady)
+	rec.close()
+	t.Logf("%d calls, %d failed; generation %d", calls, fails, sn.Generation)
+	if sn.Generation > 1 {
+		lost := false
+		for _, st := range rec.history() {
+			if st.sn.LastError != nil && st.sn.LastError.Message() != "" {
+				lost = true
+			}
+		}
+		if !lost {
+			t.Errorf("the connection was replaced without a lastError")
+		}
+	}
+	res, err := s.CallTool(context.Background(), "echo", map[string]any{"text": "alive"})
+	for err != nil && errors.Is(err, ErrUnavailable) {
+		sn = waitFor(t, s, "Ready", isReady)
+		res, err = s.CallTool(context.Background(), "echo", map[string]any{"text": "alive"})
+	}
+	if err != nil || RenderText(res) != "alive" {
+		t.Fatalf("echo after invalid JSON: %v %v", res, err)
+	}
+}
+
+// §4.4: a raw name listed twice rejects the fetch with a message naming the
+// tool; nothing is registered.
+func TestFaultDuplicateRawNameRejectsTheFetch(t *testing.T) {
+	p := stdioPolicy("--duplicate-name")
+	p.Reconnect.MaxAttempts = 1
+	var watch *stdioRegistryWatch
+	s, reg := startSupervisor(t, p, func(o *Options) { watch = stdioWatchRegistry(t, o.Registry, "ns") })
+	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
+	if sn.LastError == nil {
+		t.Fatalf("no lastError: %+v", sn)
+	}
+	t.Logf("lastError: %v", sn.LastError)
+	if !strings.Contains(sn.LastError.Message(), `"echo"`) || !strings.Contains(sn.LastError.Message(), "twice") {
+		t.Errorf("message %q does not name the duplicated tool", sn.LastError.Message())
+	}
+	if sn.LastError.Stage != StageToolsList(1) {
+		t.Errorf("stage %q, want %q", sn.LastError.Stage, StageToolsList(1))
+	}
+	if n := len(reg.Tools("ns")); n != 0 {
+		t.Errorf("%d tools registered from a rejected fetch", n)
+	}
+	if n := watch.changes.Load(); n != 0 {
+		t.Errorf("registry changed %d times", n)
+	}
+	if len(sn.Tools) != 0 {
+		t.Errorf("snapshot tools %v", toolNames(sn.Tools))
+	}
+}
+
+// Scale: 10,000 tools over 10 pages are all published.
+func TestFaultTenThousandToolsAllPublished(t *testing.T) {
+	p := stdioPolicy("--tools=10000", "--page-size=1000")
+	p.ConnectionTimeout = 60 * time.Second
+	start := time.Now()
+	s, reg := startSupervisor(t, p)
+	// Listing 10,000 tools takes seconds under -race on a loaded machine:
+	// a longer bound than waitFor's.
+	var sn Snapshot
+	for sn = s.Snapshot(); sn.Phase != PhaseReady; sn = s.Snapshot() {
+		if sn.LastError != nil || time.Since(start) > 90*time.Second {
+			t.Fatalf("not Ready: %+v", sn)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("10,008 tools over 11 pages published in %v", time.Since(start))
+	want := 10000 + len(fixture.BuiltinTools)
+	if len(sn.Tools) != want {
+		t.Errorf("snapshot has %d tools, want %d", len(sn.Tools), want)
+	}
+	tools := reg.Tools("ns")
+	if len(tools) != want {
+		t.Fatalf("registry has %d tools, want %d", len(tools), want)
+	}
+	for _, i := range []int{0, 999, 1000, 5000, 9999} {
+		name := "mcp__fx__" + fixture.GeneratedToolName(i)
+		if !stdioHasTool(tools, name) {
+			t.Errorf("%s missing", name)
+		}
+	}
+	res, err := s.CallTool(context.Background(), fixture.GeneratedToolName(9999), map[string]any{"text": "z"})
+	if err != nil || !strings.HasPrefix(RenderText(res), "tool_9999 ") {
+		t.Errorf("call tool_9999: %v %v", res, err)
+	}
+}
+
+// Scale: tools with 100 kB input schemas are published whole.
+func TestFaultHugeSchemasPublishedWhole(t *testing.T) {
+	p := stdioPolicy("--tools=20", "--schema-bytes=100000")
+	p.ConnectionTimeout = 60 * time.Second
+	s, reg := startSupervisor(t, p)
+	waitFor(t, s, "Ready", isReady)
+	tools := reg.Tools("ns")
+	if len(tools) != 20+len(fixture.BuiltinTools) {
+		t.Fatalf("registry has %d tools", len(tools))
+	}
+	tool, _, ok := reg.Lookup("ns", "mcp__fx__tool_0019")
+	if !ok {
+		t.Fatal("tool_0019 missing")
+	}
+	schema, ok := tool.Upstream.InputSchema.(map[string]any)
+	if !ok {
+		t.Fatalf("schema %T", tool.Upstream.InputSchema)
+	}
+	if d, _ := schema["description"].(string); len(d) != 100000 {
+		t.Errorf("schema description has %d bytes, want 100000", len(d))
+	}
+}
+
+// §4.5: a stopped (SIGSTOP) child answers nothing; the health check finds
+// it (stage health-check) and the server reconnects to a new child.
+func TestFaultHealthCheckDetectsStoppedChild(t *testing.T) {
+	p := stdioPolicy()
+	p.HealthCheckInterval = 200 * time.Millisecond
+	s, _ := startSupervisor(t, p, func(o *Options) { o.TerminateGrace = 200 * time.Millisecond })
+	waitFor(t, s, "Ready", isReady)
+	pid := stdioCallPID(t, s)
+	t.Cleanup(func() { stdioKillQuietly(pid) })
+	// A healthy idle connection survives several probes.
+	time.Sleep(700 * time.Millisecond)
+	if sn := s.Snapshot(); sn.Generation != 1 || sn.Phase != PhaseReady {
+		t.Fatalf("a healthy child was replaced: %+v", sn)
+	}
+	rec := stdioRecord(t, s)
+	stoppedAt := time.Now()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	sn := waitFor(t, s, "generation 2 Ready", func(sn Snapshot) bool { return sn.Generation == 2 && sn.Phase == PhaseReady })
+	t.Logf("stopped child replaced after %v", time.Since(stoppedAt))
+	rec.close()
+	sawHealth := false
+	for _, st := range rec.history() {
+		if le := st.sn.LastError; le != nil && le.Stage == StageHealthCheck {
+			sawHealth = true
+		}
+	}
+	if !sawHealth {
+		t.Errorf("the loss was not attributed to the health check")
+	}
+	if newPID := stdioCallPID(t, s); newPID == pid {
+		t.Errorf("still talking to pid %d", pid)
+	}
+	if !stdioGone(pid) {
+		st, ppid, _ := stdioProcStat(pid)
+		t.Errorf("the stopped child %d was not killed and reaped before the next generation: state %c ppid %d", pid, st, ppid)
+	}
+	_ = sn
+}
+
+// §4.8: the child gets the allowlisted variables and the spec's env, never
+// the manager's credentials or KUBERNETES_*.
+func TestFaultChildEnvironmentIsScrubbed(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+	t.Setenv("KUBERNETES_PORT", "tcp://10.0.0.1:443")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "aws-secret-value")
+	t.Setenv("MY_TOKEN", "token-value")
+	t.Setenv("LC_FAULTS_TEST", "lc-value")
+	t.Setenv("TERM", "manager-term")
+	p := stdioPolicy()
+	p.Stdio.Env = []policy.EnvVar{{Name: "SPEC_VAR", Value: "spec-value"}, {Name: "TERM", Value: "spec-term"}}
+	s, _ := startSupervisor(t, p)
+	waitFor(t, s, "Ready", isReady)
+	res, err := s.CallTool(context.Background(), fixture.ToolEnv, map[string]any{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := strings.Split(RenderText(res), "\n")
+	has := func(kv string) bool { return slices.Contains(env, kv) }
+	for _, e := range env {
+		name, _, _ := strings.Cut(e, "=")
+		if strings.HasPrefix(name, "KUBERNETES_") || name == "AWS_SECRET_ACCESS_KEY" || name == "MY_TOKEN" {
+			t.Errorf("child sees %s", e)
+		}
+		if strings.Contains(e, "aws-secret-value") || strings.Contains(e, "token-value") {
+			t.Errorf("a manager secret reached the child: %s", e)
+		}
+	}
+	if !has("PATH=" + os.Getenv("PATH")) {
+		t.Errorf("PATH not passed: %v", env)
+	}
+	if !has("SPEC_VAR=spec-value") {
+		t.Errorf("spec env not passed: %v", env)
+	}
+	if !has("LC_FAULTS_TEST=lc-value") {
+		t.Errorf("LC_* not passed: %v", env)
+	}
+	terms := slices.DeleteFunc(slices.Clone(env), func(e string) bool { return !strings.HasPrefix(e, "TERM=") })
+	if !slices.Equal(terms, []string{"TERM=spec-term"}) {
+		t.Errorf("TERM entries %v, want only the spec's value", terms)
+	}
+}
+
+// §4.8: closing a generation signals the whole process group, and nothing
+// is left behind: after Dispose the child is reaped at once, and its
+// grandchild (which the child does not end itself) is gone too, not left
+// running nor as a zombie.
+func TestFaultDisposeLeavesNeitherChildNorGrandchild(t *testing.T) {
+	ev := eventsPath(t)
+	s, _ := startSupervisor(t, stdioPolicy("--spawn-grandchild", "--events-file="+ev))
+	waitFor(t, s, "Ready", isReady)
+	evs := stdioEvents(t, ev, "start and grandchild", func(e []fixture.Event) bool {
+		return len(stdioStarts(e)) == 1 && stdioCount(e, fixture.EventGrandchild, "") == 1
+	})
+	child := stdioStarts(evs)[0]
+	grand := 0
+	for _, e := range evs {
+		if e.Kind == fixture.EventGrandchild {
+			grand = e.PID
+		}
+	}
+	t.Cleanup(func() { stdioKillQuietly(grand); stdioKillQuietly(child) })
+	if st, _, ok := stdioProcStat(grand); !ok || st == 'Z' {
+		t.Fatalf("grandchild %d not running before Dispose", grand)
+	}
+	t.Logf("dispose took %v", faultsDispose(t, s))
+	if !stdioGone(child) {
+		st, ppid, _ := stdioProcStat(child)
+		t.Errorf("child %d not reaped when Dispose returned: state %c ppid %d", child, st, ppid)
+	}
+	deadline := time.Now().Add(eventually)
+	zombieLogged := false
+	for !stdioGone(grand) {
+		st, ppid, _ := stdioProcStat(grand)
+		if st == 'Z' && !zombieLogged {
+			// Orphans go to PID 1 (or the nearest subreaper), which must reap them.
+			t.Logf("grandchild %d is a zombie of pid %d", grand, ppid)
+			zombieLogged = true
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("grandchild %d left behind after Dispose: state %c, parent %d (this process is %d)", grand, st, ppid, os.Getpid())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func faultsDispose(t *testing.T, s *Supervisor) time.Duration {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := s.Dispose(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return time.Since(start)
+}
+
+// §4.8: a child that ignores stdin EOF and SIGTERM is ended by SIGKILL
+// within the close barrier.
+func TestFaultDisposeKillsChildIgnoringSIGTERM(t *testing.T) {
+	const grace = 200 * time.Millisecond
+	p := stdioPolicy()
+	// The fixture ignores SIGTERM; when stdin closes it exits and the shell
+	// (SIGTERM ignored, inherited by exec) becomes a sleep.
+	p.Stdio.Command = "/bin/sh"
+	p.Stdio.Args = []string{"-c", `trap "" TERM; "$0" "$@"; exec sleep 3600`, fixtureBin, "--ignore-sigterm"}
+	s, _ := startSupervisor(t, p, func(o *Options) { o.TerminateGrace = grace })
+	waitFor(t, s, "Ready", isReady)
+	fx := stdioCallPID(t, s)
+	_, leader, ok := stdioProcStat(fx)
+	if !ok {
+		t.Fatal("fixture pid not found")
+	}
+	t.Cleanup(func() { stdioKillQuietly(leader) })
+	if _, ppid, _ := stdioProcStat(leader); ppid != os.Getpid() {
+		t.Fatalf("pid %d is not our child", leader)
+	}
+	el := faultsDispose(t, s)
+	t.Logf("dispose of a child ignoring SIGTERM took %v (grace %v, barrier 3s)", el, grace)
+	if !stdioGone(leader) {
+		st, ppid, _ := stdioProcStat(leader)
+		t.Fatalf("child %d survived Dispose: state %c ppid %d", leader, st, ppid)
+	}
+	if el < 2*grace {
+		t.Errorf("dispose returned after %v, before the SIGKILL step (2 x %v)", el, grace)
+	}
+	if el >= 3*time.Second {
+		t.Errorf("dispose took %v: the close barrier, not SIGKILL, ended it", el)
+	}
+}
+
+// §4.8: the child's stderr is logged line by line, with the resource, and
+// rate-limited per child.
+func TestFaultChildStderrIsLoggedLineByLine(t *testing.T) {
+	var mu sync.Mutex
+	var lines []string
+	log := funcr.New(func(prefix, args string) {
+		mu.Lock()
+		lines = append(lines, args)
+		mu.Unlock()
+	}, funcr.Options{})
+	p := stdioPolicy("--no-such-flag") // the flag package prints usage on stderr
+	p.Reconnect.MaxAttempts = 1
+	s, _ := startSupervisor(t, p, func(o *Options) { o.Log = log })
+	waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
+	re := regexp.MustCompile(`"msg"="stderr".*"pid"=(\d+).*"line"="(.*)"$`)
+	deadline := time.Now().Add(eventually)
+	for {
+		mu.Lock()
+		got := slices.Clone(lines)
+		mu.Unlock()
+		perPID := map[string]int{}
+		found := false
+		for _, l := range got {
+			m := re.FindStringSubmatch(l)
+			if m == nil {
+				continue
+			}
+			if !strings.Contains(l, `"mcpserver"="ns/srv"`) {
+				t.Fatalf("stderr log without the resource: %s", l)
+			}
+			perPID[m[1]]++
+			if strings.Contains(m[2], `\n`) {
+				t.Fatalf("a log entry holds several lines: %s", l)
+			}
+			if strings.Contains(m[2], "flag provided but not defined: -no-such-flag") {
+				found = true
+			}
+		}
+		for pid, n := range perPID {
+			if n > stderrLinesPerSecond {
+				t.Fatalf("child %s: %d stderr lines logged, over the %d/s limit", pid, n, stderrLinesPerSecond)
+			}
+		}
+		if found {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stderr line not logged; log: %s", strings.Join(got, "\n"))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
