@@ -101,14 +101,14 @@ func (d *stdioDialer) dial(_ context.Context, _ func(error)) (link, error) {
 }
 
 type stdioLink struct {
-	cmd       *exec.Cmd
-	stdin     *os.File
-	stdout    *os.File
-	grace     time.Duration
+	cmd        *exec.Cmd
+	stdin      *os.File
+	stdout     *os.File
+	grace      time.Duration
 	exited     chan struct{}
 	stderrDone chan struct{}
 	waitErr    error // set before exited is closed
-	closeOnce sync.Once
+	closeOnce  sync.Once
 }
 
 // exitError says how the child ended; valid once closed() is closed.
