@@ -29,6 +29,7 @@ type generation struct {
 	lostOnce sync.Once
 	lost     chan struct{}
 	lostErr  *StageError
+	lostAt   time.Time   // when serve saw the loss
 	fetched  []*mcp.Tool // the latest complete fetch, for a retried swap
 }
 
@@ -213,6 +214,7 @@ func (s *Supervisor) serve(ctx context.Context, g *generation, o *outage) error 
 			return ctx.Err()
 		case <-g.lost:
 			lossErr = g.lostErr
+			g.lostAt = s.clock.Now() // uptime ends here, not after the close
 		case <-sub.C:
 			s.retryConflict(g, sub.Drain())
 		case <-stable:

@@ -259,7 +259,7 @@ func (s *Supervisor) attempt(ctx context.Context, o *outage, everConnected *bool
 	if ctx.Err() != nil {
 		return nil
 	}
-	o.lost(s.clock.Since(up))
+	o.lost(g.lostAt.Sub(up))
 	s.update(func(sn *Snapshot) { sn.FailedAttempts = o.failed })
 	if errors.Is(lossErr, ErrCloseTimeout) {
 		return &stopError{reason: ReasonCloseTimeout, msg: "The lost connection did not close within " +
