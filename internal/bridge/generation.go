@@ -140,7 +140,11 @@ func (s *Supervisor) open(ctx context.Context, g *generation, stage *string) err
 			kick(g.resync)
 		},
 	})
+	// The SDK's Connect closes its session when ctx ends, and closing can
+	// wait on a hung server; closing the link first makes that immediate.
+	stop := context.AfterFunc(ctx, l.close)
 	sess, err := client.Connect(ctx, l.transport(), nil)
+	stop()
 	if err != nil {
 		return err
 	}
@@ -225,6 +229,10 @@ func (s *Supervisor) serve(ctx context.Context, g *generation, o *outage) error 
 	}
 	s.log.Info("connection lost", "generation", g.num, "error", lossErr.Error())
 	s.update(func(sn *Snapshot) {
+		// One step: no call may reach the lost session once the phase says so.
+		if s.live == g {
+			s.live = nil
+		}
 		sn.Phase, sn.LastError = PhaseReconnecting, g.lostErr
 	})
 	if err := s.closeGeneration(g); err != nil {

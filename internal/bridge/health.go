@@ -73,8 +73,7 @@ func probe(g *generation, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(g.ctx, timeout)
 	defer cancel()
 	err := g.sess.Ping(ctx, nil)
-	var wire *jsonrpc.Error
-	if err == nil || (errors.As(err, &wire) && !isSessionLost(err)) {
+	if err == nil || (isServerAnswer(err) && !isSessionLost(err)) {
 		return nil
 	}
 	if ctx.Err() != nil && g.ctx.Err() == nil {
@@ -92,9 +91,18 @@ func isSessionLost(err error) bool {
 // isTransportFailure: the request may not have reached the server, so the
 // connection deserves a probe. A JSON-RPC error came from the server itself.
 func isTransportFailure(err error) bool {
-	var wire *jsonrpc.Error
-	if errors.As(err, &wire) {
+	if isServerAnswer(err) {
 		return false
 	}
 	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}
+
+// codeRejected is the JSON-RPC code the SDK gives a request that the
+// transport rejected (connection refused, 5xx): not an answer of the server.
+const codeRejected = -32005
+
+// isServerAnswer: the error is a JSON-RPC error the server itself sent.
+func isServerAnswer(err error) bool {
+	var wire *jsonrpc.Error
+	return errors.As(err, &wire) && wire.Code != codeRejected
 }

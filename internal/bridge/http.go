@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"sync"
@@ -27,9 +28,11 @@ func (d *httpDialer) dial(_ context.Context, onLost func(error)) (link, error) {
 		TLSHandshakeTimeout:   10 * time.Second,
 		ResponseHeaderTimeout: 0, // a call may legitimately take toolCallTimeoutMs
 	}
-	rt := &sessionTransport{base: base, headers: d.spec.Headers, onLost: onLost}
+	ctx, cancel := context.WithCancel(context.Background())
+	rt := &sessionTransport{base: base, headers: d.spec.Headers, onLost: onLost, linkCtx: ctx}
 	l := &httpLink{
-		base: base,
+		base:   base,
+		cancel: cancel,
 		t: &mcp.StreamableClientTransport{
 			Endpoint: d.spec.URL,
 			// No Client.Timeout: it would cut the SSE streams; every request
@@ -43,10 +46,11 @@ func (d *httpDialer) dial(_ context.Context, onLost func(error)) (link, error) {
 }
 
 type httpLink struct {
-	base *http.Transport
-	t    *mcp.StreamableClientTransport
-	done chan struct{}
-	once sync.Once
+	base   *http.Transport
+	cancel context.CancelFunc // ends every request of the generation
+	t      *mcp.StreamableClientTransport
+	done   chan struct{}
+	once   sync.Once
 }
 
 func (l *httpLink) transport() mcp.Transport { return l.t }
@@ -55,6 +59,9 @@ func (l *httpLink) transport() mcp.Transport { return l.t }
 // generation, and nothing else of ours outlives it.
 func (l *httpLink) close() {
 	l.once.Do(func() {
+		// Closing the session may wait on requests (a DELETE, a
+		// notifications/cancelled) that a hung server never answers.
+		l.cancel()
 		l.base.CloseIdleConnections()
 		close(l.done)
 	})
@@ -72,25 +79,45 @@ type sessionTransport struct {
 	base    http.RoundTripper
 	headers []policy.Header
 	onLost  func(error)
+	linkCtx context.Context // ends when the generation closes
 }
 
 func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	ctx := req.Context()
+	ctx, cancel := context.WithCancel(req.Context())
 	if req.Method == http.MethodDelete {
 		// Ending a session is a courtesy; a hung server must not hold the
 		// close barrier for the SDK's 5 s DELETE timeout.
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, sessionDeleteTimeout)
-		defer cancel()
+		ctx, cancel = context.WithTimeout(req.Context(), sessionDeleteTimeout)
 	}
+	stop := context.AfterFunc(t.linkCtx, cancel)
+	done := func() { stop(); cancel() }
 	req = req.Clone(ctx)
 	for _, h := range t.headers {
 		req.Header.Set(h.Name, h.Value)
 	}
 	resp, err := t.base.RoundTrip(req)
-	if err == nil && resp.StatusCode == http.StatusNotFound && req.Header.Get("Mcp-Session-Id") != "" {
+	if err != nil {
+		done()
+		return nil, err
+	}
+	if resp.StatusCode == http.StatusNotFound && req.Header.Get("Mcp-Session-Id") != "" {
 		t.onLost(fmt.Errorf("the server no longer knows session %s (HTTP 404): %w",
 			req.Header.Get("Mcp-Session-Id"), mcp.ErrSessionMissing))
 	}
-	return resp, err
+	resp.Body = &releasingBody{ReadCloser: resp.Body, release: done}
+	return resp, nil
+}
+
+// releasingBody releases its request's context once the body is closed:
+// SSE streams live as long as their body.
+type releasingBody struct {
+	io.ReadCloser
+	once    sync.Once
+	release func()
+}
+
+func (b *releasingBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.once.Do(b.release)
+	return err
 }
