@@ -23,7 +23,7 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
 
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate the CRD and RBAC manifests.
-	$(CONTROLLER_GEN) rbac:roleName=manager-role crd:maxDescLen=512 paths="./api/...;./internal/controller/..." \
+	$(CONTROLLER_GEN) rbac:roleName=manager-role crd:maxDescLen=512 paths="./api/...;./internal/controller/...;./internal/gateway/..." \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 
 .PHONY: fmt
@@ -64,8 +64,12 @@ run: ## Run the manager against the cluster in $KUBECONFIG.
 	go run ./cmd/manager
 
 .PHONY: demo
-demo: ## Run the operator on a local control plane with sample servers.
+demo: ## Run the operator on a local control plane with sample servers (Ctrl-C stops it).
 	hack/demo.sh
+
+.PHONY: demo-down
+demo-down: ## Stop a demo that was killed or runs elsewhere, and remove .demo/.
+	hack/demo-down.sh
 
 .PHONY: docker-build
 docker-build: ## Build the image (needs a Docker engine; none runs on CI here).

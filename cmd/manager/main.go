@@ -23,6 +23,7 @@ import (
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/bridge"
 	"github.com/mcpbridge/operator/internal/controller"
+	"github.com/mcpbridge/operator/internal/gateway"
 )
 
 func main() {
@@ -65,7 +66,7 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
-	if err := setupControllers(mgr); err != nil {
+	if err := setupControllers(mgr, opts); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -82,8 +83,15 @@ func run(args []string) error {
 
 // setupControllers wires the tool registry, the supervisors and the
 // McpServer reconciler into the manager.
-func setupControllers(mgr ctrl.Manager) error {
+func setupControllers(mgr ctrl.Manager, opts *options) error {
 	registry := bridge.NewRegistry()
+	gw := &gateway.Gateway{Registry: registry, Log: ctrl.Log.WithName("gateway")}
+	if opts.gatewayAuth == gatewayAuthToken {
+		gw.Auth = &gateway.Authorizer{Client: mgr.GetClient()}
+	}
+	if err := gw.AddToManager(mgr, opts.gatewayAddr); err != nil {
+		return fmt.Errorf("set up the gateway: %w", err)
+	}
 	sups := &controller.Supervisors{Registry: registry, Log: ctrl.Log.WithName("supervisor")}
 	r := &controller.McpServerReconciler{
 		Client:      mgr.GetClient(),

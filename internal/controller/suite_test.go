@@ -3,6 +3,7 @@ package controller_test
 import (
 	"context"
 	"os"
+	"net"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/mcpbridge/operator/internal/bridge"
 	"github.com/mcpbridge/operator/internal/controller"
+	"github.com/mcpbridge/operator/internal/gateway"
 	"github.com/mcpbridge/operator/internal/testenv"
 )
 
@@ -33,6 +35,8 @@ var (
 	mgrDone    chan struct{}
 	registry   *bridge.Registry
 	sups       *controller.Supervisors
+	gatewayURL string
+	gatewayLn  net.Listener
 )
 
 func TestController(t *testing.T) {
@@ -83,6 +87,7 @@ func startManager() {
 		Recorder: mgr.GetEventRecorder("mcpbridge-manager"), Supervisors: sups,
 	}
 	Expect(r.SetupWithManager(mgr)).To(Succeed())
+	addGateway(mgr)
 	mgrCtx, mgrCancel = context.WithCancel(context.Background())
 	mgrDone = make(chan struct{})
 	go func() {
@@ -90,6 +95,21 @@ func startManager() {
 		defer close(mgrDone)
 		Expect(mgr.Start(mgrCtx)).To(Succeed())
 	}()
+}
+
+// addGateway serves the gateway with token authentication on a free
+// loopback port, as the manager binary does.
+func addGateway(mgr ctrl.Manager) {
+	if gatewayLn == nil {
+		var err error
+		gatewayLn, err = net.Listen("tcp", "127.0.0.1:0")
+		Expect(err).NotTo(HaveOccurred())
+		gatewayURL = "http://" + gatewayLn.Addr().String()
+		Expect(gatewayLn.Close()).To(Succeed()) // the manager binds it again
+	}
+	gw := &gateway.Gateway{Registry: registry, Log: ctrl.Log.WithName("gateway"),
+		Auth: &gateway.Authorizer{Client: mgr.GetClient(), TTL: 2 * time.Second, DenyTTL: time.Second}}
+	Expect(gw.AddToManager(mgr, gatewayLn.Addr().String())).To(Succeed())
 }
 
 func stopManager() {

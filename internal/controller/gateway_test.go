@@ -1,0 +1,281 @@
+package controller_test
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/mcpbridge/operator/internal/testenv"
+	"github.com/mcpbridge/operator/test/fixture"
+)
+
+var _ = Describe("Gateway", func() {
+	ctx := context.Background()
+	BeforeEach(ensureGatewayUserRole)
+
+	It("lets a bound ServiceAccount list and call tools, and refuses everyone else", func() {
+		ns := newNamespace()
+		Expect(k8s.Create(ctx, stdioServer(ns, "fx"))).To(Succeed())
+		readyAt(ns, "fx", 1)
+
+		agent := connectAgent(ns, saToken(ns, "agent", ns), nil)
+		names := listToolNames(agent)
+		Expect(names).To(ContainElement("mcp__fx__echo"))
+		res, err := agent.CallTool(ctx, &mcp.CallToolParams{Name: "mcp__fx__echo", Arguments: map[string]any{"text": "hello"}})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.IsError).To(BeFalse())
+		Expect(textOf(res)).To(Equal("hello"))
+
+		Expect(rawPost(ns, "")).To(Equal(http.StatusUnauthorized))
+		Expect(rawPost(ns, "not-a-token")).To(Equal(http.StatusUnauthorized))
+		Expect(rawPost(ns, saToken(ns, "stranger"))).To(Equal(http.StatusForbidden))
+	})
+
+	It("keeps namespaces apart", func() {
+		a, b := newNamespace(), newNamespace()
+		Expect(k8s.Create(ctx, stdioServer(a, "only-a"))).To(Succeed())
+		Expect(k8s.Create(ctx, stdioServer(b, "only-b"))).To(Succeed())
+		readyAt(a, "only-a", 1)
+		readyAt(b, "only-b", 1)
+
+		tokenA := saToken(a, "agent", a)
+		Expect(rawPost(b, tokenA)).To(Equal(http.StatusForbidden), "a token bound in A cannot reach B")
+		namesB := listToolNames(connectAgent(b, saToken(b, "agent", b), nil))
+		Expect(namesB).To(ContainElement("mcp__only-b__echo"))
+		for _, n := range namesB {
+			Expect(n).NotTo(HavePrefix("mcp__only-a__"))
+		}
+		Expect(rawPost(a, tokenA)).To(Equal(http.StatusOK))
+	})
+
+	DescribeTable("sends tools/list_changed when a server is created, re-synced and deleted", func(protocol string) {
+		ns := newNamespace()
+		var changes atomic.Int32
+		agent := connectAgent(ns, saToken(ns, "agent", ns), &changes, protocol)
+		Expect(agent.InitializeResult().ProtocolVersion).To(Equal(protocol))
+		Expect(listToolNames(agent)).To(BeEmpty(), "an empty namespace is a valid, empty list")
+
+		Expect(k8s.Create(ctx, stdioServer(ns, "fx", "--list-changed-after=1500ms"))).To(Succeed())
+		Eventually(changes.Load, eventuallyTimeout, poll).Should(BeNumerically(">=", 1))
+		Eventually(func() []string { return listToolNames(agent) }, eventuallyTimeout, poll).Should(ContainElement("mcp__fx__echo"))
+
+		afterCreate := changes.Load()
+		Eventually(func() []string { return listToolNames(agent) }, eventuallyTimeout, poll).Should(ContainElement("mcp__fx__late_tool"))
+		Eventually(changes.Load, eventuallyTimeout, poll).Should(BeNumerically(">", afterCreate))
+
+		afterResync := changes.Load()
+		Expect(k8s.Delete(ctx, get(ns, "fx"))).To(Succeed())
+		Eventually(changes.Load, eventuallyTimeout, poll).Should(BeNumerically(">", afterResync))
+		Eventually(func() []string { return listToolNames(agent) }, eventuallyTimeout, poll).Should(BeEmpty())
+	},
+		Entry("to a sessionless 2026-07-28 client", "2026-07-28"),
+		Entry("to a 2025-11-25 client with a session", "2025-11-25"),
+	)
+
+	DescribeTable("fails a call whose upstream crashes within its deadline and cancels upstream when the caller gives up", func(protocol string) {
+		ns := newNamespace()
+		events := filepath.Join(GinkgoT().TempDir(), "events")
+		Expect(k8s.Create(ctx, stdioServer(ns, "fx", "--events-file="+events))).To(Succeed())
+		readyAt(ns, "fx", 1)
+		agent := connectAgent(ns, saToken(ns, "agent", ns), nil, protocol)
+
+		start := time.Now()
+		res, err := agent.CallTool(ctx, &mcp.CallToolParams{Name: "mcp__fx__crash"})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.IsError).To(BeTrue())
+		Expect(time.Since(start)).To(BeNumerically("<", 5*time.Second))
+		readyAt(ns, "fx", 2)
+
+		cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		_, err = agent.CallTool(cctx, &mcp.CallToolParams{Name: "mcp__fx__sleep", Arguments: map[string]any{"ms": 20000}})
+		Expect(err).To(HaveOccurred())
+		Eventually(func() bool {
+			evs, err := fixture.ReadEvents(events)
+			Expect(err).NotTo(HaveOccurred())
+			for _, e := range evs {
+				if e.Kind == fixture.EventCancelled && e.Tool == "sleep" {
+					return true
+				}
+			}
+			return false
+		}, eventuallyTimeout, poll).Should(BeTrue(), "the fixture saw the cancellation")
+	},
+		Entry("on 2026-07-28", "2026-07-28"),
+		Entry("on 2025-11-25", "2025-11-25"),
+	)
+
+	It("passes server-everything's input schemas through intact", func() {
+		ns := newNamespace()
+		entry := everythingEntry()
+		obj := stdioServer(ns, "everything")
+		obj.Spec.Stdio.Command, obj.Spec.Stdio.Args = "node", []string{entry, "stdio"}
+		obj.Spec.ConnectionTimeoutMs = ptr32(30000)
+		Expect(k8s.Create(ctx, obj)).To(Succeed())
+		readyAt(ns, "everything", 1)
+		viaGateway := map[string]any{}
+		agent := connectAgent(ns, saToken(ns, "agent", ns), nil)
+		for t, err := range agent.Tools(ctx, nil) {
+			Expect(err).NotTo(HaveOccurred())
+			viaGateway[strings.TrimPrefix(t.Name, "mcp__everything__")] = t.InputSchema
+		}
+
+		direct := mcp.NewClient(&mcp.Implementation{Name: "direct", Version: "test"}, &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}})
+		sess, err := direct.Connect(ctx, &mcp.CommandTransport{Command: exec.Command("node", entry, "stdio")}, nil)
+		Expect(err).NotTo(HaveOccurred())
+		defer sess.Close()
+		count := 0
+		for t, err := range sess.Tools(ctx, nil) {
+			Expect(err).NotTo(HaveOccurred())
+			Expect(viaGateway).To(HaveKey(t.Name))
+			Expect(viaGateway[t.Name]).To(Equal(t.InputSchema), "schema of %s", t.Name)
+			count++
+		}
+		Expect(viaGateway).To(HaveLen(count))
+	})
+
+	It("paginates 2,500 tools", func() {
+		ns := newNamespace()
+		obj := stdioServer(ns, "many", "--tools=2500", "--page-size=700")
+		Expect(k8s.Create(ctx, obj)).To(Succeed())
+		ready := readyAt(ns, "many", 1)
+		agent := connectAgent(ns, saToken(ns, "agent", ns), nil)
+		var pages int
+		cursor := ""
+		var names []string
+		for {
+			res, err := agent.ListTools(ctx, &mcp.ListToolsParams{Cursor: cursor})
+			Expect(err).NotTo(HaveOccurred())
+			pages++
+			for _, t := range res.Tools {
+				names = append(names, t.Name)
+			}
+			if cursor = res.NextCursor; cursor == "" {
+				break
+			}
+		}
+		Expect(names).To(HaveLen(int(ready.Status.ToolCount)))
+		Expect(pages).To(BeNumerically(">", 1))
+	})
+})
+
+// ensureGatewayUserRole installs the ClusterRole of config/rbac that grants "use".
+func ensureGatewayUserRole() {
+	role := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "mcpbridge-gateway-user"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"mcpbridge.dev"}, Resources: []string{"mcpservers"}, Verbs: []string{"use"}}},
+	}
+	err := k8s.Create(context.Background(), role)
+	if err != nil && !strings.Contains(err.Error(), "already exists") {
+		Expect(err).NotTo(HaveOccurred())
+	}
+}
+
+// saToken creates a ServiceAccount in ns, binds it to the gateway-user role
+// in each of bindIn, and returns a token from the TokenRequest API.
+func saToken(ns, name string, bindIn ...string) string {
+	ctx := context.Background()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	Expect(k8s.Create(ctx, sa)).To(Succeed())
+	for _, bns := range bindIn {
+		Expect(k8s.Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Namespace: bns, Name: name + "-" + ns},
+			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "mcpbridge-gateway-user"},
+			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: ns, Name: name}},
+		})).To(Succeed())
+	}
+	tr := &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}
+	Expect(k8s.SubResource("token").Create(ctx, sa, tr)).To(Succeed())
+	Expect(tr.Status.Token).NotTo(BeEmpty())
+	return tr.Status.Token
+}
+
+type bearer struct {
+	token string
+	base  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.base.RoundTrip(r)
+}
+
+// connectAgent connects a go-sdk client to ns's gateway endpoint; changes,
+// when given, counts tools/list_changed notifications.
+func connectAgent(ns, token string, changes *atomic.Int32, protocol ...string) *mcp.ClientSession {
+	var sessOpts *mcp.ClientSessionOptions
+	if len(protocol) > 0 {
+		sessOpts = &mcp.ClientSessionOptions{ProtocolVersion: protocol[0]}
+	}
+	opts := &mcp.ClientOptions{}
+	if changes != nil {
+		opts.ToolListChangedHandler = func(context.Context, *mcp.ToolListChangedRequest) { changes.Add(1) }
+	}
+	client := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "test"}, opts)
+	var sess *mcp.ClientSession
+	Eventually(func() error {
+		var err error
+		sess, err = client.Connect(context.Background(), &mcp.StreamableClientTransport{
+			Endpoint:   gatewayURL + "/namespaces/" + ns + "/mcp",
+			HTTPClient: &http.Client{Transport: bearer{token: token, base: http.DefaultTransport}},
+		}, sessOpts)
+		return err
+	}, eventuallyTimeout, poll).Should(Succeed())
+	DeferCleanup(sess.Close)
+	return sess
+}
+
+func listToolNames(sess *mcp.ClientSession) []string {
+	var names []string
+	for t, err := range sess.Tools(context.Background(), nil) {
+		Expect(err).NotTo(HaveOccurred())
+		names = append(names, t.Name)
+	}
+	return names
+}
+
+// rawPost sends an initialize request with token (none if empty) and
+// returns the HTTP status.
+func rawPost(ns, token string) int {
+	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}`
+	req, err := http.NewRequest(http.MethodPost, gatewayURL+"/namespaces/"+ns+"/mcp", strings.NewReader(body))
+	Expect(err).NotTo(HaveOccurred())
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	Expect(err).NotTo(HaveOccurred())
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusUnauthorized {
+		Expect(resp.Header.Get("WWW-Authenticate")).To(HavePrefix("Bearer"))
+	}
+	return resp.StatusCode
+}
+
+// everythingEntry is server-everything's entry point from test/node
+// (installed by make fixtures).
+func everythingEntry() string {
+	root, err := testenv.ModuleRoot()
+	Expect(err).NotTo(HaveOccurred())
+	entry := filepath.Join(root, "test/node/node_modules/@modelcontextprotocol/server-everything/dist/index.js")
+	_, err = os.Stat(entry)
+	Expect(err).NotTo(HaveOccurred(), "run `make fixtures` to install the npm test servers")
+	return entry
+}

@@ -1,0 +1,10 @@
+// Package gateway owns the MCP endpoint agents talk to: one Streamable HTTP
+// endpoint per namespace at /namespaces/{namespace}/mcp that lists the
+// namespace's tool registry and forwards tools/call to the supervisor that
+// owns each tool. It authenticates bearer tokens with a TokenReview and
+// authorizes them with a SubjectAccessReview for verb "use" on
+// mcpservers.mcpbridge.dev in the path's namespace.
+package gateway
+
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create

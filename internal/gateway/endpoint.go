@@ -1,0 +1,135 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpbridge/operator/internal/bridge"
+)
+
+// serverImpl is how the gateway introduces itself to agents.
+var serverImpl = &mcp.Implementation{Name: "mcp-bridge-gateway", Version: "v1alpha1"}
+
+// endpoint is one namespace's MCP server, kept equal to the registry's view
+// of that namespace.
+type endpoint struct {
+	ns       string
+	registry *bridge.Registry
+	log      logr.Logger
+	server   *mcp.Server
+	// 2025-11-25 clients keep a session; 2026-07-28 clients are sessionless
+	// and get list_changed through subscriptions/listen.
+	sessions, sessionless http.Handler
+
+	mu        sync.Mutex
+	published map[string]*mcp.Tool // public name -> the upstream entry served
+}
+
+func newEndpoint(ns string, registry *bridge.Registry, log logr.Logger) *endpoint {
+	e := &endpoint{ns: ns, registry: registry, log: log.WithValues("namespace", ns), published: map[string]*mcp.Tool{}}
+	e.server = mcp.NewServer(serverImpl, &mcp.ServerOptions{
+		// Advertise list_changed even while the namespace has no tools.
+		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
+	})
+	e.server.AddReceivingMiddleware(observe)
+	get := func(*http.Request) *mcp.Server { return e.server }
+	// Auth and Origin are checked before a request gets here.
+	e.sessions = mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{
+		DisableLocalhostProtection: true, SessionTimeout: idleSessionTimeout,
+	})
+	e.sessionless = mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{
+		Stateless: true, DisableLocalhostProtection: true, PropagateRequestCancellation: true,
+	})
+	e.sync()
+	return e
+}
+
+// ServeHTTP routes by protocol version: the SDK's stateful handler would
+// hold a 2026-07-28 client to the older protocol.
+func (e *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("Mcp-Protocol-Version") >= sessionlessProtocol {
+		e.sessionless.ServeHTTP(w, r)
+		return
+	}
+	e.sessions.ServeHTTP(w, r)
+}
+
+// idleSessionTimeout ends sessions whose agent went away without a DELETE.
+const idleSessionTimeout = 30 * time.Minute
+
+// sessionlessProtocol is the first protocol version without sessions.
+const sessionlessProtocol = "2026-07-28"
+
+// sync makes the served tools equal to the registry's. The SDK sends
+// notifications/tools/list_changed for every change, debounced.
+func (e *endpoint) sync() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	tools := e.registry.Tools(e.ns)
+	want := make(map[string]bool, len(tools))
+	for _, t := range tools {
+		want[t.Name] = true
+		if e.published[t.Name] == t.Upstream {
+			continue // unchanged entry: the registry keeps it on an equal swap
+		}
+		if err := e.add(t); err != nil {
+			e.log.Error(err, "tool not served", "tool", t.Name)
+			continue
+		}
+		e.published[t.Name] = t.Upstream
+	}
+	var gone []string
+	for name := range e.published {
+		if !want[name] {
+			gone = append(gone, name)
+			delete(e.published, name)
+		}
+	}
+	if len(gone) > 0 {
+		e.server.RemoveTools(gone...)
+	}
+}
+
+// add serves one tool under its public name; the SDK panics on a schema it
+// cannot serve, which must not take the manager down.
+func (e *endpoint) add(t bridge.Tool) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("the SDK refused the tool: %v", r)
+		}
+	}()
+	served := *t.Upstream
+	served.Name = t.Name
+	e.server.AddTool(&served, e.call(t.Name))
+	return nil
+}
+
+// call forwards a tools/call to the supervisor that owns the tool now: the
+// lookup happens per call, so a reconnect or a hot swap is followed.
+func (e *endpoint) call(public string) mcp.ToolHandler {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		tool, caller, ok := e.registry.Lookup(e.ns, public)
+		if !ok {
+			return errorResult(fmt.Sprintf("tool %q is no longer published", public)), nil
+		}
+		var args any
+		if len(req.Params.Arguments) > 0 {
+			args = req.Params.Arguments
+		}
+		res, err := caller.CallTool(ctx, tool.RawName, args)
+		if err != nil {
+			return errorResult(err.Error()), nil
+		}
+		return res, nil
+	}
+}
+
+func errorResult(msg string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: msg}}}
+}

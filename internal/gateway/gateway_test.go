@@ -1,0 +1,82 @@
+package gateway
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/mcpbridge/operator/internal/bridge"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const initialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`
+
+func post(t *testing.T, h http.Handler, path, body string, header map[string]string) *httptest.ResponseRecorder {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+func TestGatewayRefusesBadRequestsBeforeMCP(t *testing.T) {
+	g := &Gateway{Registry: bridge.NewRegistry(), MaxBodyBytes: 1024}
+	defer g.closeSessions()
+	h := g.Handler()
+	cases := []struct {
+		name   string
+		path   string
+		body   string
+		header map[string]string
+		want   int
+	}{
+		{"same-origin initialize is served", "/namespaces/agents/mcp", initialize, map[string]string{"Origin": "http://example.com"}, http.StatusOK},
+		{"no Origin is served", "/namespaces/agents/mcp", initialize, nil, http.StatusOK},
+		{"cross-origin is refused", "/namespaces/agents/mcp", initialize, map[string]string{"Origin": "http://evil.example"}, http.StatusForbidden},
+		{"an invalid namespace is not found", "/namespaces/Not_A_Namespace/mcp", initialize, nil, http.StatusNotFound},
+		{"another path is not found", "/mcp", initialize, nil, http.StatusNotFound},
+		{"an oversized body is refused", "/namespaces/agents/mcp", strings.Repeat(" ", 2048) + initialize, nil, http.StatusRequestEntityTooLarge},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := post(t, h, tc.path, tc.body, tc.header).Code; got != tc.want {
+				t.Fatalf("status %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestGatewayWithAuthRefusesRequestsWithoutBearerToken(t *testing.T) {
+	h := (&Gateway{Registry: bridge.NewRegistry(), Auth: &Authorizer{}}).Handler()
+	for _, auth := range []string{"", "Basic dXNlcjpwdw==", "Bearer ", "Bearer"} {
+		rec := post(t, h, "/namespaces/agents/mcp", initialize, map[string]string{"Authorization": auth})
+		if rec.Code != http.StatusUnauthorized || !strings.HasPrefix(rec.Header().Get("WWW-Authenticate"), "Bearer") {
+			t.Fatalf("Authorization %q: status %d, WWW-Authenticate %q", auth, rec.Code, rec.Header().Get("WWW-Authenticate"))
+		}
+	}
+}
+
+func TestAuthorizerCacheStaysBounded(t *testing.T) {
+	a := &Authorizer{MaxEntries: 100}
+	for i := range 1000 {
+		a.remember(sha256.Sum256([]byte(fmt.Sprint(i))), http.StatusOK)
+	}
+	if n := len(a.cache); n > 100 {
+		t.Fatalf("cache holds %d entries, bound is 100", n)
+	}
+	key := sha256.Sum256([]byte("999"))
+	if st, ok := a.cached(key); !ok || st != http.StatusOK {
+		t.Fatalf("the newest answer was evicted")
+	}
+}
