@@ -177,7 +177,7 @@ var _ = Describe("Gateway", func() {
 func ensureGatewayUserRole() {
 	role := &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: "mcpbridge-gateway-user"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"mcpbridge.dev"}, Resources: []string{"mcpservers"}, Verbs: []string{"use"}}},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"mcpbridge.dev"}, Resources: []string{"mcpservers"}, Verbs: []string{"use"}}},
 	}
 	err := k8s.Create(context.Background(), role)
 	if err != nil && !strings.Contains(err.Error(), "already exists") {

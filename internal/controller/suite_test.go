@@ -2,8 +2,8 @@ package controller_test
 
 import (
 	"context"
-	"os"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// startHTTPFixture serves the in-repo fixture over Streamable HTTP on a free
+// loopback port, which the fixture picks and announces as "listening on URL"
+// in its log; the HTTP sample is pointed at it (no fixed port that may be
+// taken).
+func (d *demo) startHTTPFixture() (string, error) {
+	cmd := exec.Command(filepath.Join(d.root, "bin", "mcp-fixture"), "--http=127.0.0.1:0", "--server-name=web-fixture", "--tools=3")
+	cmd.Dir = d.root
+	var err error
+	if d.fixture, err = startChild("mcp-fixture", d.dir, cmd); err != nil {
+		return "", err
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		log, _ := os.ReadFile(d.fixture.logPath)
+		lines := strings.Split(string(log), "\n")
+		for _, line := range lines[:len(lines)-1] { // complete lines only
+			if url, ok := strings.CutPrefix(line, "listening on "); ok {
+				return url, nil
+			}
+		}
+		select {
+		case <-d.fixture.done:
+			return "", fmt.Errorf("the HTTP fixture exited: %v; see %s", d.fixture.err, d.fixture.logPath)
+		default:
+		}
+	}
+	return "", fmt.Errorf("the HTTP fixture did not announce its address in 10s; see %s", d.fixture.logPath)
+}
+
+// startManager runs ./cmd/manager (built by build) against the demo's
+// apiserver, from the repository root so that the samples' relative commands
+// (bin/mcp-fixture, test/node/...) resolve, and waits for /readyz.
+func (d *demo) startManager(ctx context.Context) error {
+	gateway, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	d.gateway = gateway
+	probes, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(filepath.Join(d.dir, "bin", "manager"),
+		"--gateway-bind-address="+gateway, "--gateway-auth=none",
+		"--metrics-bind-address=0", "--health-probe-bind-address="+probes)
+	cmd.Dir = d.root
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+d.kubeconfig)
+	if d.manager, err = startChild("manager", d.dir, cmd); err != nil {
+		return err
+	}
+	d.say("Manager running (pid %d, log %s)", d.manager.pid(), d.rel(d.manager.logPath))
+
+	probe := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-d.manager.done:
+			return fmt.Errorf("the manager exited at start-up: %v; see %s", d.manager.err, d.manager.logPath)
+		case <-time.After(100 * time.Millisecond):
+		}
+		if resp, err := probe.Get("http://" + probes + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the manager is not ready after 30s; see %s", d.manager.logPath)
+		}
+	}
+}
+
+// stopManager stops the manager, which disposes its MCP server children
+// within its own 30 s budget. If it has to be killed, its children (each in
+// its own process group) would be orphaned, so they are killed too.
+func (d *demo) stopManager() error {
+	kids, _ := childrenOf(d.manager.pid())
+	err := d.manager.stop(40 * time.Second)
+	var orphans []string
+	for _, k := range kids {
+		if sameProcess(k) {
+			_ = syscall.Kill(k.pid, syscall.SIGKILL)
+			orphans = append(orphans, strconv.Itoa(k.pid))
+		}
+	}
+	if len(orphans) > 0 {
+		err = errors.Join(err, fmt.Errorf("the manager left server processes behind (killed: %s)", strings.Join(orphans, ", ")))
+	}
+	return err
+}
+
+// freeAddr returns a loopback address with a port that was free just now.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
