@@ -127,7 +127,8 @@ type ServerInfo struct {
 // LastError is a failure and where in the connection it happened.
 type LastError struct {
 	// Stage is transport-start, initialize, tools-list page N, tools-call,
-	// health-check or close.
+	// health-check, close, or connection (an established connection lost
+	// outside any request: the child exited, the session ended).
 	Stage string `json:"stage"`
 	// Message says what went wrong; it never holds a secret value.
 	Message string `json:"message"`

@@ -14,7 +14,10 @@ const (
 	StageToolsCall      = "tools-call"
 	StageHealthCheck    = "health-check"
 	StageClose          = "close"
-	StageToolsSync      = "tools-sync" // the swap into the registry, after a complete fetch
+	// StageConnection is an established connection lost outside any request
+	// of ours: the child exited, the session or its stream ended.
+	StageConnection = "connection"
+	StageToolsSync  = "tools-sync" // the swap into the registry, after a complete fetch
 )
 
 // StageToolsList names the tools/list page a failure happened on, from 1.

@@ -127,7 +127,7 @@ func (s *Supervisor) beginGeneration(everConnected bool) *generation {
 
 // open starts the transport and the MCP session.
 func (s *Supervisor) open(ctx context.Context, g *generation, stage *string) error {
-	l, err := s.dialer.dial(ctx, func(err error) { g.markLost(&StageError{Stage: StageToolsCall, Err: err}) })
+	l, err := s.dialer.dial(ctx, func(err error) { g.markLost(&StageError{Stage: StageConnection, Err: err}) })
 	if err != nil {
 		return err
 	}
@@ -162,13 +162,13 @@ func (s *Supervisor) watchSession(g *generation) {
 	if err == nil {
 		err = errors.New("the server closed the connection")
 	}
-	g.markLost(&StageError{Stage: StageToolsCall, Err: fmt.Errorf("connection closed: %w", err)})
+	g.markLost(&StageError{Stage: StageConnection, Err: fmt.Errorf("connection closed: %w", err)})
 }
 
 func (s *Supervisor) watchExit(g *generation, ex interface{ exitError() error }) {
 	select {
 	case <-g.link.closed():
-		g.markLost(&StageError{Stage: StageToolsCall, Err: ex.exitError()})
+		g.markLost(&StageError{Stage: StageConnection, Err: ex.exitError()})
 	case <-g.ctx.Done():
 	}
 }
