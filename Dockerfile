@@ -13,17 +13,23 @@ ARG TARGETOS=linux
 ARG TARGETARCH=amd64
 RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
     go build -trimpath -ldflags="-s -w" -o /out/manager ./cmd/manager
+# A minimal init as PID 1: it reaps orphans that leave their process group
+# (the manager itself reaps its stdio servers' groups as a subreaper).
+RUN apt-get update && apt-get install -y --no-install-recommends tini \
+    && cp /usr/bin/tini-static /out/tini
 
 # The manager with Node.js, for McpServers whose stdio command is npx or node.
 # Kept before the default target so that a plain `docker build` ends on it last.
 # distroless has no npm/npx, so this target starts from the slim Node image.
 FROM node:22-bookworm-slim AS node
 COPY --from=build /out/manager /manager
+COPY --from=build /out/tini /tini
 ENV HOME=/tmp NPM_CONFIG_CACHE=/tmp/.npm
 USER 1000:1000
-ENTRYPOINT ["/manager"]
+ENTRYPOINT ["/tini", "--", "/manager"]
 
 FROM gcr.io/distroless/static-debian12:nonroot AS manager
 COPY --from=build /out/manager /manager
+COPY --from=build /out/tini /tini
 USER 65532:65532
-ENTRYPOINT ["/manager"]
+ENTRYPOINT ["/tini", "--", "/manager"]
