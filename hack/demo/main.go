@@ -3,7 +3,8 @@
 // (envtest) with their state under .demo/, installs the CRDs, runs the
 // manager and a Streamable HTTP fixture as child processes, applies
 // config/samples, waits for every server to be Ready, kills one stdio server
-// to show the reconnect, and then waits for Ctrl-C. Whatever it started is
+// to show the reconnect, lists and calls tools through the MCP gateway as an
+// agent would, and then waits for Ctrl-C. Whatever it started is
 // stopped on the way out; `make demo-down` cleans up after a killed demo
 // using the pid files it leaves in .demo/.
 package main
@@ -57,7 +58,7 @@ func run() int {
 	d := &demo{root: root, out: os.Stdout}
 	flag.StringVar(&d.dir, "dir", filepath.Join(root, ".demo"), "state directory: control-plane data, kubeconfig, logs and pid files")
 	flag.BoolVar(&d.exitAfterRecovery, "exit-after-recovery", os.Getenv("DEMO_EXIT_AFTER_RECOVERY") == "1",
-		"stop everything and exit right after the recovery step (also DEMO_EXIT_AFTER_RECOVERY=1)")
+		"stop everything and exit after the recovery and gateway steps (also DEMO_EXIT_AFTER_RECOVERY=1)")
 	flag.DurationVar(&d.readyTimeout, "ready-timeout", 2*time.Minute, "how long to wait for the samples to become Ready")
 	flag.Parse()
 	if d.dir, err = filepath.Abs(d.dir); err != nil {
@@ -93,7 +94,7 @@ func run() int {
 }
 
 // start runs the demo up to the point where it waits for Ctrl-C (or, with
-// --exit-after-recovery, up to the recovery).
+// --exit-after-recovery, up to the gateway step that follows the recovery).
 func (d *demo) start(ctx context.Context) error {
 	begin := time.Now()
 	if err := prepareDir(d.dir); err != nil {
@@ -133,6 +134,9 @@ func (d *demo) start(ctx context.Context) error {
 	}
 
 	if err := d.killAndRecover(ctx, samples); err != nil {
+		return err
+	}
+	if err := d.useGateway(ctx, samples); err != nil {
 		return err
 	}
 	if d.exitAfterRecovery {

@@ -110,8 +110,28 @@ func checkOutput(t *testing.T, out string) {
 			t.Errorf("%s after the recovery: phase %q, generation %q; want Ready, %s", name, row["PHASE"], row["GENERATION"], want)
 		}
 	}
+	checkGateway(t, afterRecovery)
 	if !strings.Contains(out, "==> Stopped in") {
 		t.Error(`the output lacks "Stopped in"`)
+	}
+}
+
+// checkGateway checks the step after the recovery: tools listed and the
+// stdio fixture's echo called through the MCP gateway.
+func checkGateway(t *testing.T, out string) {
+	t.Helper()
+	m := regexp.MustCompile(`==> Listing tools through the MCP gateway at http://127\.0\.0\.1:\d+/namespaces/default/mcp\n    (\d+) tools from (\d+) servers: `).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatal("the output does not list the tools served by the gateway")
+	}
+	if tools, _ := strconv.Atoi(m[1]); tools == 0 {
+		t.Error("the gateway lists no tools")
+	}
+	if servers, _ := strconv.Atoi(m[2]); servers < 3 {
+		t.Errorf("the gateway lists tools from %d servers, want at least 3", servers)
+	}
+	if !regexp.MustCompile(`==> Calling mcp__\S+__echo through the gateway\n    result: hello from the gateway\n`).MatchString(out) {
+		t.Error("the output lacks the echo result through the gateway")
 	}
 }
 
