@@ -1250,8 +1250,10 @@ func TestStdioExitLoopChildLifetimesNeverOverlap(t *testing.T) {
 	if len(lts) < 8 {
 		t.Fatalf("only %d children recorded", len(lts))
 	}
-	for _, lt := range lts {
-		if lt.End.IsZero() {
+	for i, lt := range lts {
+		// The last child may be aborted by Dispose before it can log its
+		// exit; it must still be gone, and nothing started after it.
+		if lt.End.IsZero() && i != len(lts)-1 {
 			t.Errorf("child %d has no exit event", lt.PID)
 		}
 		if !stdioGone(lt.PID) {
