@@ -3,10 +3,12 @@ package controller_test
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/testenv"
 	"github.com/mcpbridge/operator/test/fixture"
 )
@@ -146,6 +149,40 @@ var _ = Describe("Gateway", func() {
 			count++
 		}
 		Expect(viaGateway).To(HaveLen(count))
+	})
+
+	It("never forwards the agent's token upstream; the upstream gets only its configured headers", func() {
+		ns := newNamespace()
+		fx, err := fixture.NewHTTPHandler(fixture.Options{})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(fx.Close)
+		var seen []string
+		var mu sync.Mutex
+		upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			seen = append(seen, r.Header.Get("Authorization"))
+			mu.Unlock()
+			fx.ServeHTTP(w, r)
+		}))
+		DeferCleanup(upstream.Close)
+		obj := stdioServer(ns, "web")
+		obj.Spec.Transport, obj.Spec.Stdio = v1alpha1.TransportStreamableHTTP, nil
+		obj.Spec.StreamableHTTP = &v1alpha1.StreamableHTTPTransport{URL: upstream.URL + "/mcp",
+			Headers: []v1alpha1.HTTPHeader{{Name: "Authorization", Value: ptr.To("Bearer upstream-credential")}}}
+		Expect(k8s.Create(ctx, obj)).To(Succeed())
+		readyAt(ns, "web", 1)
+
+		token := saToken(ns, "agent", ns)
+		res, err := connectAgent(ns, token, nil).CallTool(ctx, &mcp.CallToolParams{Name: "mcp__web__echo", Arguments: map[string]any{"text": "x"}})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.IsError).To(BeFalse())
+		mu.Lock()
+		defer mu.Unlock()
+		Expect(seen).NotTo(BeEmpty())
+		for _, h := range seen {
+			Expect(h).To(Equal("Bearer upstream-credential"))
+			Expect(h).NotTo(ContainSubstring(token))
+		}
 	})
 
 	It("paginates 2,500 tools", func() {
