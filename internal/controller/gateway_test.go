@@ -20,6 +20,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/testenv"
@@ -170,6 +171,11 @@ var _ = Describe("Gateway", func() {
 		obj.Spec.StreamableHTTP = &v1alpha1.StreamableHTTPTransport{URL: upstream.URL + "/mcp",
 			Headers: []v1alpha1.HTTPHeader{{Name: "Authorization", Value: ptr.To("Bearer upstream-credential")}}}
 		Expect(k8s.Create(ctx, obj)).To(Succeed())
+		// Runs before upstream.Close, which waits for the supervisor's SSE stream.
+		DeferCleanup(func() {
+			Expect(k8s.Delete(ctx, obj)).To(Succeed())
+			Eventually(func() bool { return sups.Get(client.ObjectKeyFromObject(obj)) == nil }, eventuallyTimeout, poll).Should(BeTrue())
+		})
 		readyAt(ns, "web", 1)
 
 		token := saToken(ns, "agent", ns)
