@@ -707,6 +707,9 @@ func validSpecCases() []validCase {
 			check: wantStdio(policy.Stdio{Command: "mcp-server", Args: manyArgs(256)})},
 		{name: "arg of 32768 bytes and an empty arg", spec: stdioSpec(withArgs(strings.Repeat("a", 32768), "")),
 			check: wantStdio(policy.Stdio{Command: "mcp-server", Args: []string{strings.Repeat("a", 32768), ""}})},
+		// Lengths count characters, as the CRD's maxLength does.
+		{name: "command of 4096 two-byte characters", spec: stdioSpec(withCommand(strings.Repeat("é", 4096))),
+			check: wantStdio(policy.Stdio{Command: strings.Repeat("é", 4096)})},
 		{name: "cwd of 4096 bytes", spec: stdioSpec(withCwd(strings.Repeat("d", 4096))),
 			check: wantStdio(policy.Stdio{Command: "mcp-server", Cwd: strings.Repeat("d", 4096)})},
 
