@@ -111,16 +111,23 @@ func truncate(s string, n int) string {
 	return s[:n] + "…"
 }
 
-func statusTools(tools []bridge.Tool) ([]v1alpha1.ToolStatus, bool) {
-	if len(tools) == 0 {
-		return nil, false
+// maxToolBytes keeps status.tools, and so the whole status, under 64 KiB
+// (§3) even when raw names are long.
+const maxToolBytes = 48 << 10
+
+// statusTools lists tools sorted by name, at most MaxStatusTools of them and
+// at most maxToolBytes of names; truncated says some were left out.
+func statusTools(tools []bridge.Tool) (out []v1alpha1.ToolStatus, truncated bool) {
+	size := 0
+	for i, t := range tools {
+		ts := v1alpha1.ToolStatus{Name: t.Name, RawName: truncate(t.RawName, 256)}
+		size += len(ts.Name) + len(ts.RawName) + 32 // JSON keys and quotes
+		if i == v1alpha1.MaxStatusTools || size > maxToolBytes {
+			return out, true
+		}
+		out = append(out, ts)
 	}
-	n := min(len(tools), v1alpha1.MaxStatusTools)
-	out := make([]v1alpha1.ToolStatus, n)
-	for i := range n {
-		out[i] = v1alpha1.ToolStatus{Name: tools[i].Name, RawName: truncate(tools[i].RawName, 256)}
-	}
-	return out, len(tools) > n
+	return out, false
 }
 
 // statusTime drops sub-second precision, which the API would drop anyway:
