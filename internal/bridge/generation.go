@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,6 +25,7 @@ type generation struct {
 
 	sessDone chan struct{} // closed when sess.Wait returned
 	resync   chan struct{} // list_changed, coalesced
+	retry    chan struct{} // publish a refused set again, coalesced
 	probe    chan struct{} // a call saw a transport failure, coalesced
 	wg       sync.WaitGroup
 
@@ -39,6 +42,7 @@ func newGeneration(num int64) *generation {
 		num: num, ctx: ctx, stop: stop,
 		sessDone: make(chan struct{}),
 		resync:   make(chan struct{}, 1),
+		retry:    make(chan struct{}, 1),
 		probe:    make(chan struct{}, 1),
 		lost:     make(chan struct{}),
 	}
@@ -176,9 +180,9 @@ func (s *Supervisor) watchExit(g *generation, ex interface{ exitError() error })
 // connected makes g the live generation and starts its background work.
 func (s *Supervisor) connected(g *generation) {
 	init := g.sess.InitializeResult()
-	info := &ServerInfo{ProtocolVersion: init.ProtocolVersion}
+	info := &ServerInfo{ProtocolVersion: clip(init.ProtocolVersion)}
 	if init.ServerInfo != nil {
-		info.Name, info.Version = init.ServerInfo.Name, init.ServerInfo.Version
+		info.Name, info.Version = clip(init.ServerInfo.Name), clip(init.ServerInfo.Version)
 	}
 	s.mu.Lock()
 	recovered := s.snap.Attempt > 0 || s.snap.Phase == PhaseReconnecting
@@ -220,7 +224,10 @@ func (s *Supervisor) serve(ctx context.Context, g *generation, o *outage) error 
 			lossErr = g.lostErr
 			g.lostAt = s.clock.Now() // uptime ends here, not after the close
 		case <-sub.C:
-			s.retryConflict(g, sub.Drain())
+			changed := sub.Drain()
+			if s.Snapshot().SyncConflict != "" && slices.Contains(changed, s.ns) {
+				kick(g.retry) // the resync goroutine owns syncs; serve never waits on one
+			}
 		case <-stable:
 			// Up for the stability window: the outage is over (§4.2).
 			o.stable()
@@ -285,4 +292,14 @@ func cmpStr(a, b string) string {
 		return a
 	}
 	return b
+}
+
+// maxInfoLen bounds what a server may say about itself in our status.
+const maxInfoLen = 256
+
+func clip(s string) string {
+	if len(s) <= maxInfoLen {
+		return s
+	}
+	return strings.ToValidUTF8(s[:maxInfoLen], "")
 }

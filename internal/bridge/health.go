@@ -11,6 +11,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
+// sessionlessProtocol is the first protocol version without ping.
+const sessionlessProtocol = "2026-07-28"
+
 // healthFailures in a row make a loss (§4.5).
 const healthFailures = 2
 
@@ -67,12 +70,20 @@ func (s *Supervisor) probeOnDemand(g *generation) {
 	}
 }
 
-// probe sends a ping. Any JSON-RPC answer, an error included, proves the
-// server alive: 2026-07-28 servers may not implement ping at all.
+// probe sends a request valid for the negotiated protocol: ping up to
+// 2025-11-25, the first tools/list page from 2026-07-28 on (which has no
+// ping). Any JSON-RPC answer, an error included, proves the server alive.
 func probe(g *generation, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(g.ctx, timeout)
 	defer cancel()
-	err := g.sess.Ping(ctx, nil)
+	var err error
+	if g.sess.InitializeResult().ProtocolVersion >= sessionlessProtocol {
+		// The SDK may answer from its list cache while a server-given
+		// ttlMs lasts; probes then reach the server once per TTL.
+		_, err = g.sess.ListTools(ctx, nil)
+	} else {
+		err = g.sess.Ping(ctx, nil)
+	}
 	if err == nil || (isServerAnswer(err) && !isSessionLost(err)) {
 		return nil
 	}

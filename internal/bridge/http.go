@@ -37,7 +37,12 @@ func (d *httpDialer) dial(_ context.Context, onLost func(error)) (link, error) {
 			Endpoint: d.spec.URL,
 			// No Client.Timeout: it would cut the SSE streams; every request
 			// carries its own deadline instead.
-			HTTPClient: &http.Client{Transport: rt},
+			HTTPClient: &http.Client{
+				Transport: rt,
+				// Never follow a redirect: the configured headers (often a
+				// Secret) would go to whatever host it names.
+				CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+			},
 			MaxRetries: 2,
 		},
 		done: make(chan struct{}),
@@ -101,8 +106,8 @@ func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		return nil, err
 	}
 	if resp.StatusCode == http.StatusNotFound && req.Header.Get("Mcp-Session-Id") != "" {
-		t.onLost(fmt.Errorf("the server no longer knows session %s (HTTP 404): %w",
-			req.Header.Get("Mcp-Session-Id"), mcp.ErrSessionMissing))
+		// The session id stays out of the message: status is widely readable.
+		t.onLost(fmt.Errorf("the server no longer knows the session (HTTP 404): %w", mcp.ErrSessionMissing))
 	}
 	resp.Body = &releasingBody{ReadCloser: resp.Body, release: done}
 	return resp, nil

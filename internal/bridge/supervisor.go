@@ -153,6 +153,9 @@ func (s *Supervisor) Dispose(ctx context.Context) error {
 		select {
 		case <-done:
 		case <-ctx.Done():
+			// Its tools must not outlive the resource, even if the
+			// generation is still closing.
+			s.registry.Remove(s.ns, s.owner)
 			return fmt.Errorf("dispose %s: %w", s.owner, ctx.Err())
 		}
 	}
@@ -208,7 +211,8 @@ func (s *Supervisor) run(ctx context.Context) {
 		if !ok {
 			s.registry.Remove(s.ns, s.owner)
 			s.stop(&stopError{reason: ReasonReconnectExhausted,
-				msg: fmt.Sprintf("Gave up after %d consecutive failed reconnect attempts", s.p.Reconnect.MaxAttempts)})
+				msg: fmt.Sprintf("Gave up after %d consecutive failed attempts (reconnect.maxAttempts is %d); tools unregistered",
+					o.failed, s.p.Reconnect.MaxAttempts)})
 			return
 		}
 		s.scheduleRetry(n, delay, o.failed, everConnected)

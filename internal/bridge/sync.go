@@ -125,21 +125,6 @@ func diffTools(before, after []Tool) (added, removed int) {
 	return added, len(old)
 }
 
-// retryConflict retries a refused swap when the namespace's registry changed.
-func (s *Supervisor) retryConflict(g *generation, namespaces []string) {
-	if s.Snapshot().SyncConflict == "" {
-		return
-	}
-	for _, ns := range namespaces {
-		if ns == s.ns {
-			s.syncMu.Lock()
-			s.publish(g, g.fetched)
-			s.syncMu.Unlock()
-			return
-		}
-	}
-}
-
 // resyncLoop re-syncs on list_changed, each time with a fresh budget. A
 // failed re-sync keeps the last good set; a timed-out one is a loss (§4.4).
 func (s *Supervisor) resyncLoop(g *generation) {
@@ -147,6 +132,12 @@ func (s *Supervisor) resyncLoop(g *generation) {
 		select {
 		case <-g.ctx.Done():
 			return
+		case <-g.retry:
+			// A refused set may fit now that the registry changed.
+			s.syncMu.Lock()
+			s.publish(g, g.fetched)
+			s.syncMu.Unlock()
+			continue
 		case <-g.resync:
 		}
 		ctx, cancel := context.WithTimeout(g.ctx, s.p.ConnectionTimeout)
