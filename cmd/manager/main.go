@@ -66,7 +66,8 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
-	if err := setupControllers(mgr, opts); err != nil {
+	sups, err := setupControllers(mgr, opts)
+	if err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -78,19 +79,22 @@ func run(args []string) error {
 
 	log.Info("starting manager", "gatewayBindAddress", opts.gatewayAddr, "gatewayAuth", opts.gatewayAuth,
 		"watchNamespaces", opts.watchNamespaces)
-	return mgr.Start(ctrl.SetupSignalHandler())
+	err = mgr.Start(ctrl.SetupSignalHandler())
+	// No stdio server may outlive the manager, however it stopped.
+	sups.DisposeAll()
+	return err
 }
 
 // setupControllers wires the tool registry, the supervisors and the
 // McpServer reconciler into the manager.
-func setupControllers(mgr ctrl.Manager, opts *options) error {
+func setupControllers(mgr ctrl.Manager, opts *options) (*controller.Supervisors, error) {
 	registry := bridge.NewRegistry()
 	gw := &gateway.Gateway{Registry: registry, Log: ctrl.Log.WithName("gateway")}
 	if opts.gatewayAuth == gatewayAuthToken {
 		gw.Auth = &gateway.Authorizer{Client: mgr.GetClient()}
 	}
 	if err := gw.AddToManager(mgr, opts.gatewayAddr); err != nil {
-		return fmt.Errorf("set up the gateway: %w", err)
+		return nil, fmt.Errorf("set up the gateway: %w", err)
 	}
 	sups := &controller.Supervisors{Registry: registry, Log: ctrl.Log.WithName("supervisor")}
 	r := &controller.McpServerReconciler{
@@ -100,9 +104,9 @@ func setupControllers(mgr ctrl.Manager, opts *options) error {
 		Supervisors: sups,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("set up the McpServer controller: %w", err)
+		return nil, fmt.Errorf("set up the McpServer controller: %w", err)
 	}
-	return nil
+	return sups, nil
 }
 
 // cacheOptions restricts the informers to the watched namespaces, if any.

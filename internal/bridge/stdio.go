@@ -66,7 +66,9 @@ func (d *stdioDialer) dial(_ context.Context, _ func(error)) (link, error) {
 	cmd := exec.Command(d.spec.Command, d.spec.Args...)
 	cmd.Dir = d.spec.Cwd
 	cmd.Env = scrubbedEnv(os.Environ(), d.spec.Env)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own group, so that closing kills launchers' grandchildren too; and
+	// SIGKILL if the manager dies without disposing it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 
 	// Our own pipes, so that Wait never closes what the MCP reader still
 	// reads and a grandchild holding stdout open cannot hide the exit.

@@ -33,5 +33,8 @@ func (r *McpServerReconciler) emitEvents(obj *v1alpha1.McpServer, before *v1alph
 	if before.Phase == v.phase && prev != nil && prev.Reason == v.reason && prev.Message == v.message {
 		return
 	}
-	r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, v.reason, "Validate", "%s", v.message)
+	r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, v.reason, "Validate", "%s", truncate(v.message, maxEventMessage))
 }
+
+// maxEventMessage fits the apiserver's limit on an event's note (1 KiB).
+const maxEventMessage = 1000

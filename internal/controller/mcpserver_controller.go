@@ -110,7 +110,7 @@ func (r *McpServerReconciler) decide(ctx context.Context, obj *v1alpha1.McpServe
 	}
 	if holder != nil && holder.Name != obj.Name {
 		return r.halt(ctx, key, verdict{phase: v1alpha1.PhaseConflict, reason: v1alpha1.ReasonServerNameConflict,
-			message: fmt.Sprintf("serverName %q is held by the older McpServer %q; this one connects when it is released", serverName, holder.Name)})
+			message: fmt.Sprintf("The serverName %q is held by the older McpServer %q; this one connects when it is released", serverName, holder.Name)})
 	}
 	values, err := readValues(ctx, r.APIReader, obj.Namespace, policy.Refs(&obj.Spec))
 	if err != nil {

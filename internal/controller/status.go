@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -25,6 +26,12 @@ func verdictFromSnapshot(sn bridge.Snapshot) verdict {
 	v := verdict{snap: &sn}
 	switch sn.Phase {
 	case bridge.PhaseReady:
+		if sn.SyncConflict != "" && len(sn.Tools) == 0 {
+			// Connected, but none of its tools could be published (§5).
+			v.phase, v.reason = v1alpha1.PhaseConflict, v1alpha1.ReasonServerNameConflict
+			v.message = "Connected, but no tool could be published: " + sn.SyncConflict
+			break
+		}
 		v.phase, v.reason = v1alpha1.PhaseReady, v1alpha1.ReasonConnected
 		v.message = connectedMessage(sn)
 	case bridge.PhaseReconnecting:
@@ -108,7 +115,7 @@ func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	return s[:n] + "…"
+	return strings.ToValidUTF8(s[:n-3], "") + "..."
 }
 
 // maxToolBytes keeps status.tools, and so the whole status, under 64 KiB
@@ -144,8 +151,8 @@ func statusTime(t time.Time) *metav1.Time {
 // observed generation; a transition time moves only when a status flips.
 func setConditions(obj *v1alpha1.McpServer, v verdict) {
 	progressing := v.phase == v1alpha1.PhasePending || v.phase == v1alpha1.PhaseConnecting || v.phase == v1alpha1.PhaseReconnecting
-	stalled := v.phase == v1alpha1.PhaseFailed || v.phase == v1alpha1.PhaseInvalid || v.phase == v1alpha1.PhaseConflict ||
-		v.reason == v1alpha1.ReasonSecretNotFound
+	// A missing Secret heals by itself: progressing, not stalled (§3).
+	stalled := v.phase == v1alpha1.PhaseFailed || v.phase == v1alpha1.PhaseInvalid || v.phase == v1alpha1.PhaseConflict
 	msg := truncate(v.message, maxMessage)
 	set := func(t string, on bool) {
 		meta.SetStatusCondition(&obj.Status.Conditions, metav1.Condition{

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/bridge"
 )
@@ -52,4 +54,59 @@ func TestStatusToolsCapsCountAndBytes(t *testing.T) {
 			t.Fatalf("unexpected first tool %q", obj.Status.Tools[0].Name)
 		}
 	})
+}
+
+func TestVerdictAndConditions(t *testing.T) {
+	tool := bridge.Tool{Name: "mcp__a__x", RawName: "x"}
+	cases := []struct {
+		name                          string
+		v                             verdict
+		phase                         v1alpha1.Phase
+		reason                        string
+		ready, reconciling, stalledOn bool
+	}{
+		{"ready", verdictFromSnapshot(bridge.Snapshot{Phase: bridge.PhaseReady, Tools: []bridge.Tool{tool}}),
+			v1alpha1.PhaseReady, v1alpha1.ReasonConnected, true, false, false},
+		{"a refused re-sync keeps Ready with the last good tools",
+			verdictFromSnapshot(bridge.Snapshot{Phase: bridge.PhaseReady, Tools: []bridge.Tool{tool}, SyncConflict: "held"}),
+			v1alpha1.PhaseReady, v1alpha1.ReasonConnected, true, false, false},
+		{"connected with no tool publishable is a conflict",
+			verdictFromSnapshot(bridge.Snapshot{Phase: bridge.PhaseReady, SyncConflict: "held"}),
+			v1alpha1.PhaseConflict, v1alpha1.ReasonServerNameConflict, false, false, true},
+		{"reconnecting", verdictFromSnapshot(bridge.Snapshot{Phase: bridge.PhaseReconnecting, Attempt: 1, MaxAttempts: 3}),
+			v1alpha1.PhaseReconnecting, v1alpha1.ReasonReconnecting, false, true, false},
+		{"exhausted", verdictFromSnapshot(bridge.Snapshot{Phase: bridge.PhaseFailed, Reason: bridge.ReasonReconnectExhausted}),
+			v1alpha1.PhaseFailed, v1alpha1.ReasonReconnectExhausted, false, false, true},
+		{"a missing Secret is progressing, not stalled",
+			verdict{phase: v1alpha1.PhasePending, reason: v1alpha1.ReasonSecretNotFound, message: "Waiting"},
+			v1alpha1.PhasePending, v1alpha1.ReasonSecretNotFound, false, true, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			obj := &v1alpha1.McpServer{}
+			obj.Generation = 4
+			applyStatus(obj, "a", tc.v)
+			if obj.Status.Phase != tc.phase {
+				t.Fatalf("phase %s, want %s", obj.Status.Phase, tc.phase)
+			}
+			for _, c := range []struct {
+				typ string
+				on  bool
+			}{{v1alpha1.ConditionReady, tc.ready}, {v1alpha1.ConditionReconciling, tc.reconciling}, {v1alpha1.ConditionStalled, tc.stalledOn}} {
+				got := findCondition(obj, c.typ)
+				if got == nil || (got.Status == "True") != c.on || got.ObservedGeneration != 4 || got.Reason != tc.reason {
+					t.Fatalf("%s = %+v, want on=%v reason %s at generation 4", c.typ, got, c.on, tc.reason)
+				}
+			}
+		})
+	}
+}
+
+func findCondition(obj *v1alpha1.McpServer, t string) *metav1.Condition {
+	for i := range obj.Status.Conditions {
+		if obj.Status.Conditions[i].Type == t {
+			return &obj.Status.Conditions[i]
+		}
+	}
+	return nil
 }

@@ -70,7 +70,7 @@ func (s *Supervisors) Start(ctx context.Context) error {
 	s.mu.Unlock()
 	close(s.started)
 	<-ctx.Done()
-	s.disposeAll()
+	s.DisposeAll()
 	return nil
 }
 
@@ -162,7 +162,11 @@ func (s *Supervisors) Stop(ctx context.Context, key types.NamespacedName) error 
 	return e.sup.Dispose(dctx)
 }
 
-func (s *Supervisors) disposeAll() {
+// DisposeAll disposes every supervisor; the manager binary calls it again
+// after the manager stops, because on a lost leader election the manager
+// exits without waiting for its runnables.
+func (s *Supervisors) DisposeAll() {
+	s.init()
 	s.mu.Lock()
 	keys := make([]types.NamespacedName, 0, len(s.entries))
 	for k := range s.entries {

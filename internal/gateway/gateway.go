@@ -2,8 +2,10 @@ package gateway
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -43,6 +45,13 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 	if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
 		refused("not_found")
 		http.Error(w, "invalid namespace", http.StatusNotFound)
+		return
+	}
+	if g.Auth == nil && !loopbackHost(r.Host) {
+		// Without authentication only loopback clients may call: a page
+		// that rebinds its own domain to 127.0.0.1 names itself in Host.
+		refused("not_loopback")
+		http.Error(w, "without authentication the gateway answers loopback hosts only", http.StatusForbidden)
 		return
 	}
 	if !sameOrigin(r) {
@@ -100,6 +109,19 @@ func sameOrigin(r *http.Request) bool {
 	}
 	u, err := url.Parse(origin)
 	return err == nil && u.Host == r.Host
+}
+
+// loopbackHost: the request's Host names localhost or a loopback address.
+func loopbackHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
 }
 
 // endpoint returns ns's endpoint, creating it on first use.

@@ -22,7 +22,12 @@ func post(t *testing.T, h http.Handler, path, body string, header map[string]str
 	req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Host = "127.0.0.1:8090"
 	for k, v := range header {
+		if k == "Host" {
+			req.Host = v
+			continue
+		}
 		req.Header.Set(k, v)
 	}
 	rec := httptest.NewRecorder()
@@ -41,7 +46,10 @@ func TestGatewayRefusesBadRequestsBeforeMCP(t *testing.T) {
 		header map[string]string
 		want   int
 	}{
-		{"same-origin initialize is served", "/namespaces/agents/mcp", initialize, map[string]string{"Origin": "http://example.com"}, http.StatusOK},
+		{"same-origin initialize is served", "/namespaces/agents/mcp", initialize, map[string]string{"Origin": "http://127.0.0.1:8090"}, http.StatusOK},
+		{"localhost is served", "/namespaces/agents/mcp", initialize, map[string]string{"Host": "localhost:8090"}, http.StatusOK},
+		{"a rebound name is refused without auth", "/namespaces/agents/mcp", initialize,
+			map[string]string{"Host": "evil.example:8090", "Origin": "http://evil.example:8090"}, http.StatusForbidden},
 		{"no Origin is served", "/namespaces/agents/mcp", initialize, nil, http.StatusOK},
 		{"cross-origin is refused", "/namespaces/agents/mcp", initialize, map[string]string{"Origin": "http://evil.example"}, http.StatusForbidden},
 		{"an invalid namespace is not found", "/namespaces/Not_A_Namespace/mcp", initialize, nil, http.StatusNotFound},
