@@ -23,7 +23,7 @@ func (d *httpDialer) dial(_ context.Context, onLost func(error)) (link, error) {
 	base := &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
 		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConnsPerHost:   8,
+		MaxIdleConnsPerHost:   64, // above it, concurrent calls redial every time
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ResponseHeaderTimeout: 0, // a call may legitimately take toolCallTimeoutMs

@@ -1,0 +1,609 @@
+// Command gateway measures tools/call of the fixture's echo tool directly
+// against the fixture and through the MCP gateway (internal/gateway), and
+// prints a markdown table with the command that reproduces it (SPEC §10:
+// the gateway adds ≤ 0.5 ms at p50 and keeps ≥ 80% of direct throughput).
+//
+//	go run ./hack/bench/gateway [-duration=5s] [-callers=1,32] [-cpuprofile=FILE]
+//
+// The fixture runs as a separate process (bin built into a temp dir, served
+// with --http=127.0.0.1:0); the supervisor, the gateway (no auth, as with
+// --gateway-auth=none) and the load-generating clients run in this process.
+// It is a benchmark, not a test: it asserts nothing and exits 0 whether or
+// not a goal is met (exit 1 only when it cannot measure at all).
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/metrics"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpbridge/operator/api/v1alpha1"
+	"github.com/mcpbridge/operator/internal/bridge"
+	"github.com/mcpbridge/operator/internal/gateway"
+	"github.com/mcpbridge/operator/internal/policy"
+)
+
+const (
+	fixturePkg = "github.com/mcpbridge/operator/test/fixture/cmd/mcp-fixture"
+	namespace  = "bench"
+	serverName = "fx"
+	// fixtureEcho is the fixture's tool that answers its text argument.
+	fixtureEcho = "echo"
+	echoText    = "hello"
+	// clkTck is USER_HZ, the unit of utime/stime in /proc/<pid>/stat.
+	clkTck = 100
+)
+
+var (
+	flagDuration   = flag.Duration("duration", 5*time.Second, "measured time per cell and path (direct, gateway)")
+	flagWarmup     = flag.Duration("warmup", time.Second, "warm-up time per cell and path (same sessions, not recorded)")
+	flagRounds     = flag.Int("rounds", 5, "direct and gateway alternate in this many rounds of duration/rounds each")
+	flagCallers    = flag.String("callers", "1,32", "comma-separated concurrent callers; each caller has its own client session")
+	flagShared     = flag.Bool("shared", true, "also measure every caller count > 1 over one shared client session")
+	flagProtocols  = flag.String("protocols", "2026-07-28,2025-11-25", "client protocol versions (2026-07-28: sessionless, 2025-11-25: sessions)")
+	flagFixture    = flag.String("fixture", "", "fixture binary (default: go build "+fixturePkg+" into a temp dir)")
+	flagCPUProfile = flag.String("cpuprofile", "", "write a CPU profile of this process (agents + gateway + supervisor) to `FILE`; goroutines carry pprof labels role, mode, proto, callers")
+	flagMemProfile = flag.String("memprofile", "", "write an allocation profile of this process to `FILE` at the end (go tool pprof -sample_index=alloc_space)")
+	flagVerbose    = flag.Bool("v", false, "log the supervisor to stderr")
+)
+
+func main() {
+	flag.Parse()
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// cell is one measured combination; each is measured direct and through
+// the gateway.
+type cell struct {
+	proto    string
+	callers  int
+	sessions int
+}
+
+// result is what one cell measured on one path.
+type result struct {
+	cell
+	mode       string // "direct" or "gateway"
+	lat        []time.Duration
+	errs       int
+	elapsed    time.Duration
+	cpuSelf    time.Duration // this process: agents (+ gateway and supervisor)
+	cpuFixture time.Duration // the fixture process
+	allocSelf  uint64        // heap bytes allocated by this process
+	negotiated string        // the agent's protocol version
+	upstream   string        // the supervisor's protocol version (gateway only)
+}
+
+func (r result) rate() float64 { return float64(len(r.lat)) / r.elapsed.Seconds() }
+
+// perCall divides d by the successful calls.
+func (r result) perCall(d time.Duration) time.Duration {
+	if len(r.lat) == 0 {
+		return 0
+	}
+	return d / time.Duration(len(r.lat))
+}
+
+type bench struct {
+	fixture string
+	log     logr.Logger
+	results []result
+	notes   []string
+}
+
+func run() error {
+	b := &bench{log: logr.Discard()}
+	if *flagVerbose {
+		b.log = funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, prefix, args) }, funcr.Options{})
+	}
+	callers, err := parseInts(*flagCallers)
+	if err != nil {
+		return fmt.Errorf("-callers: %w", err)
+	}
+	if *flagRounds < 1 || *flagDuration/time.Duration(*flagRounds) <= 0 {
+		return errors.New("-rounds must be at least 1 and at most -duration in nanoseconds")
+	}
+	if b.fixture = *flagFixture; b.fixture == "" {
+		dir, err := os.MkdirTemp("", "bench-gateway-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		if b.fixture, err = buildFixture(dir); err != nil {
+			return err
+		}
+	}
+	if *flagCPUProfile != "" {
+		f, err := os.Create(*flagCPUProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	started, loadBefore := time.Now(), loadavg()
+	for _, proto := range strings.Split(*flagProtocols, ",") {
+		if err := b.protocol(strings.TrimSpace(proto), callers); err != nil {
+			return fmt.Errorf("protocol %s: %w", proto, err)
+		}
+	}
+	b.print(time.Since(started), loadBefore)
+	if *flagMemProfile != "" {
+		return writeProfile("allocs", *flagMemProfile)
+	}
+	return nil
+}
+
+func writeProfile(name, file string) error {
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup(name).WriteTo(f, 0); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func buildFixture(dir string) (string, error) {
+	bin := filepath.Join(dir, "mcp-fixture")
+	build := exec.Command("go", "build", "-o", bin, fixturePkg)
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return "", fmt.Errorf("build the fixture: %w", err)
+	}
+	return bin, nil
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive number", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// protocol measures every cell of one client protocol version against one
+// fixture process: stateless for 2026-07-28, with sessions for 2025-11-25,
+// so that both hops of the gateway speak the protocol the agent asked for.
+func (b *bench) protocol(proto string, callers []int) error {
+	args := []string{"--protocol=" + proto}
+	if proto >= "2026-07-28" {
+		args = append(args, "--stateless")
+	}
+	fx, err := startFixture(b.fixture, args...)
+	if err != nil {
+		return err
+	}
+	defer fx.stop()
+	gw, err := b.startGateway(proto, fx.url)
+	if err != nil {
+		return err
+	}
+	defer gw.stop()
+	var cells []cell
+	for _, n := range callers {
+		cells = append(cells, cell{proto: proto, callers: n, sessions: n})
+		if *flagShared && n > 1 {
+			cells = append(cells, cell{proto: proto, callers: n, sessions: 1})
+		}
+	}
+	direct := target{mode: "direct", url: fx.url, tool: fixtureEcho}
+	through := target{mode: "gateway", url: gw.url, tool: bridge.PublicName(serverName, fixtureEcho)}
+	for _, c := range cells {
+		fmt.Fprintf(os.Stderr, "%s: %d callers over %d sessions ...\n", proto, c.callers, c.sessions)
+		res, err := measure(c, []target{direct, through}, fx.pid)
+		if err != nil {
+			return fmt.Errorf("%d callers over %d sessions: %w", c.callers, c.sessions, err)
+		}
+		res[1].upstream = gw.upstreamProtocol()
+		b.results = append(b.results, res...)
+	}
+	return nil
+}
+
+// ---- the fixture process ---------------------------------------------------
+
+type fixtureProc struct {
+	cmd *exec.Cmd
+	url string
+	pid int
+}
+
+// startFixture runs the fixture binary with --http=127.0.0.1:0 and reads the
+// URL it announces on its first stdout line.
+func startFixture(bin string, args ...string) (*fixtureProc, error) {
+	cmd := exec.Command(bin, append([]string{"--http=127.0.0.1:0"}, args...)...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	fx := &fixtureProc{cmd: cmd, pid: cmd.Process.Pid}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	url, ok := strings.CutPrefix(strings.TrimSpace(line), "listening on ")
+	if err != nil || !ok {
+		fx.stop()
+		return nil, fmt.Errorf("fixture announced %q: %v", line, err)
+	}
+	fx.url = url
+	return fx, nil
+}
+
+func (fx *fixtureProc) stop() {
+	_ = fx.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = fx.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = fx.cmd.Process.Kill()
+		<-done
+	}
+}
+
+// ---- the gateway -----------------------------------------------------------
+
+type gatewayEnv struct {
+	sup    *bridge.Supervisor
+	srv    *http.Server
+	url    string
+	cancel context.CancelFunc
+}
+
+// startGateway runs a supervisor connected to upstream, publishing into a
+// registry, and the gateway over that registry on a loopback port; it
+// returns once the supervisor is Ready.
+func (b *bench) startGateway(proto, upstream string) (*gatewayEnv, error) {
+	reg := bridge.NewRegistry()
+	p := &policy.Policy{
+		ServerName:        serverName,
+		Transport:         v1alpha1.TransportStreamableHTTP,
+		HTTP:              &policy.HTTP{URL: upstream},
+		ToolCallTimeout:   30 * time.Second,
+		ConnectionTimeout: 10 * time.Second,
+		Reconnect:         policy.Reconnect{Enabled: true, InitialDelay: 100 * time.Millisecond, MaxDelay: time.Second, MaxAttempts: 10},
+	}
+	sup := bridge.New(bridge.Options{Namespace: namespace, Name: serverName, Policy: p, Registry: reg, Log: b.log})
+	g := &gateway.Gateway{Registry: reg, Log: b.log}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	env := &gatewayEnv{sup: sup, cancel: cancel,
+		srv: &http.Server{Handler: g.Handler(), ReadHeaderTimeout: 10 * time.Second},
+		url: fmt.Sprintf("http://%s/namespaces/%s/mcp", ln.Addr(), namespace)}
+	// Everything started here (the supervisor's goroutines, the server's
+	// connection goroutines and the upstream calls they make) inherits
+	// role=gateway in the CPU profile.
+	pprof.Do(ctx, pprof.Labels("role", "gateway", "proto", proto), func(ctx context.Context) {
+		sup.Start(ctx)
+		go func() { _ = g.Start(ctx) }()
+		go func() { _ = env.srv.Serve(ln) }()
+	})
+	if err := waitReady(sup, 10*time.Second); err != nil {
+		env.stop()
+		return nil, err
+	}
+	return env, nil
+}
+
+func waitReady(s *bridge.Supervisor, limit time.Duration) error {
+	deadline := time.After(limit)
+	for {
+		sn := s.Snapshot()
+		if sn.Phase == bridge.PhaseReady {
+			return nil
+		}
+		select {
+		case <-s.Changes():
+		case <-time.After(10 * time.Millisecond):
+		case <-deadline:
+			return fmt.Errorf("supervisor not Ready after %s: phase %s, lastError %v", limit, sn.Phase, sn.LastError)
+		}
+	}
+}
+
+func (env *gatewayEnv) upstreamProtocol() string {
+	if info := env.sup.Snapshot().ServerInfo; info != nil {
+		return info.ProtocolVersion
+	}
+	return "?"
+}
+
+func (env *gatewayEnv) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = env.srv.Shutdown(ctx)
+	env.cancel()
+	_ = env.sup.Dispose(ctx)
+}
+
+// ---- the load --------------------------------------------------------------
+
+// target is where agents send their calls.
+type target struct{ mode, url, tool string }
+
+// measure connects agents to each target, warms them up, then alternates
+// between the targets in -rounds rounds, so that a change of machine load
+// during the cell hits every target alike. It returns one result per target.
+func measure(c cell, targets []target, fixturePid int) (res []result, err error) {
+	res = make([]result, len(targets))
+	ags := make([]*agents, len(targets))
+	defer func() {
+		for _, a := range ags {
+			a.close()
+		}
+	}()
+	for i, t := range targets {
+		res[i].cell, res[i].mode = c, t.mode
+		if ags[i], err = connectAgents(c, t); err != nil {
+			return nil, fmt.Errorf("%s: %w", t.mode, err)
+		}
+		res[i].negotiated = ags[i].sessions[0].InitializeResult().ProtocolVersion
+		ags[i].load(*flagWarmup)
+	}
+	slice := *flagDuration / time.Duration(*flagRounds)
+	for range *flagRounds {
+		for i, a := range ags {
+			self0, fx0, alloc0, t0 := cpuSelf(), cpuOf(fixturePid), allocated(), time.Now()
+			lat, errs := a.load(slice)
+			res[i].elapsed += time.Since(t0)
+			res[i].cpuSelf += cpuSelf() - self0
+			res[i].cpuFixture += cpuOf(fixturePid) - fx0
+			res[i].allocSelf += allocated() - alloc0
+			res[i].lat, res[i].errs = append(res[i].lat, lat...), res[i].errs+errs
+		}
+	}
+	return res, nil
+}
+
+// agents are the client sessions of one cell and target.
+type agents struct {
+	c        cell
+	t        target
+	hc       *http.Client
+	sessions []*mcp.ClientSession
+	labels   pprof.LabelSet
+}
+
+// connectAgents opens c.sessions sessions to t and checks that the tool
+// echoes. Everything the agents start (SDK readers, HTTP connections) is
+// labelled role=agent in the CPU profile.
+func connectAgents(c cell, t target) (a *agents, err error) {
+	a = &agents{c: c, t: t, labels: pprof.Labels("role", "agent", "mode", t.mode, "proto", c.proto, "callers", strconv.Itoa(c.callers))}
+	// Enough idle connections for every caller: the default transport keeps
+	// 2 per host, which would make the agents reconnect, in both modes.
+	a.hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2*c.callers + 4, IdleConnTimeout: time.Minute}}
+	client := mcp.NewClient(&mcp.Implementation{Name: "bench-agent", Version: "v0"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pprof.Do(ctx, a.labels, func(ctx context.Context) {
+		for range c.sessions {
+			var s *mcp.ClientSession
+			s, err = client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: t.url, HTTPClient: a.hc},
+				&mcp.ClientSessionOptions{ProtocolVersion: c.proto})
+			if err != nil {
+				err = fmt.Errorf("connect: %w", err)
+				return
+			}
+			a.sessions = append(a.sessions, s)
+		}
+		err = checkEcho(ctx, a.sessions[0], t.tool)
+	})
+	if err != nil {
+		a.close()
+		return nil, err
+	}
+	return a, nil
+}
+
+func (a *agents) close() {
+	if a == nil {
+		return
+	}
+	for _, s := range a.sessions {
+		_ = s.Close()
+	}
+	a.hc.CloseIdleConnections()
+}
+
+// checkEcho makes sure that the tool answers and echoes its argument.
+func checkEcho(ctx context.Context, s *mcp.ClientSession, tool string) error {
+	res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"text": echoText}})
+	if err != nil {
+		return fmt.Errorf("first call: %w", err)
+	}
+	if got := bridge.RenderText(res); res.IsError || got != echoText {
+		return fmt.Errorf("first call answered %q (isError %v)", got, res.IsError)
+	}
+	return nil
+}
+
+// load runs c.callers goroutines, caller i on session i mod sessions, each
+// calling the tool back to back until d has passed, and returns the
+// latencies of the successful calls and the number of failed ones.
+func (a *agents) load(d time.Duration) (all []time.Duration, failed int) {
+	end := time.Now().Add(d)
+	lats := make([][]time.Duration, a.c.callers)
+	errs := make([]int, a.c.callers)
+	pprof.Do(context.Background(), a.labels, func(context.Context) {
+		var wg sync.WaitGroup
+		for i := range a.c.callers {
+			wg.Go(func() {
+				s := a.sessions[i%len(a.sessions)]
+				params := &mcp.CallToolParams{Name: a.t.tool, Arguments: map[string]any{"text": echoText}}
+				for t0 := time.Now(); t0.Before(end); t0 = time.Now() {
+					res, err := s.CallTool(context.Background(), params)
+					if err != nil || res.IsError {
+						errs[i]++
+						continue
+					}
+					lats[i] = append(lats[i], time.Since(t0))
+				}
+			})
+		}
+		wg.Wait()
+	})
+	for i := range lats {
+		all = append(all, lats[i]...)
+		failed += errs[i]
+	}
+	return all, failed
+}
+
+// allocated is the heap bytes this process has allocated so far.
+func allocated() uint64 {
+	m := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(m)
+	return m[0].Value.Uint64()
+}
+
+// cpuSelf is this process's user + system CPU time.
+func cpuSelf() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// cpuOf is another process's user + system CPU time, from /proc/<pid>/stat.
+func cpuOf(pid int) time.Duration {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	i := strings.LastIndexByte(string(data), ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(data[i+1:])) // f[0] is field 3 (state)
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * time.Second / clkTck
+}
+
+// loadavg is the 1-minute load average.
+func loadavg() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	if f := strings.Fields(string(data)); len(f) > 0 {
+		return f[0]
+	}
+	return "?"
+}
+
+// ---- output ----------------------------------------------------------------
+
+func (b *bench) print(elapsed time.Duration, loadBefore string) {
+	cmd := "go run ./hack/bench/gateway"
+	flag.Visit(func(f *flag.Flag) { cmd += " -" + f.Name + "=" + f.Value.String() })
+	fmt.Printf("Command: `%s`  \n", cmd)
+	fmt.Printf("Date: %s; %d cores (runtime.NumCPU); %s %s/%s; fixture: separate process `mcp-fixture --http=127.0.0.1:0`; "+
+		"per cell and path %s measured in %d alternating rounds after %s warm-up; run took %s; 1-min load average %s before, %s after.\n\n",
+		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), runtime.Version(), runtime.GOOS, runtime.GOARCH,
+		*flagDuration, *flagRounds, *flagWarmup, elapsed.Round(time.Second), loadBefore, loadavg())
+	fmt.Println("| Protocol (agent / upstream) | Callers × sessions | Path | calls | p50 | p99 | calls/s | CPU/call: bench process (gateway's share) | CPU/call: fixture | Alloc/call: bench process | Added p50 | Throughput (CPU-bound) | Met: ≤ 0.5 ms, ≥ 80% |")
+	fmt.Println("|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|")
+	for i := 0; i+1 < len(b.results); i += 2 {
+		d, g := b.results[i], b.results[i+1]
+		b.printRow(d, "", " | | |")
+		added := pct(g.lat, 50) - pct(d.lat, 50)
+		ratio := g.rate() / d.rate()
+		// The throughput ratio if CPU were the only limit: direct over
+		// gateway CPU per call, both processes summed. It moves less with
+		// the machine's other load than calls/s do.
+		cpuRatio := float64(d.perCall(d.cpuSelf+d.cpuFixture)) / float64(g.perCall(g.cpuSelf+g.cpuFixture))
+		share := fmt.Sprintf(" (%s)", msf(g.perCall(g.cpuSelf)-d.perCall(d.cpuSelf)))
+		b.printRow(g, share, fmt.Sprintf(" %s | %.0f%% (%.0f%%) | %s, %s |", msf(added), 100*ratio, 100*cpuRatio,
+			yesNo(added <= 500*time.Microsecond), yesNo(ratio >= 0.8)))
+	}
+	fmt.Println()
+	fmt.Println("Percentiles are nearest-rank over every successful call of the cell. CPU/call is the user+system CPU of a process during " +
+		"the measured rounds divided by the calls: the bench process holds the agents, and in gateway rows also the gateway and " +
+		"the supervisor (in brackets: gateway row minus direct row, i.e. the gateway and supervisor alone); the fixture's CPU is " +
+		"read from /proc/PID/stat at 10 ms resolution. Alloc/call: heap bytes allocated by the bench process per call " +
+		"(runtime/metrics). Throughput: gateway calls/s over direct calls/s; in brackets direct CPU/call over gateway CPU/call, " +
+		"both processes summed, i.e. the ratio when CPU is the only limit.")
+	for _, n := range b.notes {
+		fmt.Println("- " + n)
+	}
+}
+
+// printRow prints one path of a cell; share follows the bench CPU, tail
+// closes the row.
+func (b *bench) printRow(r result, share, tail string) {
+	proto := r.negotiated
+	if r.mode == "gateway" {
+		proto += " / " + r.upstream
+	}
+	if r.errs > 0 {
+		b.notes = append(b.notes, fmt.Sprintf("%s %s, %d callers: %d calls failed", r.proto, r.mode, r.callers, r.errs))
+	}
+	fmt.Printf("| %s | %d × %d | %s | %d | %s | %s | %.0f | %s%s | %s | %.0f kB |%s\n", proto, r.callers, r.sessions, r.mode,
+		len(r.lat), msf(pct(r.lat, 50)), msf(pct(r.lat, 99)), r.rate(),
+		msf(r.perCall(r.cpuSelf)), share, msf(r.perCall(r.cpuFixture)), float64(r.allocSelf)/float64(max(1, len(r.lat)))/1e3, tail)
+}
+
+// pct is the nearest-rank percentile p of xs.
+func pct(xs []time.Duration, p float64) time.Duration {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	i := int(math.Ceil(p/100*float64(len(s)))) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+// msf formats a duration in milliseconds with two decimals.
+func msf(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/1e6) }
+
+func yesNo(ok bool) string {
+	if ok {
+		return "yes"
+	}
+	return "**no**"
+}
