@@ -20,6 +20,10 @@ func (s *Supervisor) CallTool(ctx context.Context, rawName string, args any) (re
 	if g == nil {
 		return nil, &StageError{Stage: StageToolsCall, Err: fmt.Errorf("%w: %s", ErrUnavailable, why)}
 	}
+	if s.tasks.required(rawName) {
+		return nil, &StageError{Stage: StageToolsCall, Err: fmt.Errorf(
+			"tool %q requires task-based execution (execution.taskSupport: required), which the bridge does not support", rawName)}
+	}
 	cctx, cancel := context.WithTimeout(ctx, s.p.ToolCallTimeout)
 	defer cancel()
 	defer context.AfterFunc(g.ctx, cancel)() // a closing generation ends its calls

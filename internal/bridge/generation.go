@@ -115,6 +115,7 @@ func (s *Supervisor) attemptError(ctx, dctx context.Context, stage string, err e
 }
 
 func (s *Supervisor) beginGeneration(everConnected bool) *generation {
+	s.tasks.reset()
 	var num int64
 	s.update(func(sn *Snapshot) {
 		sn.Generation++

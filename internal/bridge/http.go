@@ -16,7 +16,8 @@ import (
 
 // httpDialer connects to a Streamable HTTP endpoint.
 type httpDialer struct {
-	spec *policy.HTTP
+	spec  *policy.HTTP
+	sniff func([]byte) // optional: sees every line of every response body
 }
 
 func (d *httpDialer) dial(_ context.Context, onLost func(error)) (link, error) {
@@ -29,7 +30,7 @@ func (d *httpDialer) dial(_ context.Context, onLost func(error)) (link, error) {
 		ResponseHeaderTimeout: 0, // a call may legitimately take toolCallTimeoutMs
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	rt := &sessionTransport{base: base, headers: d.spec.Headers, onLost: onLost, linkCtx: ctx}
+	rt := &sessionTransport{base: base, headers: d.spec.Headers, onLost: onLost, linkCtx: ctx, sniff: d.sniff}
 	l := &httpLink{
 		base:   base,
 		cancel: cancel,
@@ -85,6 +86,7 @@ type sessionTransport struct {
 	headers []policy.Header
 	onLost  func(error)
 	linkCtx context.Context // ends when the generation closes
+	sniff   func([]byte)
 }
 
 func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -109,7 +111,11 @@ func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		// The session id stays out of the message: status is widely readable.
 		t.onLost(fmt.Errorf("the server no longer knows the session (HTTP 404): %w", mcp.ErrSessionMissing))
 	}
-	resp.Body = &releasingBody{ReadCloser: resp.Body, release: done}
+	body := resp.Body
+	if t.sniff != nil {
+		body = &sniffReader{ReadCloser: body, fn: t.sniff}
+	}
+	resp.Body = &releasingBody{ReadCloser: body, release: done}
 	return resp, nil
 }
 

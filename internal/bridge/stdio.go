@@ -60,6 +60,7 @@ type stdioDialer struct {
 	spec  *policy.Stdio
 	log   logr.Logger
 	grace time.Duration // between stdin close, SIGTERM and SIGKILL
+	sniff func([]byte)  // optional: sees every line the server writes
 }
 
 func (d *stdioDialer) dial(_ context.Context, _ func(error)) (link, error) {
@@ -92,7 +93,7 @@ func (d *stdioDialer) dial(_ context.Context, _ func(error)) (link, error) {
 		return nil, fmt.Errorf("start %q: %w", d.spec.Command, err)
 	}
 	closeAll(inR, outW, errW) // the child has its copies
-	l := &stdioLink{cmd: cmd, stdin: inW, stdout: outR, grace: d.grace,
+	l := &stdioLink{cmd: cmd, stdin: inW, stdout: outR, grace: d.grace, sniff: d.sniff,
 		exited: make(chan struct{}), stderrDone: make(chan struct{})}
 	go func() {
 		defer close(l.stderrDone)
@@ -107,6 +108,7 @@ type stdioLink struct {
 	stdin      *os.File
 	stdout     *os.File
 	grace      time.Duration
+	sniff      func([]byte) // sees every line the server writes
 	exited     chan struct{}
 	stderrDone chan struct{}
 	waitErr    error // set before exited is closed
@@ -122,7 +124,11 @@ func (l *stdioLink) exitError() error {
 }
 
 func (l *stdioLink) transport() mcp.Transport {
-	return &mcp.IOTransport{Reader: l.stdout, Writer: l.stdin}
+	var r io.ReadCloser = l.stdout
+	if l.sniff != nil {
+		r = &sniffReader{ReadCloser: l.stdout, fn: l.sniff}
+	}
+	return &mcp.IOTransport{Reader: r, Writer: l.stdin}
 }
 
 // reap waits for the child, then kills what is left of its process group

@@ -73,6 +73,7 @@ type Supervisor struct {
 	syncMu   sync.Mutex // two syncs of this server never interleave
 
 	observer Observer
+	tasks    taskTools // tools of the live generation that require tasks
 
 	mu     sync.Mutex
 	snap   Snapshot
@@ -109,16 +110,16 @@ func New(o Options) *Supervisor {
 		s.barrier = DefaultCloseBarrier
 	}
 	if s.dialer == nil {
-		s.dialer = newDialer(o.Policy, s.log, cmpOr(o.TerminateGrace, s.barrier/3))
+		s.dialer = newDialer(o.Policy, s.log, cmpOr(o.TerminateGrace, s.barrier/3), s.tasks.sniff)
 	}
 	return s
 }
 
-func newDialer(p *policy.Policy, log logr.Logger, grace time.Duration) dialer {
+func newDialer(p *policy.Policy, log logr.Logger, grace time.Duration, sniff func([]byte)) dialer {
 	if p.Stdio != nil {
-		return &stdioDialer{spec: p.Stdio, log: log, grace: grace}
+		return &stdioDialer{spec: p.Stdio, log: log, grace: grace, sniff: sniff}
 	}
-	return &httpDialer{spec: p.HTTP}
+	return &httpDialer{spec: p.HTTP, sniff: sniff}
 }
 
 func cmpOr(a, b time.Duration) time.Duration {
