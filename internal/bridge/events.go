@@ -1,9 +1,6 @@
 package bridge
 
-import (
-	"strings"
-	"time"
-)
+import "time"
 
 // Event is a transition worth telling a user about; the controller turns
 // it into a Kubernetes event. Reasons follow SPEC §3.
@@ -58,5 +55,5 @@ func clipMessage(m string) string {
 	if len(m) <= maxEventMessage {
 		return m
 	}
-	return strings.ToValidUTF8(m[:maxEventMessage-3], "") + "..."
+	return clip(m, maxEventMessage-3) + "..."
 }

@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -181,9 +182,9 @@ func (s *Supervisor) watchExit(g *generation, ex interface{ exitError() error })
 // connected makes g the live generation and starts its background work.
 func (s *Supervisor) connected(g *generation) {
 	init := g.sess.InitializeResult()
-	info := &ServerInfo{ProtocolVersion: clip(init.ProtocolVersion)}
+	info := &ServerInfo{ProtocolVersion: clip(init.ProtocolVersion, maxInfoLen)}
 	if init.ServerInfo != nil {
-		info.Name, info.Version = clip(init.ServerInfo.Name), clip(init.ServerInfo.Version)
+		info.Name, info.Version = clip(init.ServerInfo.Name, maxInfoLen), clip(init.ServerInfo.Version, maxInfoLen)
 	}
 	s.mu.Lock()
 	recovered := s.snap.Attempt > 0 || s.snap.Phase == PhaseReconnecting
@@ -201,7 +202,7 @@ func (s *Supervisor) connected(g *generation) {
 		reason, verb = "Recovered", "Reconnected to"
 	}
 	s.emit(false, reason, fmt.Sprintf("%s %s %s (protocol %s) in generation %d; %d tools published",
-		verb, cmpStr(info.Name, "the server"), info.Version, info.ProtocolVersion, g.num, tools))
+		verb, cmp.Or(info.Name, "the server"), info.Version, info.ProtocolVersion, g.num, tools))
 	g.goFn(func() { s.resyncLoop(g) })
 	if s.p.HealthCheckInterval > 0 {
 		g.goFn(func() { s.healthLoop(g) })
@@ -288,19 +289,13 @@ func (s *Supervisor) closeGeneration(g *generation) error {
 	}
 }
 
-func cmpStr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}
-
 // maxInfoLen bounds what a server may say about itself in our status.
 const maxInfoLen = 256
 
-func clip(s string) string {
-	if len(s) <= maxInfoLen {
+// clip cuts s to at most n bytes without splitting a character.
+func clip(s string, n int) string {
+	if len(s) <= n {
 		return s
 	}
-	return strings.ToValidUTF8(s[:maxInfoLen], "")
+	return strings.ToValidUTF8(s[:n], "")
 }

@@ -110,7 +110,7 @@ func New(o Options) *Supervisor {
 		s.barrier = DefaultCloseBarrier
 	}
 	if s.dialer == nil {
-		s.dialer = newDialer(o.Policy, s.log, cmpOr(o.TerminateGrace, s.barrier/3), s.tasks.sniff)
+		s.dialer = newDialer(o.Policy, s.log, positiveOr(o.TerminateGrace, s.barrier/3), s.tasks.sniff)
 	}
 	return s
 }
@@ -122,11 +122,12 @@ func newDialer(p *policy.Policy, log logr.Logger, grace time.Duration, sniff fun
 	return &httpDialer{spec: p.HTTP, sniff: sniff}
 }
 
-func cmpOr(a, b time.Duration) time.Duration {
-	if a > 0 {
-		return a
+// positiveOr is v when it is set (positive), else def.
+func positiveOr(v, def time.Duration) time.Duration {
+	if v > 0 {
+		return v
 	}
-	return b
+	return def
 }
 
 // Start runs the supervisor until ctx ends or Dispose; a second Start does

@@ -95,16 +95,16 @@ func (a *Authorizer) cached(key [sha256.Size]byte) (int, bool) {
 }
 
 func (a *Authorizer) remember(key [sha256.Size]byte, status int) {
-	ttl := cmp(a.TTL, defaultAllowTTL)
+	ttl := positiveOr(a.TTL, defaultAllowTTL)
 	if status != http.StatusOK {
-		ttl = cmp(a.DenyTTL, defaultDenyTTL)
+		ttl = positiveOr(a.DenyTTL, defaultDenyTTL)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.cache == nil {
 		a.cache = map[[sha256.Size]byte]decision{}
 	}
-	if len(a.cache) >= cmpInt(a.MaxEntries, defaultMaxEntries) {
+	if len(a.cache) >= positiveOr(a.MaxEntries, defaultMaxEntries) {
 		a.evictLocked()
 	}
 	a.cache[key] = decision{status: status, expires: time.Now().Add(ttl)}
@@ -121,11 +121,11 @@ func (a *Authorizer) evictLocked() {
 			oldest = append(oldest, d.expires)
 		}
 	}
-	limit := cmpInt(a.MaxEntries, defaultMaxEntries)
+	limit := positiveOr(a.MaxEntries, defaultMaxEntries)
 	if len(a.cache) < limit {
 		return
 	}
-	cut := median(oldest)
+	cut := meanTime(oldest)
 	for k, d := range a.cache {
 		if !d.expires.After(cut) {
 			delete(a.cache, k)
@@ -133,8 +133,8 @@ func (a *Authorizer) evictLocked() {
 	}
 }
 
-// median is the mean expiry: a rough middle is enough to halve the cache.
-func median(ts []time.Time) time.Time {
+// meanTime is a rough middle of the expiries: enough to halve the cache.
+func meanTime(ts []time.Time) time.Time {
 	var sum int64
 	for _, t := range ts {
 		sum += t.UnixNano() / int64(len(ts))
@@ -142,18 +142,12 @@ func median(ts []time.Time) time.Time {
 	return time.Unix(0, sum)
 }
 
-func cmp(a, b time.Duration) time.Duration {
-	if a > 0 {
-		return a
+// positiveOr is v when it is set (positive), else def.
+func positiveOr[T int | int64 | time.Duration](v, def T) T {
+	if v > 0 {
+		return v
 	}
-	return b
-}
-
-func cmpInt(a, b int) int {
-	if a > 0 {
-		return a
-	}
-	return b
+	return def
 }
 
 // bearerToken extracts the token of an "Authorization: Bearer" header.

@@ -62,7 +62,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 	if !g.authorize(w, r, ns) {
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, cmpInt64(g.MaxBodyBytes, DefaultMaxBodyBytes))
+	r.Body = http.MaxBytesReader(w, r.Body, positiveOr(g.MaxBodyBytes, DefaultMaxBodyBytes))
 	g.endpoint(ns).ServeHTTP(w, r)
 }
 
@@ -179,13 +179,6 @@ func (g *Gateway) closeSessions() {
 
 // NeedLeaderElection: the registry is filled on the leader only.
 func (g *Gateway) NeedLeaderElection() bool { return true }
-
-func cmpInt64(a, b int64) int64 {
-	if a > 0 {
-		return a
-	}
-	return b
-}
 
 // gatewayShutdown bounds the graceful shutdown of the gateway's listener.
 const gatewayShutdown = 10 * time.Second
