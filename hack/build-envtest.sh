@@ -41,5 +41,5 @@ for b in "${missing[@]}"; do
     etcd)           build etcd "$root/hack/envtest/etcd" . ;;
   esac
 done
-"$out/etcd" --version | head -n 1
-"$out/kubectl" version --client 2>/dev/null | head -n 1
+"$out/etcd" --version | sed -n 1p
+"$out/kubectl" version --client 2>/dev/null | sed -n 1p

@@ -11,7 +11,7 @@ dir="${DEMO_DIR:-$root/.demo}"
 # running NAME PID: PID is alive (not a zombie) and its argv[0] ends in NAME.
 running() {
 	local argv0
-	argv0="$(tr '\0' '\n' 2>/dev/null <"/proc/$2/cmdline" | head -n 1)" || return 1
+	argv0="$(tr '\0' '\n' 2>/dev/null <"/proc/$2/cmdline" | sed -n 1p)" || return 1
 	[[ "$(basename -- "${argv0:-/}")" == "$1" ]]
 }
 
