@@ -16,6 +16,21 @@ import (
 func (s *Supervisor) CallTool(ctx context.Context, rawName string, args any) (res *mcp.CallToolResult, err error) {
 	start := time.Now()
 	defer func() { s.observer.ToolCall(callOutcome(res, err), time.Since(start)) }()
+	g, err := s.callable(rawName)
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := g.callContext(ctx, s.p.ToolCallTimeout)
+	defer cancel()
+	res, err = g.sess.CallTool(cctx, &mcp.CallToolParams{Name: rawName, Arguments: args})
+	if err != nil {
+		return nil, s.callFailed(ctx, cctx, g, err)
+	}
+	return res, nil
+}
+
+// callable is the generation a call to rawName goes to, or why there is none.
+func (s *Supervisor) callable(rawName string) (*generation, error) {
 	g, why := s.liveGeneration()
 	if g == nil {
 		return nil, &StageError{Stage: StageToolsCall, Err: fmt.Errorf("%w: %s", ErrUnavailable, why)}
@@ -24,16 +39,23 @@ func (s *Supervisor) CallTool(ctx context.Context, rawName string, args any) (re
 		return nil, &StageError{Stage: StageToolsCall, Err: fmt.Errorf(
 			"tool %q requires task-based execution (execution.taskSupport: required), which the bridge does not support", rawName)}
 	}
-	cctx, cancel := context.WithTimeout(ctx, s.p.ToolCallTimeout)
-	defer cancel()
-	defer context.AfterFunc(g.ctx, cancel)() // a closing generation ends its calls
-	res, err = g.sess.CallTool(cctx, &mcp.CallToolParams{Name: rawName, Arguments: args})
-	if err == nil {
-		return res, nil
-	}
+	return g, nil
+}
+
+// callContext bounds one call by timeout, by ctx and by the generation: a
+// closing generation ends its calls.
+func (g *generation) callContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	stop := context.AfterFunc(g.ctx, cancel)
+	return cctx, func() { stop(); cancel() }
+}
+
+// callFailed says why a call failed and lets the generation react: a lost
+// session ends it, a transport failure earns a probe.
+func (s *Supervisor) callFailed(ctx, cctx context.Context, g *generation, err error) error {
 	switch {
 	case ctx.Err() != nil:
-		return nil, ctx.Err()
+		return ctx.Err()
 	case g.ctx.Err() != nil:
 		err = fmt.Errorf("%w: the connection was closed during the call", ErrUnavailable)
 	case errors.Is(cctx.Err(), context.DeadlineExceeded):
@@ -43,7 +65,7 @@ func (s *Supervisor) CallTool(ctx context.Context, rawName string, args any) (re
 	case isTransportFailure(err):
 		kick(g.probe)
 	}
-	return nil, &StageError{Stage: StageToolsCall, Err: err}
+	return &StageError{Stage: StageToolsCall, Err: err}
 }
 
 // liveGeneration is the connected generation, or why there is none.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -31,22 +32,21 @@ func (d *httpDialer) dial(_ context.Context, onLost func(error)) (link, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	rt := &sessionTransport{base: base, headers: d.spec.Headers, onLost: onLost, linkCtx: ctx, sniff: d.sniff}
+	// No Client.Timeout: it would cut the SSE streams; every request
+	// carries its own deadline instead.
+	client := &http.Client{
+		Transport: rt,
+		// Never follow a redirect: the configured headers (often a Secret)
+		// would go to whatever host it names.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
 	l := &httpLink{
 		base:   base,
 		cancel: cancel,
-		t: &mcp.StreamableClientTransport{
-			Endpoint: d.spec.URL,
-			// No Client.Timeout: it would cut the SSE streams; every request
-			// carries its own deadline instead.
-			HTTPClient: &http.Client{
-				Transport: rt,
-				// Never follow a redirect: the configured headers (often a
-				// Secret) would go to whatever host it names.
-				CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-			},
-			MaxRetries: 2,
-		},
-		done: make(chan struct{}),
+		client: client,
+		url:    d.spec.URL,
+		t:      &mcp.StreamableClientTransport{Endpoint: d.spec.URL, HTTPClient: client, MaxRetries: 2},
+		done:   make(chan struct{}),
 	}
 	return l, nil
 }
@@ -54,9 +54,31 @@ func (d *httpDialer) dial(_ context.Context, onLost func(error)) (link, error) {
 type httpLink struct {
 	base   *http.Transport
 	cancel context.CancelFunc // ends every request of the generation
+	client *http.Client       // the SDK's, shared by calls forwarded as JSON
+	url    string
+	ids    atomic.Int64 // request ids of calls forwarded as JSON
 	t      *mcp.StreamableClientTransport
 	done   chan struct{}
 	once   sync.Once
+
+	mu      sync.Mutex
+	closing bool
+	notes   sync.WaitGroup // notifications sent after their call returned
+}
+
+// spawn runs fn unless the link is closing; close waits for it, and the
+// requests it makes end with the link.
+func (l *httpLink) spawn(fn func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closing {
+		return
+	}
+	l.notes.Add(1)
+	go func() {
+		defer l.notes.Done()
+		fn()
+	}()
 }
 
 func (l *httpLink) transport() mcp.Transport { return l.t }
@@ -67,7 +89,11 @@ func (l *httpLink) close() {
 	l.once.Do(func() {
 		// Closing the session may wait on requests (a DELETE, a
 		// notifications/cancelled) that a hung server never answers.
+		l.mu.Lock()
+		l.closing = true
+		l.mu.Unlock()
 		l.cancel()
+		l.notes.Wait()
 		l.base.CloseIdleConnections()
 		close(l.done)
 	})

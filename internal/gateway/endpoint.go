@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"sync"
@@ -29,10 +31,14 @@ type endpoint struct {
 
 	mu        sync.Mutex
 	published map[string]*mcp.Tool // public name -> the upstream entry served
+	plain     map[string]bool      // served tools without x-mcp-header parameters
+
+	inflight inflight
+	activity activity
 }
 
 func newEndpoint(ns string, registry *bridge.Registry, log logr.Logger) *endpoint {
-	e := &endpoint{ns: ns, registry: registry, log: log.WithValues("namespace", ns), published: map[string]*mcp.Tool{}}
+	e := &endpoint{ns: ns, registry: registry, log: log.WithValues("namespace", ns), published: map[string]*mcp.Tool{}, plain: map[string]bool{}}
 	e.server = mcp.NewServer(serverImpl, &mcp.ServerOptions{
 		// Advertise list_changed even while the namespace has no tools.
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
@@ -41,7 +47,7 @@ func newEndpoint(ns string, registry *bridge.Registry, log logr.Logger) *endpoin
 	get := func(*http.Request) *mcp.Server { return e.server }
 	// Auth and Origin are checked before a request gets here.
 	e.sessions = mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{
-		DisableLocalhostProtection: true, SessionTimeout: idleSessionTimeout,
+		DisableLocalhostProtection: true, // idle sessions: see sessions.go
 	})
 	e.sessionless = mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{
 		Stateless: true, DisableLocalhostProtection: true, PropagateRequestCancellation: true,
@@ -53,15 +59,18 @@ func newEndpoint(ns string, registry *bridge.Registry, log logr.Logger) *endpoin
 // ServeHTTP routes by protocol version: the SDK's stateful handler would
 // hold a 2026-07-28 client to the older protocol.
 func (e *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if sid := r.Header.Get("Mcp-Session-Id"); sid != "" {
+		e.activity.touch(sid, time.Now())
+	}
+	if r.Method == http.MethodPost && e.serveFast(w, r) {
+		return
+	}
 	if r.Header.Get("Mcp-Protocol-Version") >= sessionlessProtocol {
 		e.sessionless.ServeHTTP(w, r)
 		return
 	}
 	e.sessions.ServeHTTP(w, r)
 }
-
-// idleSessionTimeout ends sessions whose agent went away without a DELETE.
-const idleSessionTimeout = 30 * time.Minute
 
 // sessionlessProtocol is the first protocol version without sessions.
 const sessionlessProtocol = "2026-07-28"
@@ -83,12 +92,14 @@ func (e *endpoint) sync() {
 			continue
 		}
 		e.published[t.Name] = t.Upstream
+		e.plain[t.Name] = !hasParamHeaders(t.Upstream)
 	}
 	var gone []string
 	for name := range e.published {
 		if !want[name] {
 			gone = append(gone, name)
 			delete(e.published, name)
+			delete(e.plain, name)
 		}
 	}
 	if len(gone) > 0 {
@@ -132,4 +143,11 @@ func (e *endpoint) call(public string) mcp.ToolHandler {
 
 func errorResult(msg string) *mcp.CallToolResult {
 	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: msg}}}
+}
+
+// hasParamHeaders: the tool's input schema binds a parameter to an HTTP
+// header (x-mcp-header), or cannot be read to tell.
+func hasParamHeaders(t *mcp.Tool) bool {
+	b, err := json.Marshal(t.InputSchema)
+	return err != nil || bytes.Contains(b, []byte(`"x-mcp-header"`))
 }

@@ -28,6 +28,9 @@ type Gateway struct {
 	Auth         *Authorizer
 	Log          logr.Logger
 	MaxBodyBytes int64
+	// SessionIdleTimeout ends agent sessions unused for that long; zero
+	// means DefaultSessionIdleTimeout.
+	SessionIdleTimeout time.Duration
 
 	mu        sync.Mutex
 	endpoints map[string]*endpoint
@@ -145,10 +148,18 @@ func (g *Gateway) Start(ctx context.Context) error {
 	sub := g.Registry.Subscribe()
 	defer sub.Close()
 	defer g.closeSessions()
+	idle := positiveOr(g.SessionIdleTimeout, DefaultSessionIdleTimeout)
+	janitor := time.NewTicker(min(idle/4, time.Minute))
+	defer janitor.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case now := <-janitor.C:
+			for _, e := range g.allEndpoints() {
+				e.closeIdle(now, idle)
+			}
+			continue
 		case <-sub.C:
 		}
 		for _, ns := range sub.Drain() {
@@ -162,15 +173,19 @@ func (g *Gateway) Start(ctx context.Context) error {
 	}
 }
 
-// closeSessions ends every agent session, at shutdown.
-func (g *Gateway) closeSessions() {
+func (g *Gateway) allEndpoints() []*endpoint {
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	eps := make([]*endpoint, 0, len(g.endpoints))
 	for _, e := range g.endpoints {
 		eps = append(eps, e)
 	}
-	g.mu.Unlock()
-	for _, e := range eps {
+	return eps
+}
+
+// closeSessions ends every agent session, at shutdown.
+func (g *Gateway) closeSessions() {
+	for _, e := range g.allEndpoints() {
 		for ss := range e.server.Sessions() {
 			_ = ss.Close()
 		}

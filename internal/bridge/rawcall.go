@@ -1,0 +1,298 @@
+package bridge
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// JSONCaller forwards a tools/call whose arguments and result stay JSON, so
+// that a proxy (the gateway) never decodes what it only passes on.
+//
+// The tool must not declare x-mcp-header parameters: the Mcp-Param-* headers
+// they need are set by the SDK only, so such tools go through CallTool.
+type JSONCaller interface {
+	CallToolJSON(ctx context.Context, rawName string, args json.RawMessage) (result json.RawMessage, isError bool, err error)
+}
+
+// CallToolJSON is CallTool with JSON in and out. Over Streamable HTTP it
+// posts the request itself and hands back the result's bytes as the server
+// sent them; the SDK would decode and re-encode both, which costs more than
+// the rest of a proxied call. Over stdio it goes through the SDK session.
+func (s *Supervisor) CallToolJSON(ctx context.Context, rawName string, args json.RawMessage) (json.RawMessage, bool, error) {
+	g, err := s.callable(rawName)
+	if err != nil {
+		s.observer.ToolCall(callOutcome(nil, err), 0)
+		return nil, false, err
+	}
+	hl, ok := g.link.(*httpLink)
+	if !ok {
+		return s.callToolAsJSON(ctx, rawName, args)
+	}
+	start := time.Now()
+	cctx, cancel := g.callContext(ctx, s.p.ToolCallTimeout)
+	defer cancel()
+	res, isError, err := g.postCall(cctx, hl, rawName, args)
+	if err != nil {
+		err = s.callFailed(ctx, cctx, g, err)
+	}
+	outcome := callOutcome(nil, err)
+	if err == nil && isError {
+		outcome = "tool_error"
+	}
+	s.observer.ToolCall(outcome, time.Since(start))
+	return res, isError, err
+}
+
+// callToolAsJSON is the SDK path with the JSON conversions at both ends.
+func (s *Supervisor) callToolAsJSON(ctx context.Context, rawName string, args json.RawMessage) (json.RawMessage, bool, error) {
+	var a any
+	if len(args) > 0 {
+		a = args
+	}
+	res, err := s.CallTool(ctx, rawName, a)
+	if err != nil {
+		return nil, false, err
+	}
+	b, err := json.Marshal(res)
+	return b, res.IsError, err
+}
+
+// callRequest is a tools/call on the wire. The id is a string so that it can
+// never collide with the SDK's numeric ids on the same session.
+type callRequest struct {
+	JSONRPC string     `json:"jsonrpc"`
+	ID      string     `json:"id"`
+	Method  string     `json:"method"`
+	Params  callParams `json:"params"`
+}
+
+type callParams struct {
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments"`
+	Meta      *requestMeta    `json:"_meta,omitempty"`
+}
+
+// requestMeta is what a 2026-07-28 server needs on every request (SEP-2575):
+// the same values the SDK sends for this client.
+type requestMeta struct {
+	ProtocolVersion    string              `json:"io.modelcontextprotocol/protocolVersion"`
+	ClientInfo         *mcp.Implementation `json:"io.modelcontextprotocol/clientInfo"`
+	ClientCapabilities struct{}            `json:"io.modelcontextprotocol/clientCapabilities"`
+}
+
+// perRequestMetaProtocol is the first version that wants requestMeta and the
+// Mcp-Method / Mcp-Name headers.
+const perRequestMetaProtocol = "2026-07-28"
+
+// postCall sends one tools/call over the generation's HTTP client, which
+// adds the configured headers and reports a forgotten session, and reads the
+// response, JSON or an SSE stream, up to the answer with its id.
+func (g *generation) postCall(ctx context.Context, hl *httpLink, rawName string, args json.RawMessage) (json.RawMessage, bool, error) {
+	id := "mcpbridge-" + strconv.FormatInt(hl.ids.Add(1), 10)
+	if args == nil {
+		args = json.RawMessage("{}")
+	}
+	msg := callRequest{JSONRPC: "2.0", ID: id, Method: "tools/call", Params: callParams{Name: rawName, Arguments: args}}
+	version := g.sess.InitializeResult().ProtocolVersion
+	if version >= perRequestMetaProtocol {
+		msg.Params.Meta = &requestMeta{ProtocolVersion: version, ClientInfo: clientImpl}
+	}
+	body, err := json.Marshal(msg)
+	if err != nil {
+		return nil, false, err
+	}
+	rctx, rcancel := context.WithCancel(ctx)
+	defer rcancel()
+	req, err := g.newPost(rctx, hl, body, msg.Method, rawName)
+	if err != nil {
+		return nil, false, err
+	}
+	resp, err := hl.client.Do(req)
+	if err != nil {
+		return nil, false, g.abandoned(ctx, hl, id, err)
+	}
+	defer drain(resp.Body, rcancel)
+	if err := checkCallResponse(resp); err != nil {
+		return nil, false, err
+	}
+	res, err := readAnswer(resp, id)
+	if err != nil {
+		return nil, false, g.abandoned(ctx, hl, id, err)
+	}
+	return res, resultIsError(res), nil
+}
+
+// drain reads what follows the answer, so that the connection goes back to
+// the pool instead of being closed (a redial per call doubled its cost). A
+// server that keeps the stream open gets drainGrace, then the request is
+// cancelled.
+func drain(body io.ReadCloser, cancel context.CancelFunc) {
+	t := time.AfterFunc(drainGrace, cancel)
+	_, _ = io.Copy(io.Discard, io.LimitReader(body, drainLimit))
+	t.Stop()
+	body.Close()
+}
+
+const (
+	drainGrace = 50 * time.Millisecond
+	drainLimit = 1 << 20
+)
+
+// newPost builds a POST of body with the headers the SDK would send; name
+// is the tool's, for tools/call.
+func (g *generation) newPost(ctx context.Context, hl *httpLink, body []byte, method, name string) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, hl.url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	version := g.sess.InitializeResult().ProtocolVersion
+	h := req.Header
+	h.Set("Content-Type", "application/json")
+	h.Set("Accept", "application/json, text/event-stream")
+	h.Set("Mcp-Protocol-Version", version)
+	if id := g.sess.ID(); id != "" {
+		h.Set("Mcp-Session-Id", id)
+	}
+	if version >= perRequestMetaProtocol {
+		h.Set("Mcp-Method", method)
+		if name != "" {
+			h.Set("Mcp-Name", name)
+		}
+	}
+	return req, nil
+}
+
+// checkCallResponse turns an HTTP failure into an error the supervisor
+// classifies like the SDK's: a 404 on a session is a lost session.
+func checkCallResponse(resp *http.Response) error {
+	if resp.StatusCode == http.StatusOK {
+		return nil
+	}
+	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	err := fmt.Errorf("the server answered HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(snippet))
+	if resp.StatusCode == http.StatusNotFound && resp.Request.Header.Get("Mcp-Session-Id") != "" {
+		return fmt.Errorf("%w: %w", mcp.ErrSessionMissing, err)
+	}
+	return err
+}
+
+// answer is the part of a JSON-RPC message the call reads.
+type answer struct {
+	ID     json.RawMessage `json:"id"`
+	Result json.RawMessage `json:"result"`
+	Error  *jsonrpc.Error  `json:"error"`
+}
+
+// readAnswer returns the result of the response to id.
+func readAnswer(resp *http.Response, id string) (json.RawMessage, error) {
+	media, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	switch media {
+	case "application/json":
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return nil, err
+		}
+		return matchAnswer(body, id)
+	case "text/event-stream":
+		return readEvents(resp.Body, id)
+	default:
+		return nil, fmt.Errorf("the server answered with content type %q", media)
+	}
+}
+
+// matchAnswer decodes one message: the answer to id, or errNotOurs.
+func matchAnswer(data []byte, id string) (json.RawMessage, error) {
+	var a answer
+	if err := json.Unmarshal(data, &a); err != nil {
+		return nil, fmt.Errorf("invalid JSON-RPC message from the server: %w", err)
+	}
+	if string(a.ID) != strconv.Quote(id) {
+		return nil, errNotOurs
+	}
+	switch {
+	case a.Error != nil:
+		return nil, fmt.Errorf("calling %q: %w", "tools/call", a.Error)
+	case len(a.Result) == 0:
+		return nil, errors.New("the server answered without a result")
+	}
+	return a.Result, nil
+}
+
+var errNotOurs = errors.New("a message for another request")
+
+// readEvents reads an SSE stream up to the event that answers id; progress
+// and log notifications before it are not forwarded.
+func readEvents(body io.Reader, id string) (json.RawMessage, error) {
+	r := bufio.NewReader(body)
+	var data []byte
+	for {
+		line, err := r.ReadBytes('\n')
+		line = bytes.TrimRight(line, "\r\n")
+		switch {
+		case len(line) == 0 && len(data) > 0:
+			res, merr := matchAnswer(data, id)
+			if !errors.Is(merr, errNotOurs) {
+				return res, merr
+			}
+			data = data[:0]
+		case bytes.HasPrefix(line, []byte("data:")):
+			if len(data) > 0 {
+				data = append(data, '\n')
+			}
+			data = append(data, bytes.TrimPrefix(bytes.TrimPrefix(line, []byte("data:")), []byte(" "))...)
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil, fmt.Errorf("the event stream ended before the answer: %w", io.ErrUnexpectedEOF)
+			}
+			return nil, err
+		}
+	}
+}
+
+// resultIsError reads isError without decoding the content.
+func resultIsError(res json.RawMessage) bool {
+	var r struct {
+		IsError bool `json:"isError"`
+	}
+	return json.Unmarshal(res, &r) == nil && r.IsError
+}
+
+// abandoned tells the server that a call it may still be running was given
+// up (the caller cancelled or the deadline passed), as the SDK does, and
+// returns err.
+func (g *generation) abandoned(ctx context.Context, hl *httpLink, id string, err error) error {
+	if ctx.Err() == nil || g.ctx.Err() != nil {
+		return err
+	}
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": "notifications/cancelled",
+		"params": map[string]any{"requestId": id, "reason": ctx.Err().Error()}})
+	hl.spawn(func() {
+		nctx, cancel := context.WithTimeout(context.Background(), cancelNotifyTimeout)
+		defer cancel()
+		req, err := g.newPost(nctx, hl, body, "notifications/cancelled", "")
+		if err != nil {
+			return
+		}
+		if resp, err := hl.client.Do(req); err == nil {
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+			resp.Body.Close()
+		}
+	})
+	return err
+}
+
+// cancelNotifyTimeout bounds the notifications/cancelled of an abandoned call.
+const cancelNotifyTimeout = time.Second

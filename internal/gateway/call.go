@@ -1,0 +1,207 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mcpbridge/operator/internal/bridge"
+)
+
+// The tools/call fast path. A call is most of what agents send, and going
+// through the SDK on both sides (decode, handler, re-encode towards the
+// agent; encode, decode towards the upstream) cost more CPU than the agent
+// and the upstream together. A well-formed call to a served tool is
+// therefore forwarded as JSON: the arguments and the result are passed on as
+// bytes. Anything the fast path is not sure about (batches, other methods,
+// unknown sessions, headers that do not match, tools with x-mcp-header
+// parameters) goes to the SDK handler unchanged, which answers it as before.
+
+// message is the part of an agent's JSON-RPC message the fast path reads.
+type message struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Method  string          `json:"method"`
+	Params  struct {
+		Name      string                     `json:"name"`
+		Arguments json.RawMessage            `json:"arguments"`
+		Meta      map[string]json.RawMessage `json:"_meta"`
+		RequestID json.RawMessage            `json:"requestId"` // notifications/cancelled
+	} `json:"params"`
+}
+
+// Keys of the per-request _meta of the sessionless protocol (SEP-2575).
+const (
+	metaProtocolVersion    = "io.modelcontextprotocol/protocolVersion"
+	metaClientCapabilities = "io.modelcontextprotocol/clientCapabilities"
+)
+
+// serveFast answers r itself when it is a tools/call (or the cancellation
+// of one) it can forward as JSON, and reports whether it did. Otherwise r's
+// body is left for the SDK to read.
+func (e *endpoint) serveFast(w http.ResponseWriter, r *http.Request) bool {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		// Let the SDK meet the same error (e.g. the size limit) and answer it.
+		r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(body), r.Body))
+		return false
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	var msg message
+	if !bytes.HasPrefix(bytes.TrimSpace(body), []byte("{")) || json.Unmarshal(body, &msg) != nil || msg.JSONRPC != "2.0" {
+		return false
+	}
+	switch msg.Method {
+	case "tools/call":
+		return len(msg.ID) > 0 && e.fastCall(w, r, &msg)
+	case "notifications/cancelled":
+		return len(msg.ID) == 0 && e.cancelCall(w, r, &msg)
+	}
+	return false
+}
+
+// fastCall forwards a tools/call whose session, headers and tool the fast
+// path can vouch for.
+func (e *endpoint) fastCall(w http.ResponseWriter, r *http.Request, msg *message) bool {
+	sid := r.Header.Get("Mcp-Session-Id")
+	if !acceptsJSON(r) || !e.plainTool(msg.Params.Name) || !e.validSession(r, msg, sid) {
+		return false
+	}
+	tool, caller, ok := e.registry.Lookup(e.ns, msg.Params.Name)
+	jc, isJSON := caller.(bridge.JSONCaller)
+	if !ok || !isJSON {
+		return false
+	}
+	ctx, done := e.track(r.Context(), sid, msg.ID)
+	defer done()
+	start := time.Now()
+	res, isError, err := jc.CallToolJSON(ctx, tool.RawName, msg.Params.Arguments)
+	if err != nil {
+		// As in the SDK path: a failed call is a tool error with the reason.
+		res, isError = errorResultJSON(err.Error()), true
+	}
+	outcome := "success"
+	if isError {
+		outcome = "tool_error"
+	}
+	requests.WithLabelValues("tools/call", outcome).Inc()
+	callDuration.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
+	writeResult(w, sid, msg.ID, res)
+	return true
+}
+
+// validSession: a stateful call names a session of this endpoint; a
+// sessionless one carries the headers and _meta the SDK would insist on.
+func (e *endpoint) validSession(r *http.Request, msg *message, sid string) bool {
+	version := r.Header.Get("Mcp-Protocol-Version")
+	if version < sessionlessProtocol {
+		return sid != "" && e.hasSession(sid)
+	}
+	var metaVersion string
+	if json.Unmarshal(msg.Params.Meta[metaProtocolVersion], &metaVersion) != nil {
+		return false
+	}
+	caps := bytes.TrimSpace(msg.Params.Meta[metaClientCapabilities])
+	return sid == "" && metaVersion == version && bytes.HasPrefix(caps, []byte("{")) &&
+		r.Header.Get("Mcp-Method") == msg.Method && r.Header.Get("Mcp-Name") == msg.Params.Name
+}
+
+func (e *endpoint) hasSession(sid string) bool {
+	for ss := range e.server.Sessions() {
+		if ss.ID() == sid {
+			return true
+		}
+	}
+	return false
+}
+
+// acceptsJSON: the agent takes an application/json answer.
+func acceptsJSON(r *http.Request) bool {
+	for _, v := range r.Header.Values("Accept") {
+		if strings.Contains(v, "application/json") || strings.Contains(v, "*/*") {
+			return true
+		}
+	}
+	return false
+}
+
+// plainTool: the endpoint serves the tool and it has no x-mcp-header
+// parameters, whose headers only the SDK checks and sets.
+func (e *endpoint) plainTool(name string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.plain[name]
+}
+
+// inflight holds the fast calls of stateful sessions, so that the agent's
+// notifications/cancelled reaches them: the SDK does not know about them.
+type inflight struct {
+	mu    sync.Mutex
+	calls map[string]context.CancelFunc // session id + NUL + request id
+}
+
+func (e *endpoint) track(ctx context.Context, sid string, id json.RawMessage) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	if sid == "" {
+		return ctx, cancel
+	}
+	key := sid + "\x00" + string(id)
+	e.inflight.mu.Lock()
+	if e.inflight.calls == nil {
+		e.inflight.calls = map[string]context.CancelFunc{}
+	}
+	e.inflight.calls[key] = cancel
+	e.inflight.mu.Unlock()
+	return ctx, func() {
+		e.inflight.mu.Lock()
+		delete(e.inflight.calls, key)
+		e.inflight.mu.Unlock()
+		cancel()
+	}
+}
+
+// cancelCall cancels a fast call of the agent's session; a cancellation of
+// anything else goes to the SDK.
+func (e *endpoint) cancelCall(w http.ResponseWriter, r *http.Request, msg *message) bool {
+	sid := r.Header.Get("Mcp-Session-Id")
+	if sid == "" || len(msg.Params.RequestID) == 0 {
+		return false
+	}
+	key := sid + "\x00" + string(bytes.TrimSpace(msg.Params.RequestID))
+	e.inflight.mu.Lock()
+	cancel := e.inflight.calls[key]
+	e.inflight.mu.Unlock()
+	if cancel == nil {
+		return false
+	}
+	cancel()
+	requests.WithLabelValues(msg.Method, "success").Inc()
+	w.WriteHeader(http.StatusAccepted)
+	return true
+}
+
+// writeResult answers id with result, as one JSON response.
+func writeResult(w http.ResponseWriter, sid string, id, result json.RawMessage) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	if sid != "" {
+		h.Set("Mcp-Session-Id", sid)
+	}
+	buf := make([]byte, 0, len(id)+len(result)+40)
+	buf = append(buf, `{"jsonrpc":"2.0","id":`...)
+	buf = append(buf, id...)
+	buf = append(buf, `,"result":`...)
+	buf = append(buf, result...)
+	buf = append(buf, '}', '\n')
+	_, _ = w.Write(buf)
+}
+
+func errorResultJSON(msg string) json.RawMessage {
+	b, _ := json.Marshal(errorResult(msg))
+	return b
+}
