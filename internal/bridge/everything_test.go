@@ -3,6 +3,7 @@ package bridge
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"os"
@@ -96,6 +97,32 @@ func everythingEcho(t *testing.T, s *Supervisor, msg string) {
 	}
 	if got, want := RenderText(res), "Echo: "+msg; got != want {
 		t.Fatalf("echo answered %q, want %q", got, want)
+	}
+}
+
+// everythingSameResultAsJSON checks that a call forwarded as JSON (the
+// gateway's path, which posts the request itself) gets the same result from
+// a server written with another SDK as the SDK's own CallTool.
+func everythingSameResultAsJSON(t *testing.T, s *Supervisor, tool, args string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), eventually)
+	defer cancel()
+	viaSDK, err := s.CallTool(ctx, tool, json.RawMessage(args))
+	if err != nil {
+		t.Fatalf("%s through the SDK: %v", tool, err)
+	}
+	raw, isError, err := s.CallToolJSON(ctx, tool, json.RawMessage(args))
+	if err != nil {
+		t.Fatalf("%s as JSON: %v", tool, err)
+	}
+	var viaJSON mcp.CallToolResult
+	if err := json.Unmarshal(raw, &viaJSON); err != nil {
+		t.Fatalf("%s as JSON: %v in %s", tool, err, raw)
+	}
+	want, _ := json.Marshal(viaSDK)
+	got, _ := json.Marshal(&viaJSON)
+	if string(got) != string(want) || isError != viaSDK.IsError {
+		t.Fatalf("%s: as JSON (isError %v)\n%s\nthrough the SDK (isError %v)\n%s", tool, isError, got, viaSDK.IsError, want)
 	}
 }
 
@@ -265,6 +292,10 @@ func TestEverythingStreamableHTTPConnectsListsCallsAndRecoversAfterRestart(t *te
 	}
 	everythingCheckTools(t, sn1, direct)
 	everythingEcho(t, s, "hello over HTTP")
+	everythingSameResultAsJSON(t, s, "echo", `{"message":"as JSON"}`)
+	everythingSameResultAsJSON(t, s, "get-structured-content", `{"location":"Chicago"}`)
+	everythingSameResultAsJSON(t, s, "get-tiny-image", `{}`)
+	everythingSameResultAsJSON(t, s, "get-sum", `{"a":"not a number"}`) // a tool error
 
 	proc.kill()
 	killed := time.Now()
