@@ -31,6 +31,9 @@ type JSONCaller interface {
 // sent them; the SDK would decode and re-encode both, which costs more than
 // the rest of a proxied call. Over stdio it goes through the SDK session.
 func (s *Supervisor) CallToolJSON(ctx context.Context, rawName string, args json.RawMessage) (json.RawMessage, bool, error) {
+	if args != nil && !json.Valid(args) {
+		return nil, false, &StageError{Stage: StageToolsCall, Err: errors.New("the arguments are not valid JSON")}
+	}
 	g, err := s.callable(rawName)
 	if err != nil {
 		s.observer.ToolCall(callOutcome(nil, err), 0)
@@ -109,7 +112,7 @@ func (g *generation) postCall(ctx context.Context, hl *httpLink, rawName string,
 	if version >= perRequestMetaProtocol {
 		msg.Params.Meta = &requestMeta{ProtocolVersion: version, ClientInfo: clientImpl}
 	}
-	body, err := json.Marshal(msg)
+	body, err := encode(msg)
 	if err != nil {
 		return nil, false, err
 	}
@@ -150,6 +153,18 @@ const (
 	drainLimit = 1 << 20
 )
 
+// encode marshals v without HTML escaping, so arguments go out as the agent
+// wrote them, up to insignificant whitespace.
+func encode(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
+
 // newPost builds a POST of body with the headers the SDK would send; name
 // is the tool's, for tools/call.
 func (g *generation) newPost(ctx context.Context, hl *httpLink, body []byte, method, name string) (*http.Request, error) {
@@ -175,18 +190,26 @@ func (g *generation) newPost(ctx context.Context, hl *httpLink, body []byte, met
 }
 
 // checkCallResponse turns an HTTP failure into an error the supervisor
-// classifies like the SDK's: a 404 on a session is a lost session.
+// classifies like the SDK's: a 404 on a session is a lost session, and a
+// JSON-RPC error in the body (from 2026-07-28 servers answer invalid params
+// with 400) is the server's answer, not a transport failure.
 func checkCallResponse(resp *http.Response) error {
 	if resp.StatusCode == http.StatusOK {
 		return nil
 	}
-	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-	err := fmt.Errorf("the server answered HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(snippet))
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, errorBodyLimit))
 	if resp.StatusCode == http.StatusNotFound && resp.Request.Header.Get("Mcp-Session-Id") != "" {
-		return fmt.Errorf("%w: %w", mcp.ErrSessionMissing, err)
+		return fmt.Errorf("%w: the server answered HTTP 404", mcp.ErrSessionMissing)
 	}
-	return err
+	var a answer
+	if json.Unmarshal(body, &a) == nil && a.Error != nil {
+		return fmt.Errorf("calling %q: %w", "tools/call", a.Error)
+	}
+	return fmt.Errorf("the server answered HTTP %d: %s", resp.StatusCode, clip(string(bytes.TrimSpace(body)), 256))
 }
+
+// errorBodyLimit bounds what is read of a failed response.
+const errorBodyLimit = 64 << 10
 
 // answer is the part of a JSON-RPC message the call reads.
 type answer struct {
@@ -204,7 +227,11 @@ func readAnswer(resp *http.Response, id string) (json.RawMessage, error) {
 		if err != nil {
 			return nil, err
 		}
-		return matchAnswer(body, id)
+		res, err := matchAnswer(body, id)
+		if errors.Is(err, errNotOurs) {
+			return nil, errors.New("the server answered with the id of another request")
+		}
+		return res, err
 	case "text/event-stream":
 		return readEvents(resp.Body, id)
 	default:
@@ -219,6 +246,10 @@ func matchAnswer(data []byte, id string) (json.RawMessage, error) {
 		return nil, fmt.Errorf("invalid JSON-RPC message from the server: %w", err)
 	}
 	if string(a.ID) != strconv.Quote(id) {
+		if a.Error != nil && (len(a.ID) == 0 || string(a.ID) == "null") {
+			// An error the server could not tie to a request (a parse error).
+			return nil, fmt.Errorf("calling %q: %w", "tools/call", a.Error)
+		}
 		return nil, errNotOurs
 	}
 	switch {
