@@ -6,9 +6,12 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpbridge/operator/internal/bridge"
 )
@@ -24,15 +27,49 @@ import (
 
 // message is the part of an agent's JSON-RPC message the fast path reads.
 type message struct {
-	JSONRPC string          `json:"jsonrpc"`
-	ID      json.RawMessage `json:"id"`
-	Method  string          `json:"method"`
-	Params  struct {
-		Name      string                     `json:"name"`
-		Arguments json.RawMessage            `json:"arguments"`
-		Meta      map[string]json.RawMessage `json:"_meta"`
-		RequestID json.RawMessage            `json:"requestId"` // notifications/cancelled
-	} `json:"params"`
+	ID     json.RawMessage
+	Method string
+	Params struct {
+		Name      string
+		Arguments json.RawMessage
+		Meta      map[string]json.RawMessage
+		RequestID json.RawMessage // notifications/cancelled
+	}
+}
+
+// decodeMessage reads one JSON-RPC message with the SDK's strictness where
+// it matters: member names match exactly (encoding/json would match
+// "METHOD" too), and an id is a string or a number.
+func decodeMessage(body []byte) (*message, bool) {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(body, &top) != nil || string(top["jsonrpc"]) != `"2.0"` {
+		return nil, false
+	}
+	m := &message{ID: top["id"]}
+	if !decodeIfPresent(top["method"], &m.Method) || (m.ID != nil && !validID(m.ID)) {
+		return nil, false
+	}
+	if top["params"] == nil {
+		return m, true
+	}
+	var params map[string]json.RawMessage
+	if json.Unmarshal(top["params"], &params) != nil ||
+		!decodeIfPresent(params["name"], &m.Params.Name) ||
+		!decodeIfPresent(params["_meta"], &m.Params.Meta) {
+		return nil, false
+	}
+	m.Params.Arguments, m.Params.RequestID = params["arguments"], params["requestId"]
+	return m, true
+}
+
+func decodeIfPresent(raw json.RawMessage, v any) bool {
+	return raw == nil || json.Unmarshal(raw, v) == nil
+}
+
+// validID: a JSON-RPC request id is a string or a number.
+func validID(id json.RawMessage) bool {
+	c := id[0]
+	return c == '"' || c == '-' || (c >= '0' && c <= '9')
 }
 
 // Keys of the per-request _meta of the sessionless protocol (SEP-2575).
@@ -52,15 +89,14 @@ func (e *endpoint) serveFast(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	var msg message
-	if !bytes.HasPrefix(bytes.TrimSpace(body), []byte("{")) || json.Unmarshal(body, &msg) != nil || msg.JSONRPC != "2.0" {
+	msg, ok := decodeMessage(body)
+	switch {
+	case !ok:
 		return false
-	}
-	switch msg.Method {
-	case "tools/call":
-		return len(msg.ID) > 0 && e.fastCall(w, r, &msg)
-	case "notifications/cancelled":
-		return len(msg.ID) == 0 && e.cancelCall(w, r, &msg)
+	case msg.Method == "tools/call":
+		return msg.ID != nil && e.fastCall(w, r, msg)
+	case msg.Method == "notifications/cancelled":
+		return msg.ID == nil && e.cancelCall(w, r, msg)
 	}
 	return false
 }
@@ -100,7 +136,7 @@ func (e *endpoint) fastCall(w http.ResponseWriter, r *http.Request, msg *message
 func (e *endpoint) validSession(r *http.Request, msg *message, sid string) bool {
 	version := r.Header.Get("Mcp-Protocol-Version")
 	if version < sessionlessProtocol {
-		return sid != "" && e.hasSession(sid)
+		return sid != "" && (version == "" || slices.Contains(supportedVersions, version)) && e.hasSession(sid)
 	}
 	var metaVersion string
 	if json.Unmarshal(msg.Params.Meta[metaProtocolVersion], &metaVersion) != nil {
@@ -110,6 +146,9 @@ func (e *endpoint) validSession(r *http.Request, msg *message, sid string) bool 
 	return sid == "" && metaVersion == version && bytes.HasPrefix(caps, []byte("{")) &&
 		r.Header.Get("Mcp-Method") == msg.Method && r.Header.Get("Mcp-Name") == msg.Params.Name
 }
+
+// supportedVersions are the versions the SDK handler would accept.
+var supportedVersions = mcp.SupportedProtocolVersions()
 
 func (e *endpoint) hasSession(sid string) bool {
 	for ss := range e.server.Sessions() {

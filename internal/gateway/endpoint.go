@@ -59,8 +59,11 @@ func newEndpoint(ns string, registry *bridge.Registry, log logr.Logger) *endpoin
 // ServeHTTP routes by protocol version: the SDK's stateful handler would
 // hold a 2026-07-28 client to the older protocol.
 func (e *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if sid := r.Header.Get("Mcp-Session-Id"); sid != "" {
-		e.activity.touch(sid, time.Now())
+	// As for the SDK's timer, only POSTs are activity: an agent's open GET
+	// stream does not keep its session forever.
+	if sid := r.Header.Get("Mcp-Session-Id"); sid != "" && r.Method == http.MethodPost {
+		e.activity.begin(sid)
+		defer func() { e.activity.end(sid, time.Now()) }()
 	}
 	if r.Method == http.MethodPost && e.serveFast(w, r) {
 		return

@@ -13,17 +13,34 @@ import (
 // DELETE.
 const DefaultSessionIdleTimeout = 30 * time.Minute
 
-// activity remembers when each live session of an endpoint was last used.
+// activity remembers when each live session of an endpoint was last used,
+// and which sessions have a POST in flight: like the SDK's own timer, the
+// idle time starts when the last POST ends, so a long call keeps its session.
 type activity struct {
 	mu   sync.Mutex
-	last map[string]time.Time // session id -> last request
+	last map[string]time.Time // session id -> end of the last request
+	busy map[string]int       // session id -> requests in flight
 }
 
-// touch records a request of a session the janitor already knows; unknown
-// ids are not stored, so callers cannot grow the map.
-func (a *activity) touch(sid string, now time.Time) {
+// begin marks a request of session sid in flight. Entries of unknown ids
+// live only as long as their requests.
+func (a *activity) begin(sid string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.busy == nil {
+		a.busy = map[string]int{}
+	}
+	a.busy[sid]++
+}
+
+// end records the end of a request; only sessions the janitor knows keep a
+// time, so callers cannot grow the map.
+func (a *activity) end(sid string, now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.busy[sid]--; a.busy[sid] <= 0 {
+		delete(a.busy, sid)
+	}
 	if _, ok := a.last[sid]; ok {
 		a.last[sid] = now
 	}
@@ -40,9 +57,13 @@ func (e *endpoint) closeIdle(now time.Time, idle time.Duration) {
 	}
 	for ss := range e.server.Sessions() {
 		id := ss.ID()
+		if id == "" {
+			continue // a sessionless request the SDK is serving
+		}
 		live[id] = true
 		last, ok := e.activity.last[id]
 		switch {
+		case e.activity.busy[id] > 0:
 		case !ok:
 			e.activity.last[id] = now
 		case now.Sub(last) > idle:
