@@ -670,7 +670,7 @@ func TestReadEventsAndMatchAnswerFindTheAnswerOrSayWhy(t *testing.T) {
 		{name: "unknown-content-type", contentType: "text/plain", body: answer, wantErr: `content type "text/plain"`},
 		{name: "json-another-id", contentType: "application/json", body: other, wantErr: "the id of another request"},
 		{name: "sse-error-with-null-id", contentType: sse,
-			body: `data: {"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse error"}}` + "\n\n",
+			body:    `data: {"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse error"}}` + "\n\n",
 			wantErr: "parse error", wantCode: -32700},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
