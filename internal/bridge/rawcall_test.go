@@ -138,6 +138,25 @@ func rawCanonical(t *testing.T, v any) string {
 }
 
 // rawDecode decodes what CallToolJSON returned as the SDK would.
+// rawSameAsCallTool checks that raw, what CallToolJSON returned, decodes to
+// what CallTool returns for the same call, and returns it decoded.
+func rawSameAsCallTool(t *testing.T, ctx context.Context, s *Supervisor, tool string, args, raw json.RawMessage) *mcp.CallToolResult {
+	t.Helper()
+	var sdkArgs any
+	if args != nil {
+		sdkArgs = args
+	}
+	want, err := s.CallTool(ctx, tool, sdkArgs)
+	if err != nil {
+		t.Fatalf("%s through the SDK: %v", tool, err)
+	}
+	got := rawDecode(t, raw)
+	if g, w := rawCanonical(t, got), rawCanonical(t, want); g != w {
+		t.Errorf("%s: CallToolJSON's result decodes to\n%s\nCallTool returned\n%s", tool, g, w)
+	}
+	return got
+}
+
 func rawDecode(t *testing.T, raw json.RawMessage) *mcp.CallToolResult {
 	t.Helper()
 	var res mcp.CallToolResult
@@ -227,18 +246,7 @@ func TestCallToolJSONOverHTTPReturnsTheServersResultBytes(t *testing.T) {
 			if isError {
 				t.Fatalf("%s as JSON: isError, result %s", c.tool, raw)
 			}
-			var sdkArgs any
-			if c.args != nil {
-				sdkArgs = c.args
-			}
-			want, err := s.CallTool(ctx, c.tool, sdkArgs)
-			if err != nil {
-				t.Fatalf("%s through the SDK: %v", c.tool, err)
-			}
-			got := rawDecode(t, raw)
-			if g, w := rawCanonical(t, got), rawCanonical(t, want); g != w {
-				t.Errorf("%s: CallToolJSON's result decodes to\n%s\nCallTool returned\n%s", c.tool, g, w)
-			}
+			got := rawSameAsCallTool(t, ctx, s, c.tool, c.args, raw)
 			if len(got.Content) == 0 {
 				t.Errorf("%s: no content in %s", c.tool, raw)
 			}
@@ -746,18 +754,7 @@ func TestCallToolJSONOverStdioMatchesCallTool(t *testing.T) {
 		if isError != c.isError {
 			t.Errorf("%s: isError %v, want %v (%s)", c.tool, isError, c.isError, raw)
 		}
-		var sdkArgs any
-		if c.args != nil {
-			sdkArgs = c.args
-		}
-		want, err := s.CallTool(ctx, c.tool, sdkArgs)
-		if err != nil {
-			t.Fatalf("%s through the SDK: %v", c.tool, err)
-		}
-		got := rawDecode(t, raw)
-		if g, w := rawCanonical(t, got), rawCanonical(t, want); g != w {
-			t.Errorf("%s: CallToolJSON's result decodes to\n%s\nCallTool returned\n%s", c.tool, g, w)
-		}
+		got := rawSameAsCallTool(t, ctx, s, c.tool, c.args, raw)
 		if got.IsError != c.isError || len(got.Content) == 0 {
 			t.Errorf("%s: result %s", c.tool, raw)
 		}
