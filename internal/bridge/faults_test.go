@@ -319,6 +319,38 @@ func TestFaultHealthCheckDetectsStoppedChild(t *testing.T) {
 	_ = sn
 }
 
+// §4.7: a stopped child can neither see its stdin close nor handle SIGTERM,
+// so disposal kills it at once instead of waiting out both graces.
+func TestFaultDisposeKillsStoppedChildAtOnce(t *testing.T) {
+	const grace = 2 * time.Second
+	s, _ := startSupervisor(t, stdioPolicy(), func(o *Options) { o.TerminateGrace = grace; o.CloseBarrier = 3 * grace })
+	waitFor(t, s, "Ready", isReady)
+	pid := stdioCallPID(t, s)
+	t.Cleanup(func() { stdioKillQuietly(pid) })
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(eventually)
+	for st, _, _ := stdioProcStat(pid); st != 'T'; st, _, _ = stdioProcStat(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d never showed as stopped (state %c)", pid, st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 6*grace)
+	defer cancel()
+	start := time.Now()
+	if err := s.Dispose(ctx); err != nil {
+		t.Fatalf("dispose: %v", err)
+	}
+	if took := time.Since(start); took >= grace {
+		t.Fatalf("disposing a stopped child took %v, at least the %v grace", took, grace)
+	}
+	if !stdioGone(pid) {
+		t.Fatalf("the stopped child %d outlived Dispose", pid)
+	}
+}
+
 // §4.8: the child gets the allowlisted variables and the spec's env, never
 // the manager's credentials or KUBERNETES_*.
 func TestFaultChildEnvironmentIsScrubbed(t *testing.T) {

@@ -2,12 +2,14 @@ package bridge
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -186,6 +188,12 @@ func (l *stdioLink) close() {
 
 func (l *stdioLink) escalate() {
 	pgid := l.cmd.Process.Pid
+	if stopped(pgid) {
+		// A stopped child reads no stdin and handles no SIGTERM: waiting
+		// for it would only hold the close barrier.
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		return
+	}
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
 		select {
 		case <-l.exited:
@@ -197,6 +205,16 @@ func (l *stdioLink) escalate() {
 }
 
 func (l *stdioLink) closed() <-chan struct{} { return l.exited }
+
+// stopped: the process is stopped by a signal (state T in /proc/PID/stat).
+func stopped(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')') // the command name may hold spaces and parentheses
+	return i >= 0 && i+2 < len(b) && b[i+2] == 'T'
+}
 
 func closeAll(files ...*os.File) {
 	for _, f := range files {
