@@ -227,13 +227,13 @@ func (s *Supervisor) serve(ctx context.Context, g *generation, o *outage) error 
 			g.lostAt = s.clock.Now() // uptime ends here, not after the close
 		case <-sub.C:
 			changed := sub.Drain()
-			if s.Snapshot().SyncConflict != "" && slices.Contains(changed, s.ns) {
+			if s.inConflict() && slices.Contains(changed, s.ns) {
 				kick(g.retry) // the resync goroutine owns syncs; serve never waits on one
 			}
 		case <-stable:
 			// Up for the stability window: the outage is over (§4.2).
 			o.stable()
-			s.update(func(sn *Snapshot) { sn.FailedAttempts, sn.Attempt = 0, 0 })
+			s.clearAttempts()
 		}
 	}
 	s.log.Info("connection lost", "generation", g.num, "error", lossErr.Error())
@@ -248,6 +248,26 @@ func (s *Supervisor) serve(ctx context.Context, g *generation, o *outage) error 
 		return err
 	}
 	return lossErr
+}
+
+// inConflict: the last publish was refused. Every registry change wakes
+// every supervisor, so this must not copy the snapshot.
+func (s *Supervisor) inConflict() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.snap.SyncConflict != ""
+}
+
+// clearAttempts ends the outage in the snapshot; a connection that never
+// failed changes nothing and costs its resource no reconcile.
+func (s *Supervisor) clearAttempts() {
+	s.mu.Lock()
+	changed := s.snap.FailedAttempts != 0 || s.snap.Attempt != 0
+	s.snap.FailedAttempts, s.snap.Attempt = 0, 0
+	s.mu.Unlock()
+	if changed {
+		s.signal()
+	}
 }
 
 // closeGeneration closes g and waits for its close signal, at most the

@@ -1453,3 +1453,26 @@ func TestStdioCallToDownServerFailsFastWithReconnectAttempt(t *testing.T) {
 		t.Errorf("dispose left tools registered")
 	}
 }
+
+// A connection that never failed has nothing to clear when it becomes
+// stable (§4.2): no change signal, so an idle fleet costs no reconciles.
+func TestStdioStableFirstConnectionSignalsNoChange(t *testing.T) {
+	p := stdioPolicy()
+	p.Reconnect.MaxDelay = time.Second // the stability window
+	s, _ := startSupervisor(t, p)
+	waitFor(t, s, "Ready", isReady)
+	// Connecting signals a few times (connected, events); let that settle,
+	// well inside the window.
+	for quiet := false; !quiet; {
+		select {
+		case <-s.Changes():
+		case <-time.After(100 * time.Millisecond):
+			quiet = true
+		}
+	}
+	select {
+	case <-s.Changes():
+		t.Fatalf("a change was signalled while the connection sat idle: %+v", s.Snapshot())
+	case <-time.After(3 * p.Reconnect.MaxDelay):
+	}
+}
