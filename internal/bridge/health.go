@@ -72,17 +72,22 @@ func (s *Supervisor) probeOnDemand(g *generation) {
 
 // probe sends a request valid for the negotiated protocol: ping up to
 // 2025-11-25, the first tools/list page from 2026-07-28 on (which has no
-// ping). Any JSON-RPC answer, an error included, proves the server alive.
+// ping), posted by ourselves over HTTP so that the SDK does not cache it.
+// Any JSON-RPC answer, an error included, proves the server alive.
 func probe(g *generation, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(g.ctx, timeout)
 	defer cancel()
 	var err error
-	if g.sess.InitializeResult().ProtocolVersion >= sessionlessProtocol {
+	hl, isHTTP := g.link.(*httpLink)
+	switch {
+	case g.sess.InitializeResult().ProtocolVersion < sessionlessProtocol:
+		err = g.sess.Ping(ctx, nil)
+	case isHTTP:
+		err = g.listProbe(ctx, hl)
+	default:
 		// The SDK may answer from its list cache while a server-given
 		// ttlMs lasts; probes then reach the server once per TTL.
 		_, err = g.sess.ListTools(ctx, nil)
-	} else {
-		err = g.sess.Ping(ctx, nil)
 	}
 	if err == nil || (isServerAnswer(err) && !isSessionLost(err)) {
 		return nil

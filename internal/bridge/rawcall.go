@@ -116,25 +116,54 @@ func (g *generation) postCall(ctx context.Context, hl *httpLink, rawName string,
 	if err != nil {
 		return nil, false, err
 	}
-	rctx, rcancel := context.WithCancel(ctx)
-	defer rcancel()
-	req, err := g.newPost(rctx, hl, body, msg.Method, rawName)
-	if err != nil {
-		return nil, false, err
-	}
-	resp, err := hl.client.Do(req)
-	if err != nil {
-		return nil, false, g.abandoned(ctx, hl, id, err)
-	}
-	defer drain(resp.Body, rcancel)
-	if err := checkCallResponse(resp); err != nil {
-		return nil, false, err
-	}
-	res, err := readAnswer(resp, id)
+	res, err := g.roundTrip(ctx, hl, id, msg.Method, rawName, body)
 	if err != nil {
 		return nil, false, g.abandoned(ctx, hl, id, err)
 	}
 	return res, resultIsError(res), nil
+}
+
+// listProbe asks for the first tools/list page and drops the answer: the
+// SDK's ListTools would keep it in its per-session cache, one more copy of
+// every server's tools for as long as the connection lives.
+func (g *generation) listProbe(ctx context.Context, hl *httpLink) error {
+	id := "mcpbridge-" + strconv.FormatInt(hl.ids.Add(1), 10)
+	version := g.sess.InitializeResult().ProtocolVersion
+	msg := struct {
+		JSONRPC string `json:"jsonrpc"`
+		ID      string `json:"id"`
+		Method  string `json:"method"`
+		Params  struct {
+			Meta *requestMeta `json:"_meta"`
+		} `json:"params"`
+	}{JSONRPC: "2.0", ID: id, Method: "tools/list"}
+	msg.Params.Meta = &requestMeta{ProtocolVersion: version, ClientInfo: clientImpl}
+	body, err := encode(msg)
+	if err != nil {
+		return err
+	}
+	_, err = g.roundTrip(ctx, hl, id, msg.Method, "", body)
+	return err
+}
+
+// roundTrip posts body, a request with this id, and returns the result of
+// its answer.
+func (g *generation) roundTrip(ctx context.Context, hl *httpLink, id, method, name string, body []byte) (json.RawMessage, error) {
+	rctx, rcancel := context.WithCancel(ctx)
+	defer rcancel()
+	req, err := g.newPost(rctx, hl, body, method, name)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := hl.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer drain(resp.Body, rcancel)
+	if err := checkCallResponse(resp); err != nil {
+		return nil, err
+	}
+	return readAnswer(resp, id)
 }
 
 // drain reads what follows the answer, so that the connection goes back to

@@ -886,3 +886,30 @@ func TestCallToolJSONRefusesInvalidArgumentsWithoutSending(t *testing.T) {
 		t.Fatalf("%d requests sent for invalid arguments", n)
 	}
 }
+
+// On 2026-07-28 the health probe is a tools/list the supervisor posts
+// itself (our string ids, the per-request headers), so that the SDK's
+// per-session list cache does not keep a second copy of every tool list;
+// the server still sees every probe.
+func TestHTTPSessionlessHealthProbeIsOurOwnToolsList(t *testing.T) {
+	up := httpServe(t, httpFixture(t, fixture.Options{Stateless: true}))
+	p := httpTestPolicy(up.URL())
+	p.HealthCheckInterval = 100 * time.Millisecond
+	s, _ := startSupervisor(t, p)
+	waitFor(t, s, "Ready", isReady)
+	probes := func() (n int) {
+		for _, r := range up.requests() {
+			if r.RPCMethod == "tools/list" && strings.HasPrefix(string(r.RPCID), `"mcpbridge-`) {
+				if r.Header.Get("Mcp-Method") != "tools/list" || r.Header.Get("Mcp-Protocol-Version") != httpStatelessVersion {
+					t.Fatalf("probe headers %v", r.Header)
+				}
+				n++
+			}
+		}
+		return n
+	}
+	httpPoll(t, "three health probes", func() bool { return probes() >= 3 })
+	if sn := s.Snapshot(); sn.Phase != PhaseReady || sn.Generation != 1 {
+		t.Fatalf("the probes were not accepted as proof of life: %+v", sn)
+	}
+}
