@@ -66,19 +66,21 @@ type httpLink struct {
 	notes   sync.WaitGroup // notifications sent after their call returned
 }
 
-// spawn runs fn unless the link is closing; close waits for it, and the
-// requests it makes end with the link.
-func (l *httpLink) spawn(fn func()) {
+// spawn runs fn unless the link is closing, and reports whether it did;
+// the link is closed only once fn returned, and the requests fn makes end
+// with the link.
+func (l *httpLink) spawn(fn func()) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closing {
-		return
+		return false
 	}
 	l.notes.Add(1)
 	go func() {
 		defer l.notes.Done()
 		fn()
 	}()
+	return true
 }
 
 func (l *httpLink) transport() mcp.Transport { return l.t }
@@ -93,9 +95,13 @@ func (l *httpLink) close() {
 		l.closing = true
 		l.mu.Unlock()
 		l.cancel()
-		l.notes.Wait()
 		l.base.CloseIdleConnections()
-		close(l.done)
+		// close must not block: the generation waits on done within the
+		// close barrier.
+		go func() {
+			l.notes.Wait()
+			close(l.done)
+		}()
 	})
 }
 

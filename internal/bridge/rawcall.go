@@ -1,14 +1,13 @@
 package bridge
 
 import (
-	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
 	"strconv"
 	"time"
@@ -147,38 +146,97 @@ func (g *generation) listProbe(ctx context.Context, hl *httpLink) error {
 }
 
 // roundTrip posts body, a request with this id, and returns the result of
-// its answer.
+// its answer. The request ends with ctx until the answer is read; after it,
+// the rest of the body is drained in the background so that the connection
+// goes back to the pool (a redial per call doubled its cost).
 func (g *generation) roundTrip(ctx context.Context, hl *httpLink, id, method, name string, body []byte) (json.RawMessage, error) {
-	rctx, rcancel := context.WithCancel(ctx)
-	defer rcancel()
-	req, err := g.newPost(rctx, hl, body, method, name)
+	rctx, rcancel := context.WithCancel(context.WithoutCancel(ctx))
+	detach := context.AfterFunc(ctx, rcancel)
+	resp, err := g.post(rctx, hl, body, method, name)
+	if err != nil {
+		detach()
+		rcancel()
+		return nil, err
+	}
+	res, err := g.readResponse(rctx, hl, resp, id)
+	if detach() && ctx.Err() == nil && hl.spawn(func() { drain(resp.Body, rcancel) }) {
+		return res, withMethod(method, err)
+	}
+	resp.Body.Close()
+	rcancel()
+	return res, withMethod(method, err)
+}
+
+func (g *generation) post(ctx context.Context, hl *httpLink, body []byte, method, name string) (*http.Response, error) {
+	req, err := g.newPost(ctx, hl, body, method, name)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := hl.client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer drain(resp.Body, rcancel)
+	return hl.client.Do(req)
+}
+
+// readResponse reads the answer to id from resp, following a stream the
+// server ended early from its last event id (the SDK resumes the same way).
+func (g *generation) readResponse(ctx context.Context, hl *httpLink, resp *http.Response, id string) (json.RawMessage, error) {
 	if err := checkCallResponse(resp); err != nil {
 		return nil, err
 	}
-	return readAnswer(resp, id)
+	res, lastID, err := readAnswerFrom(resp, id)
+	for try := 0; errors.Is(err, errStreamEnded) && lastID != "" && try < maxResumes; try++ {
+		res, lastID, err = g.resume(ctx, hl, id, lastID)
+	}
+	return res, err
 }
 
-// drain reads what follows the answer, so that the connection goes back to
-// the pool instead of being closed (a redial per call doubled its cost). A
-// server that keeps the stream open gets drainGrace, then the request is
-// cancelled.
+// maxResumes bounds the reconnections of one answer's stream.
+const maxResumes = 3
+
+// resume reopens the stream after event lastID with a GET.
+func (g *generation) resume(ctx context.Context, hl *httpLink, id, lastID string) (json.RawMessage, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, hl.url, nil)
+	if err != nil {
+		return nil, lastID, err
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Mcp-Protocol-Version", g.sess.InitializeResult().ProtocolVersion)
+	req.Header.Set("Last-Event-ID", lastID)
+	if sid := g.sess.ID(); sid != "" {
+		req.Header.Set("Mcp-Session-Id", sid)
+	}
+	resp, err := hl.client.Do(req)
+	if err != nil {
+		return nil, lastID, err
+	}
+	defer resp.Body.Close()
+	if err := checkCallResponse(resp); err != nil {
+		return nil, lastID, err
+	}
+	res, newID, err := readEvents(resp.Body, id)
+	return res, cmp.Or(newID, lastID), err
+}
+
+// withMethod names the request in a JSON-RPC error of the server, as the
+// SDK does.
+func withMethod(method string, err error) error {
+	var wire *jsonrpc.Error
+	if errors.As(err, &wire) {
+		return fmt.Errorf("calling %q: %w", method, err)
+	}
+	return err
+}
+
+// drain reads what follows the answer and releases the request; a server
+// that keeps the stream open gets drainGrace.
 func drain(body io.ReadCloser, cancel context.CancelFunc) {
 	t := time.AfterFunc(drainGrace, cancel)
 	_, _ = io.Copy(io.Discard, io.LimitReader(body, drainLimit))
 	t.Stop()
 	body.Close()
+	cancel()
 }
 
 const (
-	drainGrace = 50 * time.Millisecond
+	drainGrace = time.Second
 	drainLimit = 1 << 20
 )
 
@@ -216,110 +274,6 @@ func (g *generation) newPost(ctx context.Context, hl *httpLink, body []byte, met
 		}
 	}
 	return req, nil
-}
-
-// checkCallResponse turns an HTTP failure into an error the supervisor
-// classifies like the SDK's: a 404 on a session is a lost session, and a
-// JSON-RPC error in the body (from 2026-07-28 servers answer invalid params
-// with 400) is the server's answer, not a transport failure.
-func checkCallResponse(resp *http.Response) error {
-	if resp.StatusCode == http.StatusOK {
-		return nil
-	}
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, errorBodyLimit))
-	if resp.StatusCode == http.StatusNotFound && resp.Request.Header.Get("Mcp-Session-Id") != "" {
-		return fmt.Errorf("%w: the server answered HTTP 404", mcp.ErrSessionMissing)
-	}
-	var a answer
-	if json.Unmarshal(body, &a) == nil && a.Error != nil {
-		return fmt.Errorf("calling %q: %w", "tools/call", a.Error)
-	}
-	return fmt.Errorf("the server answered HTTP %d: %s", resp.StatusCode, clip(string(bytes.TrimSpace(body)), 256))
-}
-
-// errorBodyLimit bounds what is read of a failed response.
-const errorBodyLimit = 64 << 10
-
-// answer is the part of a JSON-RPC message the call reads.
-type answer struct {
-	ID     json.RawMessage `json:"id"`
-	Result json.RawMessage `json:"result"`
-	Error  *jsonrpc.Error  `json:"error"`
-}
-
-// readAnswer returns the result of the response to id.
-func readAnswer(resp *http.Response, id string) (json.RawMessage, error) {
-	media, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	switch media {
-	case "application/json":
-		body, err := io.ReadAll(resp.Body)
-		if err != nil {
-			return nil, err
-		}
-		res, err := matchAnswer(body, id)
-		if errors.Is(err, errNotOurs) {
-			return nil, errors.New("the server answered with the id of another request")
-		}
-		return res, err
-	case "text/event-stream":
-		return readEvents(resp.Body, id)
-	default:
-		return nil, fmt.Errorf("the server answered with content type %q", media)
-	}
-}
-
-// matchAnswer decodes one message: the answer to id, or errNotOurs.
-func matchAnswer(data []byte, id string) (json.RawMessage, error) {
-	var a answer
-	if err := json.Unmarshal(data, &a); err != nil {
-		return nil, fmt.Errorf("invalid JSON-RPC message from the server: %w", err)
-	}
-	if string(a.ID) != strconv.Quote(id) {
-		if a.Error != nil && (len(a.ID) == 0 || string(a.ID) == "null") {
-			// An error the server could not tie to a request (a parse error).
-			return nil, fmt.Errorf("calling %q: %w", "tools/call", a.Error)
-		}
-		return nil, errNotOurs
-	}
-	switch {
-	case a.Error != nil:
-		return nil, fmt.Errorf("calling %q: %w", "tools/call", a.Error)
-	case len(a.Result) == 0:
-		return nil, errors.New("the server answered without a result")
-	}
-	return a.Result, nil
-}
-
-var errNotOurs = errors.New("a message for another request")
-
-// readEvents reads an SSE stream up to the event that answers id; progress
-// and log notifications before it are not forwarded.
-func readEvents(body io.Reader, id string) (json.RawMessage, error) {
-	r := bufio.NewReader(body)
-	var data []byte
-	for {
-		line, err := r.ReadBytes('\n')
-		line = bytes.TrimRight(line, "\r\n")
-		switch {
-		case len(line) == 0 && len(data) > 0:
-			res, merr := matchAnswer(data, id)
-			if !errors.Is(merr, errNotOurs) {
-				return res, merr
-			}
-			data = data[:0]
-		case bytes.HasPrefix(line, []byte("data:")):
-			if len(data) > 0 {
-				data = append(data, '\n')
-			}
-			data = append(data, bytes.TrimPrefix(bytes.TrimPrefix(line, []byte("data:")), []byte(" "))...)
-		}
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil, fmt.Errorf("the event stream ended before the answer: %w", io.ErrUnexpectedEOF)
-			}
-			return nil, err
-		}
-	}
 }
 
 // resultIsError reads isError without decoding the content.

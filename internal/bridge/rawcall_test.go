@@ -668,8 +668,25 @@ func TestReadEventsAndMatchAnswerFindTheAnswerOrSayWhy(t *testing.T) {
 		{name: "json-jsonrpc-error", contentType: "application/json", body: rpcErr,
 			wantErr: `unknown tool "nope"`, wantCode: -32602},
 		{name: "sse-ends-before-the-answer", contentType: sse, body: "data: " + note + "\n\ndata: " + other + "\n\n",
-			wantErr: "ended before the answer", wantIs: io.ErrUnexpectedEOF},
-		{name: "sse-empty", contentType: sse, body: "", wantErr: "ended before the answer", wantIs: io.ErrUnexpectedEOF},
+			wantErr: "ended before the answer", wantIs: errStreamEnded},
+		{name: "sse-empty", contentType: sse, body: "", wantErr: "ended before the answer", wantIs: errStreamEnded},
+		// The SDK dispatches an event the stream ends in, blank line or not.
+		{name: "sse-answer-at-eof-without-blank-line", contentType: sse, body: "event: message\ndata: " + answer, want: res},
+		// A server primes a resumable stream with an id and empty data.
+		{name: "sse-priming-event-first", contentType: sse,
+			body: "id: p-0\ndata: \n\nid: p-1\nevent: message\ndata: " + answer + "\n\n", want: res},
+		// Only "message" events carry JSON-RPC messages.
+		{name: "sse-other-event-name-ignored", contentType: sse,
+			body: "event: ping\ndata: " + answer + "\n\nevent: message\ndata: " + answer + "\n\n", want: res},
+		{name: "sse-only-other-event-names", contentType: sse, body: "event: ping\ndata: " + answer + "\n\n",
+			wantErr: "ended before the answer", wantIs: errStreamEnded},
+		{name: "sse-event-above-the-limit", contentType: sse,
+			body: "data: \"" + strings.Repeat("x", maxMessageBytes) + "\"\n\n", wantErr: "exceeds", wantIs: errTooLarge},
+		{name: "sse-data-lines-above-the-limit", contentType: sse,
+			body: strings.Repeat("data: "+strings.Repeat("x", 1<<20)+"\n", 17) + "\n", wantErr: "exceeds", wantIs: errTooLarge},
+		{name: "json-above-the-limit", contentType: "application/json",
+			body:    `{"jsonrpc":"2.0","id":"` + id + `","result":{"x":"` + strings.Repeat("x", maxMessageBytes) + `"}}`,
+			wantErr: "exceeds", wantIs: errTooLarge},
 		{name: "sse-invalid-json", contentType: sse, body: "data: {\"jsonrpc\":\"2.0\",\"id\":\n\n",
 			wantErr: "invalid JSON-RPC message"},
 		{name: "json-invalid", contentType: "application/json", body: `{"jsonrpc":`, wantErr: "invalid JSON-RPC message"},
@@ -911,5 +928,74 @@ func TestHTTPSessionlessHealthProbeIsOurOwnToolsList(t *testing.T) {
 	httpPoll(t, "three health probes", func() bool { return probes() >= 3 })
 	if sn := s.Snapshot(); sn.Phase != PhaseReady || sn.Generation != 1 {
 		t.Fatalf("the probes were not accepted as proof of life: %+v", sn)
+	}
+}
+
+// A stream the server ends without the answer fails that call only, as with
+// the SDK: the session stays and the generation is not lost.
+func TestCallToolJSONStreamEndingWithoutAnswerFailsOnlyTheCall(t *testing.T) {
+	up := httpServe(t, httpFixture(t, fixture.Options{}))
+	s, _ := startSupervisor(t, httpTestPolicy(up.URL()))
+	waitFor(t, s, "Ready", isReady)
+	g := rawLive(t, s)
+	up.setIntercept(func(w http.ResponseWriter, r httpRecord) bool {
+		if r.RPCMethod != "tools/call" || !bytes.HasPrefix(r.RPCID, []byte(`"`+rawIDPrefix)) {
+			return false
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, ": nothing for you\n\n")
+		return true
+	})
+	_, _, err := s.CallToolJSON(httpCtx(t), fixture.ToolEcho, json.RawMessage(`{"text":"x"}`))
+	if !errors.Is(err, errStreamEnded) {
+		t.Fatalf("error %v, want the stream ended before the answer", err)
+	}
+	select {
+	case <-g.lost:
+		t.Fatalf("the generation was marked lost: %v", g.lostErr)
+	default:
+	}
+	up.setIntercept(nil)
+	if _, _, err := s.CallToolJSON(httpCtx(t), fixture.ToolEcho, json.RawMessage(`{"text":"x"}`)); err != nil {
+		t.Fatalf("the next call: %v", err)
+	}
+	if sn := s.Snapshot(); sn.Generation != 1 {
+		t.Fatalf("generation %d, want 1", sn.Generation)
+	}
+}
+
+// A server may end an answer's stream after an event with an id (SEP-1699);
+// the supervisor resumes it with a GET carrying Last-Event-ID, as the SDK
+// does, and gets the answer from there.
+func TestCallToolJSONResumesAStreamFromItsLastEventID(t *testing.T) {
+	up := httpServe(t, httpFixture(t, fixture.Options{}))
+	s, _ := startSupervisor(t, httpTestPolicy(up.URL()))
+	waitFor(t, s, "Ready", isReady)
+	var resumedFrom atomic.Value
+	var callID atomic.Value
+	up.setIntercept(func(w http.ResponseWriter, r httpRecord) bool {
+		switch {
+		case r.Method == http.MethodPost && r.RPCMethod == "tools/call" && bytes.HasPrefix(r.RPCID, []byte(`"`+rawIDPrefix)):
+			callID.Store(string(r.RPCID))
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = io.WriteString(w, "id: ev-1\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":1,\"progress\":1}}\n\n")
+			return true
+		case r.Method == http.MethodGet && r.Header.Get("Last-Event-ID") != "":
+			resumedFrom.Store(r.Header.Get("Last-Event-ID"))
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = fmt.Fprintf(w, "id: ev-2\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"resumed\"}]}}\n\n", callID.Load())
+			return true
+		}
+		return false
+	})
+	raw, _, err := s.CallToolJSON(httpCtx(t), fixture.ToolEcho, json.RawMessage(`{"text":"x"}`))
+	if err != nil {
+		t.Fatalf("call: %v", err)
+	}
+	if got := rawDecode(t, raw); len(got.Content) != 1 || got.Content[0].(*mcp.TextContent).Text != "resumed" {
+		t.Fatalf("result %s", raw)
+	}
+	if from, _ := resumedFrom.Load().(string); from != "ev-1" {
+		t.Fatalf("resumed from %q, want ev-1", from)
 	}
 }

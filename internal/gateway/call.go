@@ -66,10 +66,23 @@ func decodeIfPresent(raw json.RawMessage, v any) bool {
 	return raw == nil || json.Unmarshal(raw, v) == nil
 }
 
-// validID: a JSON-RPC request id is a string or a number.
+// validID: a string or a plain integer. The SDK rewrites other numbers
+// (1.0, 1e2, -0), which the fast path would echo as written; it leaves them
+// to the SDK.
 func validID(id json.RawMessage) bool {
-	c := id[0]
-	return c == '"' || c == '-' || (c >= '0' && c <= '9')
+	if id[0] == '"' {
+		return true
+	}
+	digits := bytes.TrimPrefix(id, []byte("-"))
+	if len(digits) == 0 || (digits[0] == '0' && len(id) > 1) {
+		return false // "-", "-0", leading zeros
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // Keys of the per-request _meta of the sessionless protocol (SEP-2575).
@@ -113,7 +126,10 @@ func (e *endpoint) fastCall(w http.ResponseWriter, r *http.Request, msg *message
 	if !ok || !isJSON {
 		return false
 	}
-	ctx, done := e.track(r.Context(), sid, msg.ID)
+	ctx, done, ok := e.track(r.Context(), sid, msg.ID)
+	if !ok {
+		return false // the same id is in flight on this session: the SDK decides
+	}
 	defer done()
 	start := time.Now()
 	res, isError, err := jc.CallToolJSON(ctx, tool.RawName, msg.Params.Arguments)
@@ -135,8 +151,11 @@ func (e *endpoint) fastCall(w http.ResponseWriter, r *http.Request, msg *message
 // sessionless one carries the headers and _meta the SDK would insist on.
 func (e *endpoint) validSession(r *http.Request, msg *message, sid string) bool {
 	version := r.Header.Get("Mcp-Protocol-Version")
+	if version != "" && !slices.Contains(supportedVersions, version) {
+		return false
+	}
 	if version < sessionlessProtocol {
-		return sid != "" && (version == "" || slices.Contains(supportedVersions, version)) && e.hasSession(sid)
+		return sid != "" && e.hasSession(sid)
 	}
 	var metaVersion string
 	if json.Unmarshal(msg.Params.Meta[metaProtocolVersion], &metaVersion) != nil {
@@ -184,13 +203,18 @@ type inflight struct {
 	calls map[string]context.CancelFunc // session id + NUL + request id
 }
 
-func (e *endpoint) track(ctx context.Context, sid string, id json.RawMessage) (context.Context, func()) {
-	ctx, cancel := context.WithCancel(ctx)
+func (e *endpoint) track(ctx context.Context, sid string, id json.RawMessage) (context.Context, func(), bool) {
 	if sid == "" {
-		return ctx, cancel
+		ctx, cancel := context.WithCancel(ctx)
+		return ctx, cancel, true
 	}
 	key := sid + "\x00" + string(id)
 	e.inflight.mu.Lock()
+	if _, busy := e.inflight.calls[key]; busy {
+		e.inflight.mu.Unlock()
+		return nil, nil, false
+	}
+	ctx, cancel := context.WithCancel(ctx)
 	if e.inflight.calls == nil {
 		e.inflight.calls = map[string]context.CancelFunc{}
 	}
@@ -201,7 +225,7 @@ func (e *endpoint) track(ctx context.Context, sid string, id json.RawMessage) (c
 		delete(e.inflight.calls, key)
 		e.inflight.mu.Unlock()
 		cancel()
-	}
+	}, true
 }
 
 // cancelCall cancels a fast call of the agent's session; a cancellation of

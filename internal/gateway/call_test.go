@@ -747,6 +747,11 @@ func TestIllFormedOrUnknownCallsAreLeftToTheSDK(t *testing.T) {
 		{"an object as id", stateful(), call{strings.Replace(stateful().body, `"id":11`, `"id":{"a":1}`, 1), stateful().header}, 0},
 		{"a member name in another case", stateful(), call{strings.Replace(stateful().body, `"method"`, `"METHOD"`, 1), stateful().header}, 0},
 		{"a tool name member in another case", stateful(), call{strings.Replace(stateful().body, `"name"`, `"NAME"`, 1), stateful().header}, 0},
+		{"a sessionless call with a protocol version the SDK does not support", sessionless(),
+			call{strings.ReplaceAll(sessionless().body, sessionlessProto, "2099-01-01"), with(sessionless(), "Mcp-Protocol-Version", "2099-01-01").header}, 0},
+		{"a fractional id", stateful(), call{strings.Replace(stateful().body, `"id":11`, `"id":11.0`, 1), stateful().header}, 0},
+		{"an id in exponent form", stateful(), call{strings.Replace(stateful().body, `"id":11`, `"id":1e2`, 1), stateful().header}, 0},
+		{"a negative zero id", stateful(), call{strings.Replace(stateful().body, `"id":11`, `"id":-0`, 1), stateful().header}, 0},
 		{"a stateful call with a protocol version the SDK does not support", stateful(),
 			with(stateful(), "Mcp-Protocol-Version", "2024-01-01"), http.StatusBadRequest},
 	}
@@ -897,6 +902,31 @@ func TestJanitorLeavesSessionlessRequestsAlone(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("a sessionless call through the SDK outlasting the idle timeout: %v", err)
 	}
+}
+
+// A second call with the id of a call still in flight on the same session
+// is left to the SDK: tracking both under one id would leave one of them
+// impossible to cancel.
+func TestADuplicateInFlightIDIsLeftToTheSDK(t *testing.T) {
+	env := newTestEnv(t, envOptions{})
+	sid := env.agent(statefulProto).ID()
+	started, ended := blockUntilCancelled(t, env.fake)
+	ctx, abort := context.WithCancel(context.Background())
+	defer abort()
+	body, h := statefulCall(7, echoPublic, `{}`, sid)
+	errc := make(chan error, 1)
+	go func() {
+		_, _, _, err := env.post(ctx, body, h)
+		errc <- err
+	}()
+	waitStarted(t, started)
+	env.mustPost(body, h) // the same id again, while the first is open
+	if jsonCalls, _ := env.fake.counts(); jsonCalls != 1 {
+		t.Fatalf("CallToolJSON used %d times, want 1: the duplicate took the fast path", jsonCalls)
+	}
+	abort()
+	waitClosed(t, "the first call's context did not end", ended)
+	<-errc
 }
 
 // ---- 6. the body limit -------------------------------------------------------------

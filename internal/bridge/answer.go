@@ -1,0 +1,198 @@
+package bridge
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Reading the answer to a request the supervisor posted itself (rawcall.go):
+// a JSON body or an SSE stream, bounded like the SDK's reader.
+
+// maxMessageBytes bounds one JSON body or one SSE event, as the SDK's
+// DefaultMaxEventSize does: an upstream must not grow the manager's memory
+// without limit.
+const maxMessageBytes = 16 << 20
+
+var (
+	// errStreamEnded: the server ended the stream before answering. Like
+	// the SDK, that fails the call, not the connection.
+	errStreamEnded = errors.New("the event stream ended before the answer")
+	errNotOurs     = errors.New("a message for another request")
+	errTooLarge    = fmt.Errorf("a message from the server exceeds %d MiB", maxMessageBytes>>20)
+)
+
+// checkCallResponse turns an HTTP failure into an error the supervisor
+// classifies like the SDK's: a 404 on a session is a lost session, and a
+// JSON-RPC error in the body (from 2026-07-28 servers answer invalid params
+// with 400) is the server's answer, not a transport failure.
+func checkCallResponse(resp *http.Response) error {
+	if resp.StatusCode == http.StatusOK {
+		return nil
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, errorBodyLimit))
+	if resp.StatusCode == http.StatusNotFound && resp.Request.Header.Get("Mcp-Session-Id") != "" {
+		return fmt.Errorf("%w: the server answered HTTP 404", mcp.ErrSessionMissing)
+	}
+	var a answer
+	if json.Unmarshal(body, &a) == nil && a.Error != nil {
+		return a.Error
+	}
+	return fmt.Errorf("the server answered HTTP %d: %s", resp.StatusCode, clip(string(bytes.TrimSpace(body)), 256))
+}
+
+// errorBodyLimit bounds what is read of a failed response.
+const errorBodyLimit = 64 << 10
+
+// answer is the part of a JSON-RPC message the call reads.
+type answer struct {
+	ID     json.RawMessage `json:"id"`
+	Result json.RawMessage `json:"result"`
+	Error  *jsonrpc.Error  `json:"error"`
+}
+
+// readAnswer returns the result of the response to id.
+func readAnswer(resp *http.Response, id string) (json.RawMessage, error) {
+	res, _, err := readAnswerFrom(resp, id)
+	return res, err
+}
+
+// readAnswerFrom is readAnswer that also returns the id of the last SSE
+// event seen, from which an ended stream can be resumed.
+func readAnswerFrom(resp *http.Response, id string) (json.RawMessage, string, error) {
+	media, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	switch media {
+	case "application/json":
+		body, err := io.ReadAll(io.LimitReader(resp.Body, maxMessageBytes+1))
+		switch {
+		case err != nil:
+			return nil, "", fmt.Errorf("reading the answer: %v", err) // not EOF: a call failure, not a lost session
+		case len(body) > maxMessageBytes:
+			return nil, "", errTooLarge
+		}
+		res, err := matchAnswer(body, id)
+		if errors.Is(err, errNotOurs) {
+			return nil, "", errors.New("the server answered with the id of another request")
+		}
+		return res, "", err
+	case "text/event-stream":
+		return readEvents(resp.Body, id)
+	default:
+		return nil, "", fmt.Errorf("the server answered with content type %q", media)
+	}
+}
+
+// matchAnswer decodes one message: the answer to id, or errNotOurs.
+func matchAnswer(data []byte, id string) (json.RawMessage, error) {
+	var a answer
+	if err := json.Unmarshal(data, &a); err != nil {
+		return nil, fmt.Errorf("invalid JSON-RPC message from the server: %w", err)
+	}
+	if string(a.ID) != strconv.Quote(id) {
+		if a.Error != nil && (len(a.ID) == 0 || string(a.ID) == "null") {
+			return nil, a.Error // an error the server could not tie to a request (a parse error)
+		}
+		return nil, errNotOurs
+	}
+	switch {
+	case a.Error != nil:
+		return nil, a.Error
+	case len(a.Result) == 0:
+		return nil, errors.New("the server answered without a result")
+	}
+	return a.Result, nil
+}
+
+// readEvents reads an SSE stream up to the "message" event that answers id;
+// progress and log notifications before it are not forwarded. It returns
+// the id of the last event seen, for a resumption.
+func readEvents(body io.Reader, id string) (json.RawMessage, string, error) {
+	r := bufio.NewReader(body)
+	var ev sseEvent
+	lastID := ""
+	for {
+		line, err := readEventLine(r)
+		eof := errors.Is(err, io.EOF)
+		if err != nil && !eof {
+			return nil, lastID, err
+		}
+		if len(line) > 0 {
+			if err := ev.add(line); err != nil {
+				return nil, lastID, err
+			}
+		}
+		if len(line) == 0 || eof { // an event ends with a blank line or with the stream
+			if ev.id != "" {
+				lastID = ev.id
+			}
+			if res, merr := ev.match(id); !errors.Is(merr, errNotOurs) {
+				return res, lastID, merr
+			}
+			ev = sseEvent{}
+		}
+		if eof {
+			return nil, lastID, errStreamEnded
+		}
+	}
+}
+
+// readEventLine reads one line without its line ending, at most maxMessageBytes.
+func readEventLine(r *bufio.Reader) ([]byte, error) {
+	var line []byte
+	for {
+		frag, err := r.ReadSlice('\n')
+		line = append(line, frag...)
+		if len(line) > maxMessageBytes {
+			return nil, errTooLarge
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return bytes.TrimRight(line, "\r\n"), err
+		}
+	}
+}
+
+// sseEvent is one event being read.
+type sseEvent struct {
+	name, id string
+	data     []byte
+	hasData  bool // a data field was seen, even an empty one
+}
+
+func (e *sseEvent) add(line []byte) error {
+	field, value, _ := bytes.Cut(line, []byte(":"))
+	value = bytes.TrimPrefix(value, []byte(" "))
+	switch string(field) {
+	case "event":
+		e.name = string(value)
+	case "id":
+		e.id = string(value)
+	case "data":
+		if e.hasData {
+			e.data = append(e.data, '\n')
+		}
+		e.data, e.hasData = append(e.data, value...), true
+		if len(e.data) > maxMessageBytes {
+			return errTooLarge
+		}
+	}
+	return nil // comments (":…") and other fields are ignored
+}
+
+// match is the answer to id if this event carries it. Events named other
+// than "message" are not JSON-RPC messages, as for the SDK, and neither is
+// an event with empty data (a server primes a resumable stream with one).
+func (e *sseEvent) match(id string) (json.RawMessage, error) {
+	if len(e.data) == 0 || (e.name != "" && e.name != "message") {
+		return nil, errNotOurs
+	}
+	return matchAnswer(e.data, id)
+}
