@@ -147,8 +147,8 @@ func (g *generation) listProbe(ctx context.Context, hl *httpLink) error {
 
 // roundTrip posts body, a request with this id, and returns the result of
 // its answer. The request ends with ctx until the answer is read; after it,
-// the rest of the body is drained in the background so that the connection
-// goes back to the pool (a redial per call doubled its cost).
+// the rest of the body is drained so that the connection goes back to the
+// pool (a redial per call doubled its cost).
 func (g *generation) roundTrip(ctx context.Context, hl *httpLink, id, method, name string, body []byte) (json.RawMessage, error) {
 	rctx, rcancel := context.WithCancel(context.WithoutCancel(ctx))
 	detach := context.AfterFunc(ctx, rcancel)
@@ -159,11 +159,25 @@ func (g *generation) roundTrip(ctx context.Context, hl *httpLink, id, method, na
 		return nil, err
 	}
 	res, err := g.readResponse(rctx, hl, resp, id)
-	if detach() && ctx.Err() == nil && hl.spawn(func() { drain(resp.Body, rcancel) }) {
+	if !detach() || ctx.Err() != nil {
+		resp.Body.Close()
+		rcancel()
 		return res, withMethod(method, err)
 	}
-	resp.Body.Close()
-	rcancel()
+	drained := make(chan struct{})
+	if !hl.spawn(func() { drain(resp.Body, rcancel); close(drained) }) {
+		resp.Body.Close()
+		rcancel()
+		return res, withMethod(method, err)
+	}
+	// Wait a little, so that the connection is back in the pool before the
+	// next call; a server that keeps its stream open is drained behind us.
+	t := time.NewTimer(drainWait)
+	defer t.Stop()
+	select {
+	case <-drained:
+	case <-t.C:
+	}
 	return res, withMethod(method, err)
 }
 
@@ -236,7 +250,8 @@ func drain(body io.ReadCloser, cancel context.CancelFunc) {
 }
 
 const (
-	drainGrace = time.Second
+	drainWait  = 50 * time.Millisecond // what a call waits for its drain
+	drainGrace = time.Second           // what a drain waits for the end of the body
 	drainLimit = 1 << 20
 )
 
