@@ -159,24 +159,11 @@ func (g *generation) roundTrip(ctx context.Context, hl *httpLink, id, method, na
 		return nil, err
 	}
 	res, err := g.readResponse(rctx, hl, resp, id)
-	if !detach() || ctx.Err() != nil {
+	if detach() && ctx.Err() == nil {
+		hl.drain(resp.Body, rcancel)
+	} else {
 		resp.Body.Close()
 		rcancel()
-		return res, withMethod(method, err)
-	}
-	drained := make(chan struct{})
-	if !hl.spawn(func() { drain(resp.Body, rcancel); close(drained) }) {
-		resp.Body.Close()
-		rcancel()
-		return res, withMethod(method, err)
-	}
-	// Wait a little, so that the connection is back in the pool before the
-	// next call; a server that keeps its stream open is drained behind us.
-	t := time.NewTimer(drainWait)
-	defer t.Stop()
-	select {
-	case <-drained:
-	case <-t.C:
 	}
 	return res, withMethod(method, err)
 }
@@ -239,14 +226,31 @@ func withMethod(method string, err error) error {
 	return err
 }
 
-// drain reads what follows the answer and releases the request; a server
-// that keeps the stream open gets drainGrace.
-func drain(body io.ReadCloser, cancel context.CancelFunc) {
-	t := time.AfterFunc(drainGrace, cancel)
+// drain reads what follows the answer and then releases the request. The
+// caller waits up to drainWait, so that the connection is back in the pool
+// before its next call; a server that keeps its stream open is drained
+// behind it, for at most drainGrace.
+func (l *httpLink) drain(body io.ReadCloser, release context.CancelFunc) {
+	drained := make(chan struct{})
+	if !l.spawn(func() { drainBody(body, release); close(drained) }) {
+		body.Close()
+		release()
+		return
+	}
+	t := time.NewTimer(drainWait)
+	defer t.Stop()
+	select {
+	case <-drained:
+	case <-t.C:
+	}
+}
+
+func drainBody(body io.ReadCloser, release context.CancelFunc) {
+	t := time.AfterFunc(drainGrace, release)
 	_, _ = io.Copy(io.Discard, io.LimitReader(body, drainLimit))
 	t.Stop()
 	body.Close()
-	cancel()
+	release()
 }
 
 const (
