@@ -18,7 +18,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"math"
 	"net"
 	"net/http"
 	"os"
@@ -27,7 +26,6 @@ import (
 	"runtime"
 	"runtime/metrics"
 	"runtime/pprof"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,6 +37,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
+	"github.com/mcpbridge/operator/hack/bench/internal/report"
 	"github.com/mcpbridge/operator/internal/bridge"
 	"github.com/mcpbridge/operator/internal/gateway"
 	"github.com/mcpbridge/operator/internal/policy"
@@ -148,7 +147,7 @@ func run() error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	started, loadBefore := time.Now(), loadavg()
+	started, loadBefore := time.Now(), report.LoadAvg()
 	for _, proto := range strings.Split(*flagProtocols, ",") {
 		if err := b.protocol(strings.TrimSpace(proto), callers); err != nil {
 			return fmt.Errorf("protocol %s: %w", proto, err)
@@ -523,18 +522,6 @@ func cpuOf(pid int) time.Duration {
 	return time.Duration(utime+stime) * time.Second / clkTck
 }
 
-// loadavg is the 1-minute load average.
-func loadavg() string {
-	data, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	if f := strings.Fields(string(data)); len(f) > 0 {
-		return f[0]
-	}
-	return "?"
-}
-
 // ---- output ----------------------------------------------------------------
 
 func (b *bench) print(elapsed time.Duration, loadBefore string) {
@@ -544,13 +531,13 @@ func (b *bench) print(elapsed time.Duration, loadBefore string) {
 	fmt.Printf("Date: %s; %d cores (runtime.NumCPU); %s %s/%s; fixture: separate process `mcp-fixture --http=127.0.0.1:0`; "+
 		"per cell and path %s measured in %d alternating rounds after %s warm-up; run took %s; 1-min load average %s before, %s after.\n\n",
 		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), runtime.Version(), runtime.GOOS, runtime.GOARCH,
-		*flagDuration, *flagRounds, *flagWarmup, elapsed.Round(time.Second), loadBefore, loadavg())
+		*flagDuration, *flagRounds, *flagWarmup, elapsed.Round(time.Second), loadBefore, report.LoadAvg())
 	fmt.Println("| Protocol (agent / upstream) | Callers × sessions | Path | calls | p50 | p99 | calls/s | CPU/call: bench process (gateway's share) | CPU/call: fixture | Alloc/call: bench process | Added p50 | Throughput (CPU-bound) | Met: ≤ 0.5 ms, ≥ 80% |")
 	fmt.Println("|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|")
 	for i := 0; i+1 < len(b.results); i += 2 {
 		d, g := b.results[i], b.results[i+1]
 		b.printRow(d, "", " | | |")
-		added := pct(g.lat, 50) - pct(d.lat, 50)
+		added := report.Percentile(g.lat, 50) - report.Percentile(d.lat, 50)
 		ratio := g.rate() / d.rate()
 		// The throughput ratio if CPU were the only limit: direct over
 		// gateway CPU per call, both processes summed. It moves less with
@@ -558,7 +545,7 @@ func (b *bench) print(elapsed time.Duration, loadBefore string) {
 		cpuRatio := float64(d.perCall(d.cpuSelf+d.cpuFixture)) / float64(g.perCall(g.cpuSelf+g.cpuFixture))
 		share := fmt.Sprintf(" (%s)", msf(g.perCall(g.cpuSelf)-d.perCall(d.cpuSelf)))
 		b.printRow(g, share, fmt.Sprintf(" %s | %.0f%% (%.0f%%) | %s, %s |", msf(added), 100*ratio, 100*cpuRatio,
-			yesNo(added <= 500*time.Microsecond), yesNo(ratio >= 0.8)))
+			report.YesNo(added <= 500*time.Microsecond), report.YesNo(ratio >= 0.8)))
 	}
 	fmt.Println()
 	fmt.Println("Percentiles are nearest-rank over every successful call of the cell. CPU/call is the user+system CPU of a process during " +
@@ -583,27 +570,9 @@ func (b *bench) printRow(r result, share, tail string) {
 		b.notes = append(b.notes, fmt.Sprintf("%s %s, %d callers: %d calls failed", r.proto, r.mode, r.callers, r.errs))
 	}
 	fmt.Printf("| %s | %d × %d | %s | %d | %s | %s | %.0f | %s%s | %s | %.0f kB |%s\n", proto, r.callers, r.sessions, r.mode,
-		len(r.lat), msf(pct(r.lat, 50)), msf(pct(r.lat, 99)), r.rate(),
+		len(r.lat), msf(report.Percentile(r.lat, 50)), msf(report.Percentile(r.lat, 99)), r.rate(),
 		msf(r.perCall(r.cpuSelf)), share, msf(r.perCall(r.cpuFixture)), float64(r.allocSelf)/float64(max(1, len(r.lat)))/1e3, tail)
-}
-
-// pct is the nearest-rank percentile p of xs.
-func pct(xs []time.Duration, p float64) time.Duration {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	i := int(math.Ceil(p/100*float64(len(s)))) - 1
-	return s[max(0, min(i, len(s)-1))]
 }
 
 // msf formats a duration in milliseconds with two decimals.
 func msf(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/1e6) }
-
-func yesNo(ok bool) string {
-	if ok {
-		return "yes"
-	}
-	return "**no**"
-}

@@ -60,6 +60,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
+	"github.com/mcpbridge/operator/hack/bench/internal/report"
 	"github.com/mcpbridge/operator/internal/testenv"
 )
 
@@ -202,7 +203,7 @@ func (b *bench) run(ctx context.Context) error {
 	if *flagTools > 0 {
 		fixtureArgs = append(fixtureArgs, "--tools="+strconv.Itoa(*flagTools))
 	}
-	b.loadBefore = loadavg()
+	b.loadBefore = report.LoadAvg()
 	if b.root, err = testenv.ModuleRoot(); err != nil {
 		return err
 	}
@@ -743,17 +744,6 @@ func (b *bench) cpuNow() map[string]float64 {
 
 var cpuRoles = []string{"manager", "kube-apiserver", "etcd", "fixture", "bench"}
 
-func loadavg() string {
-	data, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	if f := strings.Fields(string(data)); len(f) > 0 {
-		return f[0]
-	}
-	return "?"
-}
-
 // ---- creating and watching ----------------------------------------------------
 
 func (b *bench) name(i int) string {
@@ -1277,7 +1267,7 @@ func (b *bench) print() {
 	fmt.Printf("Command: `%s`  \n", cmd)
 	fmt.Printf("Date: %s. Machine: %d cores (`runtime.NumCPU`), %s %s/%s, 1-minute load average %s before and %s after the run.  \n",
 		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), runtime.Version(), runtime.GOOS, runtime.GOARCH,
-		b.loadBefore, loadavg())
+		b.loadBefore, report.LoadAvg())
 	fmt.Printf("Setup: envtest etcd + kube-apiserver; the manager binary (`go build ./cmd/manager`, `--leader-elect=false --gateway-auth=none`%s, "+
 		"ready %s after exec); %d fixture process(es) (`mcp-fixture --http=127.0.0.1:0`) in %s, %d tools each; "+
 		"%d McpServers (streamable-http, one serverName each, spec defaults) created by %d concurrent clients; "+
@@ -1288,37 +1278,37 @@ func (b *bench) print() {
 	fmt.Println("| Measurement | Value | Goal | Met |")
 	fmt.Println("|---|--:|---|---|")
 	row := func(name, value, goal, met string) { fmt.Printf("| %s | %s | %s | %s |\n", name, value, goal, met) }
-	row("McpServers created / Ready (Ready condition True, phase Ready)", fmt.Sprintf("%d / %d", n-r.createErrs, len(r.lat)), "all", yesNo(len(r.lat) == n))
+	row("McpServers created / Ready (Ready condition True, phase Ready)", fmt.Sprintf("%d / %d", n-r.createErrs, len(r.lat)), "all", report.YesNo(len(r.lat) == n))
 	span := b.lastCreate.Sub(b.firstCreate)
 	row("First → last create call", fmt.Sprintf("%s (%.0f creates/s)", dur(span), float64(n)/math.Max(span.Seconds(), 1e-3)), "", "")
-	row("Create call duration: p50 / max", fmt.Sprintf("%s / %s", dur(pct(r.createDur, 50)), dur(slices.Max(r.createDur))), "", "")
+	row("Create call duration: p50 / max", fmt.Sprintf("%s / %s", dur(report.Percentile(r.createDur, 50)), dur(slices.Max(r.createDur))), "", "")
 	if len(r.lat) > 0 {
-		row("Create → Ready per resource: p50", dur(pct(r.lat, 50)), "", "")
-		row("Create → Ready per resource: p99", dur(pct(r.lat, 99)), "", "")
-		row("Create → Ready per resource: max", dur(slices.Max(r.lat)), "≤ 60 s", yesNo(len(r.lat) == n && slices.Max(r.lat) <= goalReady))
-		row("Resources Ready within 60 s of their create call", fmt.Sprintf("%d / %d", r.within60, n), "all", yesNo(r.within60 == n))
+		row("Create → Ready per resource: p50", dur(report.Percentile(r.lat, 50)), "", "")
+		row("Create → Ready per resource: p99", dur(report.Percentile(r.lat, 99)), "", "")
+		row("Create → Ready per resource: max", dur(slices.Max(r.lat)), "≤ 60 s", report.YesNo(len(r.lat) == n && slices.Max(r.lat) <= goalReady))
+		row("Resources Ready within 60 s of their create call", fmt.Sprintf("%d / %d", r.within60, n), "all", report.YesNo(r.within60 == n))
 		if len(r.lat) == n {
-			row("First create → every resource Ready", dur(b.lastReady.Sub(b.firstCreate)), "≤ 60 s (stricter reading)", yesNo(b.lastReady.Sub(b.firstCreate) <= goalReady))
+			row("First create → every resource Ready", dur(b.lastReady.Sub(b.firstCreate)), "≤ 60 s (stricter reading)", report.YesNo(b.lastReady.Sub(b.firstCreate) <= goalReady))
 			row("Last create → every resource Ready", dur(b.lastReady.Sub(b.lastCreate)), "", "")
 		} else {
-			row("First create → every resource Ready", fmt.Sprintf("not reached (%d of %d)", len(r.lat), n), "≤ 60 s (stricter reading)", yesNo(false))
+			row("First create → every resource Ready", fmt.Sprintf("not reached (%d of %d)", len(r.lat), n), "≤ 60 s (stricter reading)", report.YesNo(false))
 		}
-		row("Status writes to reach Ready (watch MODIFIED events): max", strconv.Itoa(slices.Max(r.writes)), "≤ 4", yesNo(slices.Max(r.writes) <= goalWrites))
+		row("Status writes to reach Ready (watch MODIFIED events): max", strconv.Itoa(slices.Max(r.writes)), "≤ 4", report.YesNo(slices.Max(r.writes) <= goalWrites))
 		row("Status writes to reach Ready: mean", fmt.Sprintf("%.2f", mean(r.writes)), "", "")
-		row("Resources that needed more than 4 writes", strconv.Itoa(r.over4), "0", yesNo(r.over4 == 0))
+		row("Resources that needed more than 4 writes", strconv.Itoa(r.over4), "0", report.YesNo(r.over4 == 0))
 	}
 	row("Writes to McpServers after their Ready, up to the end of the idle phase", strconv.Itoa(r.afterReady), "", "")
-	row("Manager peak RSS (VmHWM) up to every resource Ready", mb(b.hwmReady), "≤ 300 MB", yesNo(b.hwmReady > 0 && b.hwmReady <= goalRSS))
-	row("Manager peak RSS (VmHWM) at the end of the idle phase", mb(b.hwmEnd), "≤ 300 MB", yesNo(b.hwmEnd > 0 && b.hwmEnd <= goalRSS))
+	row("Manager peak RSS (VmHWM) up to every resource Ready", mb(b.hwmReady), "≤ 300 MB", report.YesNo(b.hwmReady > 0 && b.hwmReady <= goalRSS))
+	row("Manager peak RSS (VmHWM) at the end of the idle phase", mb(b.hwmEnd), "≤ 300 MB", report.YesNo(b.hwmEnd > 0 && b.hwmEnd <= goalRSS))
 	row("Manager RSS (VmRSS) at the end of the idle phase", mb(b.rssEnd), "", "")
 	idle := fmt.Sprintf("%s idle", dur(b.idleEnd.Sub(b.idleStart)))
-	row("McpServer writes seen by the watch, "+idle, fmt.Sprintf("%d (events: %s)", r.idleMod, fmtIntCounts(r.idleEvents)), "0", yesNo(r.idleMod == 0))
+	row("McpServer writes seen by the watch, "+idle, fmt.Sprintf("%d (events: %s)", r.idleMod, fmtIntCounts(r.idleEvents)), "0", report.YesNo(r.idleMod == 0))
 	m0, m1 := b.mgrAt["idle0"], b.mgrAt["idle1"]
 	if m0 != nil && m1 != nil {
 		req := delta(m0.by("rest_client_requests_total", "method", nil), m1.by("rest_client_requests_total", "method", nil))
 		w := writesOnly(req)
 		row("Manager apiserver requests (`rest_client_requests_total`), "+idle, fmtCounts(req), "", "")
-		row("of which writes (POST/PUT/PATCH/DELETE)", fmt.Sprintf("%.0f", total(w)), "0", yesNo(total(w) == 0))
+		row("of which writes (POST/PUT/PATCH/DELETE)", fmt.Sprintf("%.0f", total(w)), "0", report.YesNo(total(w) == 0))
 		rec := m1.sum("controller_runtime_reconcile_total", map[string]string{"controller": "mcpserver"}) -
 			m0.sum("controller_runtime_reconcile_total", map[string]string{"controller": "mcpserver"})
 		row("Manager reconciles, "+idle, fmt.Sprintf("%.0f", rec), "", "")
@@ -1327,7 +1317,7 @@ func (b *bench) print() {
 		row("Apiserver write requests by resource (`apiserver_request_total`), "+idle, fmtCounts(apiWrites(a0, a1)), "", "")
 	}
 	row("McpServer writes between every resource Ready and the idle phase ("+dur(b.idleStart.Sub(b.lastReady))+")", strconv.Itoa(r.settleMod), "", "")
-	row("Manager SIGTERM → exit, with every supervisor running", fmt.Sprintf("%s%s", dur(b.shutdown), errNote(b.shutdownErr)), "≤ 30 s (§8)", yesNo(b.shutdownErr == nil && b.shutdown <= 30*time.Second))
+	row("Manager SIGTERM → exit, with every supervisor running", fmt.Sprintf("%s%s", dur(b.shutdown), errNote(b.shutdownErr)), "≤ 30 s (§8)", report.YesNo(b.shutdownErr == nil && b.shutdown <= 30*time.Second))
 	row("McpServer writes during the manager's shutdown", strconv.Itoa(r.shutdownMod), "", "")
 	fmt.Println()
 
@@ -1582,17 +1572,6 @@ func fmtIntCounts[K comparable](m map[K]int) string {
 	return strings.Join(parts, ", ")
 }
 
-// pct is the nearest-rank percentile p of xs.
-func pct(xs []time.Duration, p float64) time.Duration {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	i := int(math.Ceil(p/100*float64(len(s)))) - 1
-	return s[max(0, min(i, len(s)-1))]
-}
-
 func mean(xs []int) float64 {
 	if len(xs) == 0 {
 		return 0
@@ -1616,10 +1595,3 @@ func dur(d time.Duration) string {
 }
 
 func mb(b int64) string { return fmt.Sprintf("%.0f MB", float64(b)/1e6) }
-
-func yesNo(ok bool) string {
-	if ok {
-		return "yes"
-	}
-	return "**no**"
-}

@@ -12,7 +12,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,6 +26,7 @@ import (
 	"github.com/go-logr/logr/funcr"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
+	"github.com/mcpbridge/operator/hack/bench/internal/report"
 	"github.com/mcpbridge/operator/internal/bridge"
 	"github.com/mcpbridge/operator/internal/policy"
 )
@@ -91,7 +91,7 @@ func run() error {
 			return fmt.Errorf("build the fixture: %w", err)
 		}
 	}
-	started, loadBefore := time.Now(), loadavg()
+	started, loadBefore := time.Now(), report.LoadAvg()
 	fmt.Fprintln(os.Stderr, "d: Start → Ready ...")
 	if err := b.startToReady(); err != nil {
 		return fmt.Errorf("d: %w", err)
@@ -119,19 +119,6 @@ func run() error {
 	}
 	b.print(time.Since(started), loadBefore)
 	return nil
-}
-
-// loadavg is the 1-minute load average, to tell a quiet machine from a busy
-// one when comparing runs.
-func loadavg() string {
-	data, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	if f := strings.Fields(string(data)); len(f) > 0 {
-		return f[0]
-	}
-	return "?"
 }
 
 // ---- the fixture and supervisors -------------------------------------------
@@ -471,7 +458,7 @@ func (b *bench) stalledInitialize() error {
 		if len(xs) == 0 {
 			return ""
 		}
-		return yesNo(slices.Min(xs) >= lo && slices.Max(xs) <= hi)
+		return report.YesNo(slices.Min(xs) >= lo && slices.Max(xs) <= hi)
 	}
 	b.rows = append(b.rows,
 		row{name: fmt.Sprintf("b. Stalled initialize, connectionTimeoutMs %d: Start → lastError (deadline) in Snapshot", budget.Milliseconds()),
@@ -540,7 +527,7 @@ func (b *bench) print(elapsed time.Duration, loadBefore string) {
 	fmt.Printf("Command: `%s`  \n", cmd)
 	fmt.Printf("Date: %s; %d cores (runtime.NumCPU); %s %s/%s; fixture: stdio child, `%s` (%d tools); run took %s; 1-min load average %s before, %s after.\n\n",
 		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), runtime.Version(), runtime.GOOS, runtime.GOARCH,
-		b.toolsArg(), b.wantTools(), elapsed.Round(time.Second), loadBefore, loadavg())
+		b.toolsArg(), b.wantTools(), elapsed.Round(time.Second), loadBefore, report.LoadAvg())
 	fmt.Println("| Measurement | n | p50 | p90 | p99 | min | max | Goal | Met |")
 	fmt.Println("|---|--:|--:|--:|--:|--:|--:|---|---|")
 	for _, r := range b.rows {
@@ -549,7 +536,7 @@ func (b *bench) print(elapsed time.Duration, loadBefore string) {
 			continue
 		}
 		fmt.Printf("| %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", r.name, len(r.samples),
-			ms(pct(r.samples, 50)), ms(pct(r.samples, 90)), ms(pct(r.samples, 99)),
+			ms(report.Percentile(r.samples, 50)), ms(report.Percentile(r.samples, 90)), ms(report.Percentile(r.samples, 99)),
 			ms(slices.Min(r.samples)), ms(slices.Max(r.samples)), r.goal, r.met)
 	}
 	fmt.Println()
@@ -558,17 +545,6 @@ func (b *bench) print(elapsed time.Duration, loadBefore string) {
 	for _, n := range b.notes {
 		fmt.Println("- " + n)
 	}
-}
-
-// pct is the nearest-rank percentile p of xs.
-func pct(xs []time.Duration, p float64) time.Duration {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	i := int(math.Ceil(p/100*float64(len(s)))) - 1
-	return s[max(0, min(i, len(s)-1))]
 }
 
 func ms(d time.Duration) string {
@@ -587,7 +563,7 @@ func p50Within(xs []time.Duration, limit time.Duration) string {
 	if len(xs) == 0 {
 		return ""
 	}
-	return yesNo(pct(xs, 50) <= limit)
+	return report.YesNo(report.Percentile(xs, 50) <= limit)
 }
 
 // maxWithin says whether every sample is at most limit.
@@ -595,14 +571,7 @@ func maxWithin(xs []time.Duration, limit time.Duration) string {
 	if len(xs) == 0 {
 		return ""
 	}
-	return yesNo(slices.Max(xs) <= limit)
-}
-
-func yesNo(ok bool) string {
-	if ok {
-		return "yes"
-	}
-	return "**no**"
+	return report.YesNo(slices.Max(xs) <= limit)
 }
 
 func toolNames(tools []bridge.Tool) []string {
