@@ -56,14 +56,14 @@ type httpLink struct {
 	cancel context.CancelFunc // ends every request of the generation
 	client *http.Client       // the SDK's, shared by calls forwarded as JSON
 	url    string
-	ids    atomic.Int64 // request ids of calls forwarded as JSON
+	ids    atomic.Int64 // ids of the requests we post ourselves (calls, probes)
 	t      *mcp.StreamableClientTransport
 	done   chan struct{}
 	once   sync.Once
 
 	mu      sync.Mutex
 	closing bool
-	notes   sync.WaitGroup // notifications sent after their call returned
+	notes   sync.WaitGroup // work that outlives its call: body drains, cancellations
 }
 
 // spawn runs fn unless the link is closing, and reports whether it did;
