@@ -23,7 +23,7 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
 
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate the CRD and RBAC manifests.
-	$(CONTROLLER_GEN) rbac:roleName=manager-role crd:maxDescLen=512 paths="./api/...;./internal/controller/...;./internal/gateway/..." \
+	$(CONTROLLER_GEN) rbac:roleName=manager-role crd:maxDescLen=512 paths="./api/...;./cmd/...;./internal/controller/...;./internal/gateway/..." \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 
 .PHONY: fmt
