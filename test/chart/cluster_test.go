@@ -109,6 +109,11 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 	g.Expect(env.Client.Get(ctx(t), client.ObjectKeyFromObject(crd), crd)).To(Succeed(), "helm uninstall deleted the CRD")
 	g.Expect(env.Client.Get(ctx(t), types.NamespacedName{Namespace: "default", Name: "kept"}, &v1alpha1.McpServer{})).
 		To(Succeed(), "helm uninstall deleted an McpServer")
+
+	// The kept CRD still carries the release's ownership: installing the
+	// release again adopts it instead of failing on an existing object.
+	install(t, nil)
+	uninstall(t)
 }
 
 // installServiceMonitorCRD makes monitoring.coreos.com/v1 ServiceMonitor
