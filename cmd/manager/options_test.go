@@ -31,7 +31,9 @@ func TestEveryOperationsFlagIsDefined(t *testing.T) {
 	}
 }
 
-func TestGatewayAuthNoneNeedsLoopback(t *testing.T) {
+// TestOptionsThatCannotWorkAreRefused: --gateway-auth=none only on
+// loopback, and no flag that would do nothing in its combination.
+func TestOptionsThatCannotWorkAreRefused(t *testing.T) {
 	cases := []struct {
 		args    []string
 		wantErr string
@@ -44,6 +46,11 @@ func TestGatewayAuthNoneNeedsLoopback(t *testing.T) {
 		{[]string{"--gateway-auth=none", "--gateway-bind-address=10.0.0.1:8090"}, "loopback"},
 		{[]string{"--gateway-auth=token", "--gateway-bind-address=0.0.0.0:8090"}, ""},
 		{[]string{"--gateway-auth=basic"}, "must be"},
+		{[]string{"--metrics-cert-path=/certs"}, ""},
+		{[]string{"--metrics-secure=false", "--metrics-cert-path=/certs"}, "needs --metrics-secure"},
+		{[]string{"--leader-elect", "--leader-election-namespace=ops"}, ""},
+		{[]string{"--leader-election-namespace=ops"}, "needs --leader-elect"},
+		{[]string{"leader-elect"}, "unexpected arguments"},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -148,30 +155,4 @@ func TestHelpListsEveryFlag(t *testing.T) {
 			t.Errorf("--%s has no help text", f.Name)
 		}
 	})
-}
-
-func TestFlagCombinationsThatDoNothingAreRefused(t *testing.T) {
-	cases := []struct {
-		args    []string
-		wantErr string
-	}{
-		{[]string{"--metrics-cert-path=/certs"}, ""},
-		{[]string{"--metrics-secure=false", "--metrics-cert-path=/certs"}, "needs --metrics-secure"},
-		{[]string{"--leader-elect", "--leader-election-namespace=ops"}, ""},
-		{[]string{"--leader-election-namespace=ops"}, "needs --leader-elect"},
-		{[]string{"leader-elect"}, "unexpected arguments"},
-	}
-	for _, tc := range cases {
-		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			fs := flag.NewFlagSet("manager", flag.ContinueOnError)
-			fs.SetOutput(io.Discard)
-			_, err := parseOptions(fs, tc.args)
-			switch {
-			case tc.wantErr == "" && err != nil:
-				t.Fatalf("unexpected error: %v", err)
-			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
-				t.Fatalf("error = %v, want one containing %q", err, tc.wantErr)
-			}
-		})
-	}
 }
