@@ -93,8 +93,8 @@ type redactedPolicy struct {
 	EnvNames            []string         `json:",omitempty"`
 	Runtime             v1alpha1.Runtime `json:",omitempty"`
 	Image               string           `json:",omitempty"`
-	URL                 string   `json:",omitempty"`
-	HeaderNames         []string `json:",omitempty"`
+	URL                 string           `json:",omitempty"`
+	HeaderNames         []string         `json:",omitempty"`
 	ToolCallTimeout     string
 	ConnectionTimeout   string
 	HealthCheckInterval string

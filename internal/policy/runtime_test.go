@@ -115,7 +115,9 @@ func withImage(i string) specMod { return func(s *v1alpha1.McpServerSpec) { s.St
 func withPull(p corev1.PullPolicy) specMod {
 	return func(s *v1alpha1.McpServerSpec) { s.Stdio.ImagePullPolicy = p }
 }
-func withSA(n string) specMod { return func(s *v1alpha1.McpServerSpec) { s.Stdio.ServiceAccountName = n } }
+func withSA(n string) specMod {
+	return func(s *v1alpha1.McpServerSpec) { s.Stdio.ServiceAccountName = n }
+}
 func withResources(r corev1.ResourceRequirements) specMod {
 	return func(s *v1alpha1.McpServerSpec) { s.Stdio.Resources = &r }
 }
