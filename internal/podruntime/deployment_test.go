@@ -232,7 +232,7 @@ func TestDeploymentFollowsTheSpec(t *testing.T) {
 				}
 			}},
 		{name: "port and terminate grace from the options", obj: server(),
-			opts: func(o *podruntime.Options) { o.Port, o.TerminateGrace = 9000, 1500 * time.Millisecond },
+			opts: func(o *podruntime.Options) { o.Port, o.TerminateGrace = 9000, 1500*time.Millisecond },
 			check: func(t *testing.T, d *appsv1.Deployment, c corev1.Container) {
 				if c.Ports[0].ContainerPort != 9000 || c.Ports[0].Name != "shim" {
 					t.Errorf("ports %v", c.Ports)

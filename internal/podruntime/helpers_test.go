@@ -49,7 +49,7 @@ func server(mods ...func(*v1alpha1.McpServer)) *v1alpha1.McpServer {
 
 func values() policy.Values {
 	return policy.Values{
-		{Kind: policy.SecretRef, Name: "github", Key: "token"}:      secretValue,
+		{Kind: policy.SecretRef, Name: "github", Key: "token"}:       secretValue,
 		{Kind: policy.ConfigMapRef, Name: "settings", Key: "region"}: configMapValue,
 	}
 }

@@ -12,8 +12,8 @@ import (
 func TestNames(t *testing.T) {
 	long := strings.Repeat("a", 253)
 	for _, tc := range []struct {
-		name                     string
-		server                   string
+		name                      string
+		server                    string
 		wantDeployment, wantLabel string // "" = shortened (checked by the properties below)
 	}{
 		{name: "a short name is kept", server: "github", wantDeployment: "github-mcp", wantLabel: "github"},
@@ -70,8 +70,8 @@ func TestNames(t *testing.T) {
 func TestShortenedNamesStayApart(t *testing.T) {
 	prefix := strings.Repeat("p", 100)
 	pairs := [][2]string{
-		{prefix + "-one", prefix + "-two"},   // same first characters, both shortened
-		{"my.server", "my-server"},           // the dot becomes a dash in the Deployment name
+		{prefix + "-one", prefix + "-two"},                 // same first characters, both shortened
+		{"my.server", "my-server"},                         // the dot becomes a dash in the Deployment name
 		{strings.Repeat("q", 64), strings.Repeat("q", 65)}, // one character apart past the cut
 	}
 	for _, p := range pairs {
