@@ -144,13 +144,13 @@ type StdioTransport struct {
 	// ephemeral-storage requests and limits. Each one the spec leaves out
 	// takes its default (requests cpu 50m, memory 64Mi; limits cpu 500m,
 	// memory 256Mi), moved to the spec's own request or limit of the same
-	// resource where the default would break requests <= limits. Pod
+	// resource where the default would break requests <= limits. A request
+	// above its limit or a negative quantity is an invalid spec. Pod
 	// runtime only.
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="!has(self.claims) || size(self.claims) == 0",message="spec.stdio.resources.claims is not supported: the server's Pod has no resource claims"
-	// +kubebuilder:validation:XValidation:rule="(!has(self.requests) || self.requests.all(k, k in ['cpu', 'memory', 'ephemeral-storage'])) && (!has(self.limits) || self.limits.all(k, k in ['cpu', 'memory', 'ephemeral-storage']))",message="spec.stdio.resources: only cpu, memory and ephemeral-storage may be requested or limited"
-	// +kubebuilder:validation:XValidation:rule="(!has(self.requests) || self.requests.all(k, quantity(string(self.requests[k])).sign() >= 0)) && (!has(self.limits) || self.limits.all(k, quantity(string(self.limits[k])).sign() >= 0))",message="spec.stdio.resources: quantities must not be negative"
-	// +kubebuilder:validation:XValidation:rule="!has(self.requests) || !has(self.limits) || self.requests.all(k, !(k in self.limits) || quantity(string(self.requests[k])).compareTo(quantity(string(self.limits[k]))) <= 0)",message="spec.stdio.resources: a request must be less than or equal to its limit"
+	// +kubebuilder:validation:XValidation:rule="!has(self.requests) || self.requests.all(k, k in ['cpu', 'memory', 'ephemeral-storage'])",message="spec.stdio.resources.requests: only cpu, memory and ephemeral-storage may be requested"
+	// +kubebuilder:validation:XValidation:rule="!has(self.limits) || self.limits.all(k, k in ['cpu', 'memory', 'ephemeral-storage'])",message="spec.stdio.resources.limits: only cpu, memory and ephemeral-storage may be limited"
 	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
 
 	// ServiceAccountName runs the server's Pod as this ServiceAccount of

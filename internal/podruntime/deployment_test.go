@@ -2,6 +2,7 @@ package podruntime_test
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -238,7 +239,7 @@ func TestDeploymentFollowsTheSpec(t *testing.T) {
 					t.Errorf("ports %v", c.Ports)
 				}
 				for _, flag := range []string{"--listen=:9000", "--terminate-grace=1.5s"} {
-					if !contains(c.Command, flag) {
+					if !slices.Contains(c.Command, flag) {
 						t.Errorf("command %q lacks %s", c.Command, flag)
 					}
 				}
@@ -272,15 +273,6 @@ func TestDeploymentFollowsTheSpec(t *testing.T) {
 			tc.check(t, d, serverContainer(t, d))
 		})
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 func TestDeploymentRefusesWhatItCannotRender(t *testing.T) {

@@ -88,11 +88,6 @@ var _ = Describe("Invalid McpServer manifests: the Pod runtime's fields", func()
 			"spec.stdio.resources"),
 		Entry("resources requesting hugepages", stdioServer(image("srv:1"), resources(map[string]string{"hugepages-2Mi": "2Mi"}, nil)),
 			"spec.stdio.resources"),
-		Entry("resources with a negative request", stdioServer(image("srv:1"), resources(map[string]string{"memory": "-1Mi"}, nil)),
-			"spec.stdio.resources"),
-		Entry("resources with a request above its limit",
-			stdioServer(image("srv:1"), resources(map[string]string{"cpu": "2"}, map[string]string{"cpu": "1500m"})),
-			"spec.stdio.resources"),
 		Entry("resources with a quantity that is no quantity",
 			manifest(`{transport: stdio, stdio: {command: npx, resources: {limits: {memory: lots}}}}`),
 			"spec.stdio.resources.limits.memory"),
@@ -143,6 +138,13 @@ var _ = Describe("Valid McpServer manifests: the Pod runtime's fields", func() {
 		Entry("resources: a zero request", stdioServer(image("srv:1"), resources(map[string]string{"cpu": "0"}, nil))),
 		Entry("resources: request and limit of one resource in other units",
 			stdioServer(image("srv:1"), resources(map[string]string{"cpu": "999m"}, map[string]string{"cpu": "1"}))),
+		// Comparing quantities in CEL exceeds the CRD's cost budget (the
+		// maps and their values are unbounded in corev1's schema): the Go
+		// resolve step refuses these, with the field named.
+		Entry("resources: a negative request (refused by the resolve step)",
+			stdioServer(image("srv:1"), resources(map[string]string{"memory": "-1Mi"}, nil))),
+		Entry("resources: a request above its limit (refused by the resolve step)",
+			stdioServer(image("srv:1"), resources(map[string]string{"cpu": "2"}, map[string]string{"cpu": "1500m"}))),
 		Entry("Pod-only fields without an image (the cluster may choose the Pod runtime)",
 			stdioServer(func(s *v1alpha1.McpServer) { s.Spec.Stdio.Command = "npx" }, pullPolicy(corev1.PullAlways),
 				serviceAccount("runner"), resources(map[string]string{"memory": "128Mi"}, nil))),
