@@ -135,7 +135,8 @@ type StdioTransport struct {
 	Image string `json:"image,omitempty"`
 
 	// ImagePullPolicy is the Pod's pull policy for image: Always,
-	// IfNotPresent (when unset) or Never. Pod runtime only.
+	// IfNotPresent (when unset) or Never. Pod runtime only; a Local server
+	// ignores it.
 	// +optional
 	// +kubebuilder:validation:Enum=Always;IfNotPresent;Never
 	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`

@@ -135,8 +135,10 @@ func (r *resolver) runtime(path *field.Path, s *v1alpha1.StdioTransport, out *St
 	}
 }
 
-// podOnly refuses the fields that only the Pod runtime uses on a server
-// that runs Local: set, they would be silently ignored.
+// podOnly refuses the Pod-only fields whose silent absence would matter on
+// a server that runs Local: a limit or an identity the user counts on. An
+// imagePullPolicy is harmless there (no image is pulled), so a manifest
+// written for a Pod cluster still runs where Local is allowed.
 func (r *resolver) podOnly(path *field.Path, s *v1alpha1.StdioTransport) {
 	const why = "applies only to the Pod runtime, and this server runs as a child of the manager " +
 		"(spec.stdio.image is unset and its namespace allows the Local runtime); set spec.stdio.image to run it in its own Pod"
@@ -145,9 +147,6 @@ func (r *resolver) podOnly(path *field.Path, s *v1alpha1.StdioTransport) {
 	}
 	if s.ServiceAccountName != "" {
 		r.errs = append(r.errs, field.Forbidden(path.Child("serviceAccountName"), why))
-	}
-	if s.ImagePullPolicy != "" {
-		r.errs = append(r.errs, field.Forbidden(path.Child("imagePullPolicy"), why))
 	}
 }
 

@@ -162,6 +162,9 @@ func TestResolveChoosesTheRuntime(t *testing.T) {
 			want: policy.Stdio{Runtime: v1alpha1.RuntimePod, Pod: &policy.Pod{
 				Image: "srv:1", ImagePullPolicy: corev1.PullIfNotPresent, Resources: defaults,
 				Env: []corev1.EnvVar{envValue("A", "1"), envSecret("TOKEN", "github", "token")}}}},
+		{name: "imagePullPolicy on a Local server is harmless and ignored", cfg: allLocal,
+			spec: stdioSpec(withPull(corev1.PullIfNotPresent)),
+			want: policy.Stdio{Runtime: v1alpha1.RuntimeLocal}},
 		{name: "an empty resources block on a Local server is no Pod-only field", cfg: allLocal,
 			spec: stdioSpec(withResources(corev1.ResourceRequirements{})),
 			want: policy.Stdio{Runtime: v1alpha1.RuntimeLocal}},
@@ -200,8 +203,6 @@ func TestResolveRefusesBadRuntimeFields(t *testing.T) {
 			field: "spec.stdio.resources", typ: field.ErrorTypeForbidden, says: []string{"only to the Pod runtime", "set spec.stdio.image"}},
 		{name: "serviceAccountName on a Local server", cfg: policy.RuntimeConfig{LocalNamespaces: []string{testNS}}, spec: stdioSpec(withSA("runner")),
 			field: "spec.stdio.serviceAccountName", typ: field.ErrorTypeForbidden, says: []string{"only to the Pod runtime", "set spec.stdio.image"}},
-		{name: "imagePullPolicy on a Local server", cfg: allLocal, spec: stdioSpec(withPull(corev1.PullIfNotPresent)),
-			field: "spec.stdio.imagePullPolicy", typ: field.ErrorTypeForbidden, says: []string{"only to the Pod runtime", "set spec.stdio.image"}},
 
 		// Image references, as the kubelet parses them.
 		{name: "image with a space", cfg: noLocal, spec: stdioSpec(withImage("ghcr.io/org/srv :1")),
