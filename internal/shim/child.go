@@ -20,12 +20,14 @@ type child struct {
 	stdout *os.File // our read end of its stdout
 	grace  time.Duration
 
-	endOnce sync.Once
-	reason  EndReason // what ended the tunnel first; set in endOnce
-	status  <-chan syscall.WaitStatus
-	ws      syscall.WaitStatus // set before exited is closed
-	exited  chan struct{}      // the child itself has been reaped
-	reaped  chan struct{}      // ... and every member of its group we can wait for
+	endOnce   sync.Once
+	reason    EndReason // what ended the tunnel first; set in endOnce
+	hurryOnce sync.Once
+	hurry     chan struct{} // closed by terminate
+	status    <-chan syscall.WaitStatus
+	ws        syscall.WaitStatus // set before exited is closed
+	exited    chan struct{}      // the child itself has been reaped
+	reaped    chan struct{}      // ... and every member of its group we can wait for
 }
 
 // startChild starts argv directly (no shell) with the shim's environment,
@@ -57,7 +59,7 @@ func startChild(r *reaper, argv []string, stderr *os.File, grace time.Duration) 
 	}
 	c := &child{
 		pid: cmd.Process.Pid, proc: cmd.Process, stdin: inW, stdout: outR, grace: grace,
-		status: status, exited: make(chan struct{}), reaped: make(chan struct{}),
+		status: status, exited: make(chan struct{}), reaped: make(chan struct{}), hurry: make(chan struct{}),
 	}
 	go c.watch()
 	return c, nil
@@ -88,11 +90,11 @@ func (c *child) end(reason EndReason) {
 	})
 }
 
-// terminate is end with SIGTERM to the group at once (the shim itself is
-// being stopped); SIGKILL follows from end's escalation.
+// terminate is end in a hurry (the shim itself is being stopped): SIGTERM
+// to the group at once, SIGKILL after one grace.
 func (c *child) terminate() {
 	c.end(EndShutdown)
-	c.signal(syscall.SIGTERM)
+	c.hurryOnce.Do(func() { close(c.hurry) })
 }
 
 func (c *child) escalate() {
@@ -104,14 +106,22 @@ func (c *child) escalate() {
 	}
 	timer := time.NewTimer(c.grace)
 	defer timer.Stop()
-	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+	hurry := c.hurry
+	next := []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL}
+	for len(next) > 0 {
 		select {
 		case <-c.exited:
 			return
+		case <-hurry:
+			hurry = nil
+			if next[0] != syscall.SIGTERM {
+				continue // SIGTERM is out already; SIGKILL is due within a grace
+			}
 		case <-timer.C:
-			c.signal(sig)
-			timer.Reset(c.grace)
 		}
+		c.signal(next[0])
+		next = next[1:]
+		timer.Reset(c.grace)
 	}
 }
 

@@ -60,7 +60,12 @@ func Dial(ctx context.Context, addr, token string) (*Tunnel, error) {
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Content-Type", "application/octet-stream")
 
-	stop := context.AfterFunc(ctx, abort)
+	// On ctx's end, abort; and end the request body too: the transport
+	// waits for its writer, which reads stdin, before RoundTrip returns.
+	stop := context.AfterFunc(ctx, func() {
+		abort()
+		_ = t.stdinW.CloseWithError(context.Cause(ctx))
+	})
 	resp, err := transport.RoundTrip(req)
 	if !stop() { // ctx ended: the request was aborted, or is about to be
 		err = errors.Join(context.Cause(ctx), err)

@@ -73,6 +73,9 @@ func startShim(t *testing.T, grace time.Duration, command ...string) *shimProc {
 		"--terminate-grace=" + grace.String(), "--"}, command...)
 	p := &shimProc{cmd: exec.Command(shimBin, args...), stderr: &syncBuffer{}, exited: make(chan struct{})}
 	p.cmd.Stderr = p.stderr
+	// A descendant left behind by a failing test may hold stderr open:
+	// Wait returns anyway once the shim has exited.
+	p.cmd.WaitDelay = time.Second
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -311,4 +314,12 @@ func (p *shimProc) child(t *testing.T, comm string) int {
 		return strings.TrimSpace(string(b))
 	}).WithTimeout(eventually).WithPolling(time.Millisecond).Should(Equal(comm))
 	return pid
+}
+
+func keys(m map[int]string) []int {
+	var out []int
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
 }
