@@ -57,8 +57,9 @@ test: verify-generated vet envtest fixtures ## Run every test against a real con
 ##@ Build
 
 .PHONY: build
-build: ## Build the manager binary.
+build: ## Build the manager and the shim (static, as in the image).
 	go build -o $(BIN)/manager ./cmd/manager
+	CGO_ENABLED=0 go build -o $(BIN)/shim ./cmd/shim
 
 .PHONY: run
 run: ## Run the manager against the cluster in $KUBECONFIG.
