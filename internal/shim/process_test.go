@@ -184,11 +184,18 @@ func TestWrongTokenRefusedByTheBinary(t *testing.T) {
 	shim := startShim(t, shortGrace, fixtureBin)
 	ctx, cancel := context.WithTimeout(context.Background(), eventually)
 	defer cancel()
-	_, err := Dial(ctx, shim.addr, "not-the-token-at-all")
-	g.Expect(err).To(MatchError(ErrUnauthorized))
+	for range 20 {
+		_, err := Dial(ctx, shim.addr, "not-the-token-at-all")
+		g.Expect(err).To(MatchError(ErrUnauthorized))
+	}
 	g.Expect(childrenOf(shim.pid())).To(BeEmpty())
-	g.Expect(shim.stderr.String()).To(ContainSubstring("tunnel refused: wrong or missing token"))
+	// Logged, rate-limited (20 refusals well within a second or two), and
+	// never with the token.
+	logged := strings.Count(shim.stderr.String(), "tunnel refused: wrong or missing token")
+	g.Expect(logged).To(BeNumerically(">=", 1))
+	g.Expect(logged).To(BeNumerically("<", 20))
 	g.Expect(shim.stderr.String()).NotTo(ContainSubstring(testToken))
+	g.Expect(shim.stderr.String()).NotTo(ContainSubstring("not-the-token-at-all"))
 }
 
 func TestBinaryRefusesBadInvocations(t *testing.T) {

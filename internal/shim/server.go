@@ -64,6 +64,12 @@ type Server struct {
 	mu       sync.Mutex
 	live     *slot // the tunnel holding the one child slot, or nil
 	stopping bool
+
+	refusals struct {
+		mu       sync.Mutex
+		last     time.Time // when a refusal was last logged
+		unlogged int
+	}
 }
 
 // slot is a tunnel's claim on the one child the shim runs at a time.

@@ -20,7 +20,7 @@ func (s *Server) serveTunnel(w http.ResponseWriter, r *http.Request) {
 	// One tunnel per connection: no keep-alive to get out of step with.
 	w.Header().Set("Connection", "close")
 	if !s.authorized(r) {
-		s.log.Warn("tunnel refused: wrong or missing token", "remote", r.RemoteAddr)
+		s.logRefusal(r.RemoteAddr)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="mcp-bridge-shim"`)
 		refuse(w, rc, http.StatusUnauthorized, "wrong or missing token")
 		return
@@ -148,4 +148,22 @@ func (c *child) copyStdout(w io.Writer, rc *http.ResponseController) {
 			return
 		}
 	}
+}
+
+// refusalLogInterval bounds how often refused tunnels are logged: anyone
+// who can reach the Pod can send them, and the log is the server's too.
+const refusalLogInterval = time.Second
+
+// logRefusal logs a refused tunnel, at most once per refusalLogInterval,
+// with the number of refusals not logged since the last line.
+func (s *Server) logRefusal(remote string) {
+	s.refusals.mu.Lock()
+	defer s.refusals.mu.Unlock()
+	now := time.Now()
+	if now.Sub(s.refusals.last) < refusalLogInterval {
+		s.refusals.unlogged++
+		return
+	}
+	s.log.Warn("tunnel refused: wrong or missing token", "remote", remote, "alsoRefusedSinceLastLine", s.refusals.unlogged)
+	s.refusals.last, s.refusals.unlogged = now, 0
 }
