@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/mcpbridge/operator/internal/proc"
 	"github.com/mcpbridge/operator/internal/shim"
 )
 
@@ -77,7 +78,7 @@ func run(args []string, stderr io.Writer) int {
 		log.Error("cannot start", "error", err.Error())
 		return 2
 	}
-	if err := shim.BecomeSubreaper(); err != nil && os.Getpid() != 1 {
+	if err := proc.BecomeSubreaper(); err != nil && os.Getpid() != 1 {
 		log.Warn("cannot adopt orphaned grandchildren; they may stay zombies", "error", err.Error())
 	}
 	ln, err := net.Listen("tcp", *listen)

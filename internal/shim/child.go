@@ -1,7 +1,6 @@
 package shim
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -10,6 +9,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/mcpbridge/operator/internal/proc"
 )
 
 // child is the server process of one tunnel, in its own process group.
@@ -72,7 +73,7 @@ func (c *child) watch() {
 	close(c.exited)
 	c.end(EndExited)
 	_ = syscall.Kill(-c.pid, syscall.SIGKILL)
-	reapGroup(c.pid)
+	proc.ReapGroup(c.pid)
 	_ = c.proc.Release()
 	close(c.reaped)
 }
@@ -98,7 +99,7 @@ func (c *child) terminate() {
 }
 
 func (c *child) escalate() {
-	if stopped(c.pid) {
+	if proc.Stopped(c.pid) {
 		// A stopped child reads no stdin and handles no SIGTERM: waiting
 		// for it would only hold the close barrier.
 		c.signal(syscall.SIGKILL)
@@ -141,16 +142,6 @@ func (c *child) exitString() string {
 		return "signal: " + c.ws.Signal().String()
 	}
 	return "exit status " + strconv.Itoa(c.ws.ExitStatus())
-}
-
-// stopped: the process is stopped by a signal (state T in /proc/PID/stat).
-func stopped(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	i := bytes.LastIndexByte(b, ')') // the command name may hold spaces and parentheses
-	return i >= 0 && i+2 < len(b) && b[i+2] == 'T'
 }
 
 func closeAll(files ...*os.File) {

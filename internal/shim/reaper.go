@@ -12,9 +12,9 @@ import (
 // reaper starts the shim's children and collects their exit status.
 //
 // In a container the shim is PID 1, and it also makes itself a child
-// subreaper (BecomeSubreaper): every orphaned descendant (an npx launcher's
-// node process, a daemon that left the process group) is re-parented to
-// it and must be waited for, or it stays a zombie. Waiting for "any child"
+// subreaper (proc.BecomeSubreaper): every orphaned descendant (an npx
+// launcher's node process, a daemon that left the process group) is
+// re-parented to it and must be waited for, or it stays a zombie. Waiting for "any child"
 // would steal the exit status of the tunnel's own child from whoever waits
 // for that specific pid; so with orphans set, one loop owns every wait: on
 // SIGCHLD it reaps every zombie child with wait4(-1, WNOHANG) and hands the
@@ -116,28 +116,4 @@ func waitPid(pid int) syscall.WaitStatus {
 			return ws
 		}
 	}
-}
-
-// reapGroup waits for the members of a killed process group that are our
-// children (orphans re-parented to us as the subreaper); it returns once
-// none is left. With the orphan loop running, either may reap a member:
-// both only ever take what is dead.
-func reapGroup(pgid int) {
-	for {
-		_, err := syscall.Wait4(-pgid, nil, 0, nil)
-		if err != nil && !errors.Is(err, syscall.EINTR) {
-			return
-		}
-	}
-}
-
-// BecomeSubreaper makes this process adopt orphaned descendants, as PID 1
-// of a container does anyway, so that the shim reaps them also when it is
-// not PID 1 (e.g. in tests).
-func BecomeSubreaper() error {
-	const prSetChildSubreaper = 36
-	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0); errno != 0 {
-		return errno
-	}
-	return nil
 }

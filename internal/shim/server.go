@@ -25,7 +25,7 @@ type Config struct {
 	// when a tunnel ends. Two of them must fit the supervisor's close
 	// barrier. Zero means DefaultTerminateGrace.
 	TerminateGrace time.Duration
-	// ReapOrphans: this process is PID 1 or a subreaper (BecomeSubreaper)
+	// ReapOrphans: this process is PID 1 or a subreaper (proc.BecomeSubreaper)
 	// and reaps every orphan re-parented to it. Only for a process whose
 	// children are all the shim's: it waits for "any child".
 	ReapOrphans bool
