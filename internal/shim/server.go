@@ -148,7 +148,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	s.log.Info("stopping")
 	// Keep answering (503 to new tunnels, /readyz failing) until the live
-	// child has been reaped: SIGKILL goes out at the latest two graces on.
+	// child has been reaped: SIGKILL goes out at the latest a grace on.
 	if freed := s.stop(); freed != nil {
 		<-freed
 	}
