@@ -13,6 +13,10 @@ ARG TARGETOS=linux
 ARG TARGETARCH=amd64
 RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
     go build -trimpath -ldflags="-s -w" -o /out/manager ./cmd/manager
+# The shim: the entrypoint of every Pod-runtime stdio server. An init
+# container runs `/shim install DEST` from this image (there is no cp).
+RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
+    go build -trimpath -ldflags="-s -w" -o /out/shim ./cmd/shim
 # A minimal init as PID 1: it reaps orphans that leave their process group
 # (the manager itself reaps its stdio servers' groups as a subreaper).
 RUN apt-get update && apt-get install -y --no-install-recommends tini \
@@ -23,6 +27,7 @@ RUN apt-get update && apt-get install -y --no-install-recommends tini \
 # distroless has no npm/npx, so this target starts from the slim Node image.
 FROM node:22-bookworm-slim AS node
 COPY --from=build /out/manager /manager
+COPY --from=build /out/shim /shim
 COPY --from=build /out/tini /tini
 ENV HOME=/tmp NPM_CONFIG_CACHE=/tmp/.npm
 USER 1000:1000
@@ -30,6 +35,7 @@ ENTRYPOINT ["/tini", "--", "/manager"]
 
 FROM gcr.io/distroless/static-debian12:nonroot AS manager
 COPY --from=build /out/manager /manager
+COPY --from=build /out/shim /shim
 COPY --from=build /out/tini /tini
 USER 65532:65532
 ENTRYPOINT ["/tini", "--", "/manager"]

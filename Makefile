@@ -69,8 +69,9 @@ test-chart: envtest ## Test the Helm chart (lint, render, install on a real kube
 ##@ Build
 
 .PHONY: build
-build: ## Build the manager binary.
+build: ## Build the manager and the shim (static, as in the image).
 	go build -o $(BIN)/manager ./cmd/manager
+	CGO_ENABLED=0 go build -o $(BIN)/shim ./cmd/shim
 
 .PHONY: run
 run: ## Run the manager against the cluster in $KUBECONFIG.

@@ -1,0 +1,325 @@
+package shim
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	. "github.com/onsi/gomega"
+)
+
+const (
+	eventually = 20 * time.Second
+	testToken  = "0123456789abcdef-test-token"
+	// shortGrace keeps escalation tests quick; barrier is the close
+	// barrier they hold the shim to.
+	shortGrace = 100 * time.Millisecond
+	barrier    = time.Second
+)
+
+// syncBuffer collects a process's stderr.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// shimProc is the shim running as a real process, as in a container.
+type shimProc struct {
+	cmd    *exec.Cmd
+	addr   string
+	stderr *syncBuffer
+	exited chan struct{}
+	err    error // set before exited is closed
+}
+
+var listeningRE = regexp.MustCompile(`msg=listening .*addr=(\S+)`)
+
+// startShim runs the shim binary with the test token on a free loopback
+// port; it is stopped (SIGTERM) when the test ends.
+func startShim(t *testing.T, grace time.Duration, command ...string) *shimProc {
+	t.Helper()
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(testToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"--listen=127.0.0.1:0", "--token-file=" + tokenFile,
+		"--terminate-grace=" + grace.String(), "--"}, command...)
+	p := &shimProc{cmd: exec.Command(shimBin, args...), stderr: &syncBuffer{}, exited: make(chan struct{})}
+	p.cmd.Stderr = p.stderr
+	// A descendant left behind by a failing test may hold stderr open:
+	// Wait returns anyway once the shim has exited.
+	p.cmd.WaitDelay = time.Second
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() { p.stop(t) })
+	g := NewWithT(t)
+	g.Eventually(func() string {
+		if m := listeningRE.FindStringSubmatch(p.stderr.String()); m != nil {
+			p.addr = m[1]
+		}
+		return p.addr
+	}).WithTimeout(eventually).WithPolling(5*time.Millisecond).ShouldNot(BeEmpty(), "shim stderr: %s", p.stderr)
+	return p
+}
+
+// stop SIGTERMs the shim and waits for it; a shim that does not stop
+// fails the test.
+func (p *shimProc) stop(t *testing.T) {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(eventually):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+		t.Errorf("the shim did not stop on SIGTERM; stderr:\n%s", p.stderr)
+	}
+}
+
+func (p *shimProc) pid() int { return p.cmd.Process.Pid }
+
+// dialOK opens a tunnel that must open; it is aborted when the test ends.
+func dialOK(t *testing.T, addr string) *Tunnel {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), eventually)
+	defer cancel()
+	tun, err := Dial(ctx, addr, testToken)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	t.Cleanup(func() {
+		tun.Close()
+		<-tun.Done()
+	})
+	return tun
+}
+
+// connect runs an MCP client session over the tunnel.
+func connect(t *testing.T, tun *Tunnel) *mcp.ClientSession {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), eventually)
+	defer cancel()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "shim-test", Version: "v0"},
+		&mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}}).
+		Connect(ctx, &mcp.IOTransport{Reader: tun.Stdout(), Writer: tun.Stdin()}, nil)
+	if err != nil {
+		t.Fatalf("connect over the tunnel: %v", err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs
+}
+
+// callText calls a tool and returns its text content.
+func callText(t *testing.T, cs *mcp.ClientSession, tool string, args map[string]any) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), eventually)
+	defer cancel()
+	if args == nil {
+		args = map[string]any{}
+	}
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+	if err != nil {
+		t.Fatalf("call %s: %v", tool, err)
+	}
+	var sb strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			sb.WriteString(tc.Text)
+		}
+	}
+	return sb.String()
+}
+
+// fixturePID asks the fixture for its pid.
+func fixturePID(t *testing.T, cs *mcp.ClientSession) int {
+	t.Helper()
+	pid, err := strconv.Atoi(callText(t, cs, "pid", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+// waitDone waits for the tunnel's end and returns its error.
+func waitDone(t *testing.T, tun *Tunnel, within time.Duration) error {
+	t.Helper()
+	select {
+	case <-tun.Done():
+		return tun.Err()
+	case <-time.After(within):
+		t.Fatalf("the tunnel did not end within %v", within)
+		return nil
+	}
+}
+
+// exitError asserts a confirmed end and returns it.
+func exitError(t *testing.T, err error) *ExitError {
+	t.Helper()
+	var ee *ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("want a confirmed end (*ExitError), got %v", err)
+	}
+	return ee
+}
+
+// gone: no process (not even a zombie) has this pid.
+func gone(pid int) bool {
+	_, err := os.Stat("/proc/" + strconv.Itoa(pid))
+	return errors.Is(err, os.ErrNotExist)
+}
+
+// procStat is the part of /proc/PID/stat after the command name.
+func procStat(pid int) []string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return nil
+	}
+	return strings.Fields(string(b[i+1:]))
+}
+
+// childrenOf lists the processes whose parent is pid, with their state.
+func childrenOf(pid int) map[int]string {
+	out := map[int]string{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		cpid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if f := procStat(cpid); len(f) > 2 && f[1] == strconv.Itoa(pid) {
+			out[cpid] = f[0]
+		}
+	}
+	return out
+}
+
+// openFDs counts a process's open file descriptors.
+func openFDs(pid int) int {
+	ents, _ := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/fd")
+	return len(ents)
+}
+
+// serveInProcess runs a Server in this process (waiting for its own
+// children only) until the test ends.
+func serveInProcess(t *testing.T, cfg Config) string {
+	t.Helper()
+	if cfg.Token == nil {
+		cfg.Token = []byte(testToken)
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	srv, err := NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return ln.Addr().String()
+}
+
+// get does a GET and returns the status code and body.
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: eventually}
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// execOutput runs a command to its end and returns its stdout and stderr.
+func execOutput(name string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), eventually)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	return string(out), err
+}
+
+// probe does a GET and returns the status code, or -1 when there is none.
+func probe(url string) int {
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: eventually}
+	resp, err := c.Get(url)
+	if err != nil {
+		return -1
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode
+}
+
+// child waits until the shim has one child and it runs the program comm,
+// and returns its pid.
+func (p *shimProc) child(t *testing.T, comm string) int {
+	t.Helper()
+	var pid int
+	NewWithT(t).Eventually(func() string {
+		kids := childrenOf(p.pid())
+		if len(kids) != 1 {
+			return ""
+		}
+		for pid = range kids {
+		}
+		b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+		return strings.TrimSpace(string(b))
+	}).WithTimeout(eventually).WithPolling(time.Millisecond).Should(Equal(comm))
+	return pid
+}
+
+func keys(m map[int]string) []int {
+	var out []int
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
