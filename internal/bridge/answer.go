@@ -47,7 +47,7 @@ func checkCallResponse(resp *http.Response) error {
 	if json.Unmarshal(body, &a) == nil && a.Error != nil {
 		return a.Error
 	}
-	return fmt.Errorf("the server answered HTTP %d: %s", resp.StatusCode, clip(string(bytes.TrimSpace(body)), 256))
+	return fmt.Errorf("the server answered HTTP %d: %s", resp.StatusCode, Truncate(string(bytes.TrimSpace(body)), 256))
 }
 
 // errorBodyLimit bounds what is read of a failed response.

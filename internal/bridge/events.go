@@ -3,7 +3,7 @@ package bridge
 import "time"
 
 // Event is a transition worth telling a user about; the controller turns
-// it into a Kubernetes event. Reasons follow SPEC §3.
+// it into a Kubernetes event. Reasons are the API's (v1alpha1.Reason*).
 type Event struct {
 	Warning bool
 	Reason  string
@@ -15,7 +15,6 @@ const maxPendingEvents = 64
 
 // emit queues an event for the next DrainEvents and signals a change.
 func (s *Supervisor) emit(warning bool, reason, message string) {
-	message = clipMessage(message)
 	s.mu.Lock()
 	if len(s.events) == maxPendingEvents {
 		s.events = s.events[1:]
@@ -47,13 +46,3 @@ type nopObserver struct{}
 
 func (nopObserver) ToolCall(string, time.Duration) {}
 func (nopObserver) ToolSync(bool, time.Duration)   {}
-
-// maxEventMessage fits the apiserver's limit on an event's note (1 KiB).
-const maxEventMessage = 1000
-
-func clipMessage(m string) string {
-	if len(m) <= maxEventMessage {
-		return m
-	}
-	return clip(m, maxEventMessage-3) + "..."
-}

@@ -6,15 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-)
 
-// clientImpl is how the manager introduces itself to servers.
-var clientImpl = &mcp.Implementation{Name: "mcp-bridge-operator", Version: "v1alpha1"}
+	"github.com/mcpbridge/operator/api/v1alpha1"
+)
 
 // generation is one MCP session over one freshly built transport.
 type generation struct {
@@ -182,9 +180,9 @@ func (s *Supervisor) watchExit(g *generation, ex interface{ exitError() error })
 // connected makes g the live generation and starts its background work.
 func (s *Supervisor) connected(g *generation) {
 	init := g.sess.InitializeResult()
-	info := &ServerInfo{ProtocolVersion: clip(init.ProtocolVersion, maxInfoLen)}
+	info := &ServerInfo{ProtocolVersion: Truncate(init.ProtocolVersion, maxInfoLen)}
 	if init.ServerInfo != nil {
-		info.Name, info.Version = clip(init.ServerInfo.Name, maxInfoLen), clip(init.ServerInfo.Version, maxInfoLen)
+		info.Name, info.Version = Truncate(init.ServerInfo.Name, maxInfoLen), Truncate(init.ServerInfo.Version, maxInfoLen)
 	}
 	s.mu.Lock()
 	recovered := s.snap.Attempt > 0 || s.snap.Phase == PhaseReconnecting
@@ -197,9 +195,9 @@ func (s *Supervisor) connected(g *generation) {
 	tools := len(s.registry.Owned(s.ns, s.owner))
 	s.log.Info("connected", "generation", g.num, "protocolVersion", info.ProtocolVersion,
 		"tools", tools, "recovered", recovered)
-	reason, verb := "Connected", "Connected to"
+	reason, verb := v1alpha1.ReasonConnected, "Connected to"
 	if recovered {
-		reason, verb = "Recovered", "Reconnected to"
+		reason, verb = v1alpha1.ReasonRecovered, "Reconnected to"
 	}
 	s.emit(false, reason, fmt.Sprintf("%s %s %s (protocol %s) in generation %d; %d tools published",
 		verb, cmp.Or(info.Name, "the server"), info.Version, info.ProtocolVersion, g.num, tools))
@@ -307,15 +305,4 @@ func (s *Supervisor) closeGeneration(g *generation) error {
 		})
 		return ErrCloseTimeout
 	}
-}
-
-// maxInfoLen bounds what a server may say about itself in our status.
-const maxInfoLen = 256
-
-// clip cuts s to at most n bytes without splitting a character.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n], "")
 }

@@ -11,9 +11,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// sessionlessProtocol is the first protocol version without ping.
-const sessionlessProtocol = "2026-07-28"
-
 // healthFailures in a row make a loss (§4.5).
 const healthFailures = 2
 
@@ -80,7 +77,7 @@ func probe(g *generation, timeout time.Duration) error {
 	var err error
 	hl, isHTTP := g.link.(*httpLink)
 	switch {
-	case g.sess.InitializeResult().ProtocolVersion < sessionlessProtocol:
+	case g.sess.InitializeResult().ProtocolVersion < SessionlessProtocol:
 		err = g.sess.Ping(ctx, nil)
 	case isHTTP:
 		err = g.listProbe(ctx, hl)

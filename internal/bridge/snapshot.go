@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -50,4 +51,17 @@ func (s Snapshot) clone() Snapshot {
 		s.LastError = &le
 	}
 	return s
+}
+
+// maxInfoLen bounds what a server may say about itself in our status.
+const maxInfoLen = 256
+
+// Truncate cuts s to at most n bytes without splitting a character; a cut
+// string ends in "...". What a server says reaches status, events and error
+// messages through it, so that a server cannot bloat them.
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n-3], "") + "..."
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/utils/clock"
 
+	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/policy"
 )
 
@@ -22,14 +23,6 @@ const (
 	PhaseReady        Phase = "Ready"
 	PhaseReconnecting Phase = "Reconnecting"
 	PhaseFailed       Phase = "Failed"
-)
-
-// Reasons a supervisor stops for good (until a hot swap).
-const (
-	ReasonReconnectExhausted = "ReconnectExhausted"
-	ReasonReconnectDisabled  = "ReconnectDisabled"
-	ReasonStartupFailed      = "StartupFailed"
-	ReasonCloseTimeout       = "CloseTimeout"
 )
 
 // DefaultCloseBarrier is how long a generation may take to report closed
@@ -110,7 +103,11 @@ func New(o Options) *Supervisor {
 		s.barrier = DefaultCloseBarrier
 	}
 	if s.dialer == nil {
-		s.dialer = newDialer(o.Policy, s.log, positiveOr(o.TerminateGrace, s.barrier/3), s.tasks.sniff)
+		grace := o.TerminateGrace
+		if grace <= 0 {
+			grace = s.barrier / 3
+		}
+		s.dialer = newDialer(o.Policy, s.log, grace, s.tasks.sniff)
 	}
 	return s
 }
@@ -120,14 +117,6 @@ func newDialer(p *policy.Policy, log logr.Logger, grace time.Duration, sniff fun
 		return &stdioDialer{spec: p.Stdio, log: log, grace: grace, sniff: sniff}
 	}
 	return &httpDialer{spec: p.HTTP, sniff: sniff}
-}
-
-// positiveOr is v when it is set (positive), else def.
-func positiveOr(v, def time.Duration) time.Duration {
-	if v > 0 {
-		return v
-	}
-	return def
 }
 
 // Start runs the supervisor until ctx ends or Dispose; a second Start does
@@ -212,7 +201,7 @@ func (s *Supervisor) run(ctx context.Context) {
 		n, delay, ok := o.next()
 		if !ok {
 			s.registry.Remove(s.ns, s.owner)
-			s.stop(&stopError{reason: ReasonReconnectExhausted,
+			s.stop(&stopError{reason: v1alpha1.ReasonReconnectExhausted,
 				msg: fmt.Sprintf("Gave up after %d consecutive failed attempts (reconnect.maxAttempts is %d); tools unregistered",
 					o.failed, s.p.Reconnect.MaxAttempts)})
 			return
@@ -245,17 +234,17 @@ func (s *Supervisor) attempt(ctx context.Context, o *outage, everConnected *bool
 		return nil
 	}
 	if errors.Is(err, ErrCloseTimeout) {
-		return &stopError{reason: ReasonCloseTimeout, msg: "The previous connection did not close within " +
+		return &stopError{reason: v1alpha1.ReasonCloseTimeout, msg: "The previous connection did not close within " +
 			s.barrier.String() + "; reconnecting was stopped to avoid two live server processes"}
 	}
 	if err != nil {
 		o.failedAttempt()
 		s.update(func(sn *Snapshot) { sn.FailedAttempts = o.failed })
 		if !*everConnected && s.p.FailOnStartupError {
-			return &stopError{reason: ReasonStartupFailed, msg: "The first connection attempt failed and failOnStartupError is set: " + err.Error()}
+			return &stopError{reason: v1alpha1.ReasonStartupFailed, msg: "The first connection attempt failed and failOnStartupError is set: " + err.Error()}
 		}
 		if !s.p.Reconnect.Enabled {
-			return &stopError{reason: ReasonReconnectDisabled, msg: "The connection failed and reconnect is disabled: " + err.Error()}
+			return &stopError{reason: v1alpha1.ReasonReconnectDisabled, msg: "The connection failed and reconnect is disabled: " + err.Error()}
 		}
 		return nil
 	}
@@ -268,11 +257,11 @@ func (s *Supervisor) attempt(ctx context.Context, o *outage, everConnected *bool
 	o.lost(g.lostAt.Sub(up))
 	s.update(func(sn *Snapshot) { sn.FailedAttempts = o.failed })
 	if errors.Is(lossErr, ErrCloseTimeout) {
-		return &stopError{reason: ReasonCloseTimeout, msg: "The lost connection did not close within " +
+		return &stopError{reason: v1alpha1.ReasonCloseTimeout, msg: "The lost connection did not close within " +
 			s.barrier.String() + "; reconnecting was stopped to avoid two live server processes"}
 	}
 	if !s.p.Reconnect.Enabled {
-		return &stopError{reason: ReasonReconnectDisabled,
+		return &stopError{reason: v1alpha1.ReasonReconnectDisabled,
 			msg: "The connection was lost and reconnect is disabled; its tools stay registered but fail: " + lossErr.Error()}
 	}
 	return nil
@@ -282,7 +271,7 @@ func (s *Supervisor) attempt(ctx context.Context, o *outage, everConnected *bool
 func (s *Supervisor) stop(err error) {
 	var se *stopError
 	if !errors.As(err, &se) {
-		se = &stopError{reason: ReasonReconnectExhausted, msg: err.Error()}
+		se = &stopError{reason: v1alpha1.ReasonReconnectExhausted, msg: err.Error()}
 	}
 	s.log.Error(nil, "connection supervisor stopped", "reason", se.reason, "message", se.msg)
 	s.emit(true, se.reason, se.msg)
@@ -295,7 +284,7 @@ func (s *Supervisor) stop(err error) {
 
 func (s *Supervisor) scheduleRetry(n int, delay time.Duration, failed int, everConnected bool) {
 	s.log.Info("reconnecting", "attempt", n, "maxAttempts", s.p.Reconnect.MaxAttempts, "delay", delay.String())
-	s.emit(true, "Reconnecting", fmt.Sprintf("Reconnecting in %dms (attempt %d/%d)%s",
+	s.emit(true, v1alpha1.ReasonReconnecting, fmt.Sprintf("Reconnecting in %dms (attempt %d/%d)%s",
 		delay.Milliseconds(), n, s.p.Reconnect.MaxAttempts, s.lastErrorSuffix()))
 	s.update(func(sn *Snapshot) {
 		sn.Phase = PhaseReconnecting

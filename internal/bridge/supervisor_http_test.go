@@ -21,6 +21,7 @@ import (
 	"github.com/go-logr/logr/funcr"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/policy"
 	"github.com/mcpbridge/operator/test/fixture"
 )
@@ -517,8 +518,8 @@ func TestHTTPUnresponsiveEndpointFailsAtConnectionBudgetInInitialize(t *testing.
 		took := time.Since(start)
 		t.Logf("failed after %v (%d connections accepted): %v", took, accepted.Load(), sn.LastError)
 
-		if sn.Reason != ReasonStartupFailed {
-			t.Errorf("reason %q, want %q", sn.Reason, ReasonStartupFailed)
+		if sn.Reason != v1alpha1.ReasonStartupFailed {
+			t.Errorf("reason %q, want %q", sn.Reason, v1alpha1.ReasonStartupFailed)
 		}
 		if sn.LastError == nil || sn.LastError.Stage != StageInitialize {
 			t.Fatalf("last error %v, want stage %s", sn.LastError, StageInitialize)

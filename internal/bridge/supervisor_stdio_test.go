@@ -22,6 +22,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/policy"
 	"github.com/mcpbridge/operator/test/fixture"
 )
@@ -622,8 +623,8 @@ func TestStdioInitialTimeoutWithFailOnStartupErrorIsFinal(t *testing.T) {
 	p.FailOnStartupError = true
 	s, reg := startSupervisor(t, p)
 	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
-	if sn.Reason != ReasonStartupFailed {
-		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, ReasonStartupFailed, sn.Message)
+	if sn.Reason != v1alpha1.ReasonStartupFailed {
+		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, v1alpha1.ReasonStartupFailed, sn.Message)
 	}
 	if !strings.Contains(sn.Message, "timed out after 200ms") {
 		t.Errorf("message %q does not carry the timeout as cause", sn.Message)
@@ -695,7 +696,7 @@ func TestStdioInitialTimeoutWithoutFailOnStartupErrorRetries(t *testing.T) {
 	if sn.Generation < 3 {
 		t.Fatalf("supervisor stopped after an initial timeout: %+v", sn)
 	}
-	if sn.Phase == PhaseFailed && sn.Reason == ReasonStartupFailed {
+	if sn.Phase == PhaseFailed && sn.Reason == v1alpha1.ReasonStartupFailed {
 		t.Fatalf("StartupFailed with failOnStartupError=false")
 	}
 	if sn.FailedAttempts < 2 {
@@ -714,8 +715,8 @@ func TestStdioEveryReconnectGenerationGetsAFreshBudget(t *testing.T) {
 	rec := stdioRecord(t, s)
 	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
 	rec.close()
-	if sn.Reason != ReasonReconnectExhausted {
-		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, ReasonReconnectExhausted, sn.Message)
+	if sn.Reason != v1alpha1.ReasonReconnectExhausted {
+		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, v1alpha1.ReasonReconnectExhausted, sn.Message)
 	}
 	if sn.Generation != 4 {
 		t.Errorf("generations = %d, want 4 (initial + maxAttempts 3)", sn.Generation)
@@ -921,8 +922,8 @@ func TestStdioCrashLoopWithBriefConnectsExhaustsBudgetAndUnregisters(t *testing.
 	rec := stdioRecord(t, s)
 	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
 	rec.close()
-	if sn.Reason != ReasonReconnectExhausted {
-		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, ReasonReconnectExhausted, sn.Message)
+	if sn.Reason != v1alpha1.ReasonReconnectExhausted {
+		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, v1alpha1.ReasonReconnectExhausted, sn.Message)
 	}
 	if sn.Generation != 5 {
 		t.Errorf("generations = %d, want 5 (initial + maxAttempts 4)", sn.Generation)
@@ -943,7 +944,7 @@ func TestStdioCrashLoopWithBriefConnectsExhaustsBudgetAndUnregisters(t *testing.
 		t.Errorf("no generation ever connected: not a crash loop of brief connects")
 	}
 	_, err := s.CallTool(context.Background(), "echo", nil)
-	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), ReasonReconnectExhausted) {
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), v1alpha1.ReasonReconnectExhausted) {
 		t.Errorf("call after exhaustion: %v", err)
 	}
 }
@@ -956,8 +957,8 @@ func TestStdioCommandThatCannotStartExhaustsBudget(t *testing.T) {
 	p.Reconnect.MaxAttempts = 3
 	s, reg := startSupervisor(t, p)
 	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
-	if sn.Reason != ReasonReconnectExhausted {
-		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, ReasonReconnectExhausted, sn.Message)
+	if sn.Reason != v1alpha1.ReasonReconnectExhausted {
+		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, v1alpha1.ReasonReconnectExhausted, sn.Message)
 	}
 	if sn.Generation != 4 || sn.FailedAttempts != 4 {
 		t.Errorf("generation %d, failedAttempts %d; want 4, 4", sn.Generation, sn.FailedAttempts)
@@ -986,8 +987,8 @@ func TestStdioReconnectDisabledKeepsToolsRegisteredButFailing(t *testing.T) {
 		t.Fatal(err)
 	}
 	sn = waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
-	if sn.Reason != ReasonReconnectDisabled {
-		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, ReasonReconnectDisabled, sn.Message)
+	if sn.Reason != v1alpha1.ReasonReconnectDisabled {
+		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, v1alpha1.ReasonReconnectDisabled, sn.Message)
 	}
 	time.Sleep(100 * time.Millisecond) // the supervisor has nothing left to do
 	if got := toolNames(reg.Tools("ns")); !slices.Equal(got, published) {
@@ -1004,7 +1005,7 @@ func TestStdioReconnectDisabledKeepsToolsRegisteredButFailing(t *testing.T) {
 	if el := time.Since(start); el > time.Second {
 		t.Errorf("call took %v, want fail-fast", el)
 	}
-	if !strings.Contains(err.Error(), ReasonReconnectDisabled) {
+	if !strings.Contains(err.Error(), v1alpha1.ReasonReconnectDisabled) {
 		t.Errorf("call error %q does not give the reason", err)
 	}
 	if g := s.Snapshot().Generation; g != 1 {
@@ -1056,8 +1057,8 @@ func TestStdioBackoffDelaySequenceOnFakeClock(t *testing.T) {
 		fc.Step(time.Millisecond)
 	}
 	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
-	if sn.Reason != ReasonReconnectExhausted || sn.Generation != 8 {
-		t.Fatalf("after the budget: %s/%s generation %d, want Failed/%s generation 8", sn.Phase, sn.Reason, sn.Generation, ReasonReconnectExhausted)
+	if sn.Reason != v1alpha1.ReasonReconnectExhausted || sn.Generation != 8 {
+		t.Fatalf("after the budget: %s/%s generation %d, want Failed/%s generation 8", sn.Phase, sn.Reason, sn.Generation, v1alpha1.ReasonReconnectExhausted)
 	}
 	if fc.HasWaiters() {
 		t.Errorf("a retry is still scheduled after ReconnectExhausted")
@@ -1144,8 +1145,8 @@ func TestStdioCloseTimeoutStopsReconnecting(t *testing.T) {
 	t.Cleanup(d.release)
 	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
 	t.Logf("CloseTimeout after %v (budget 200ms + barrier 500ms)", time.Since(start))
-	if sn.Reason != ReasonCloseTimeout {
-		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, ReasonCloseTimeout, sn.Message)
+	if sn.Reason != v1alpha1.ReasonCloseTimeout {
+		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, v1alpha1.ReasonCloseTimeout, sn.Message)
 	}
 	if sn.LastError == nil || sn.LastError.Stage != StageClose {
 		t.Errorf("lastError = %v, want stage %s", sn.LastError, StageClose)
@@ -1182,8 +1183,8 @@ func TestStdioLostGenerationThatNeverClosesStopsWithCloseTimeout(t *testing.T) {
 	d.mu.Unlock()
 	_ = ss.Close() // the server hangs up; the link still never reports closed
 	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
-	if sn.Reason != ReasonCloseTimeout {
-		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, ReasonCloseTimeout, sn.Message)
+	if sn.Reason != v1alpha1.ReasonCloseTimeout {
+		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, v1alpha1.ReasonCloseTimeout, sn.Message)
 	}
 	time.Sleep(200 * time.Millisecond)
 	if n := d.dialCount(); n != 1 {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpbridge/operator/api/v1alpha1"
 )
 
 // Limits on what a server may list, so that a hostile server cannot make
@@ -101,12 +103,12 @@ func (s *Supervisor) publish(g *generation, tools []*mcp.Tool) {
 	}
 	if err != nil {
 		s.log.Info("tool set not published: keeping the previous set", "error", err.Error())
-		s.emit(true, "ToolNameConflict", "Kept the previous tool set: "+err.Error())
+		s.emit(true, v1alpha1.ReasonToolNameConflict, "Kept the previous tool set: "+err.Error())
 		return
 	}
 	if changed && len(before) > 0 {
 		added, removed := diffTools(before, owned)
-		s.emit(false, "ToolsChanged", fmt.Sprintf("Tools changed: %d added, %d removed, %d published", added, removed, len(owned)))
+		s.emit(false, v1alpha1.ReasonToolsChanged, fmt.Sprintf("Tools changed: %d added, %d removed, %d published", added, removed, len(owned)))
 	}
 }
 

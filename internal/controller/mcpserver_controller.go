@@ -83,7 +83,7 @@ func (r *McpServerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	applyStatus(obj, effectiveServerName(obj), v)
+	applyStatus(obj, serverNameOf(obj), v)
 	r.emitEvents(obj, &orig.Status, v)
 	recordGauges(obj.Namespace, obj.Name, v.snap)
 	if equality.Semantic.DeepEqual(orig.Status, obj.Status) {
@@ -103,7 +103,7 @@ func (r *McpServerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 // Every verdict without a running supervisor stops the old one first.
 func (r *McpServerReconciler) decide(ctx context.Context, obj *v1alpha1.McpServer) (verdict, error) {
 	key := client.ObjectKeyFromObject(obj)
-	serverName := effectiveServerName(obj)
+	serverName := serverNameOf(obj)
 	holder, err := serverNameHolder(ctx, r.Client, obj.Namespace, serverName)
 	if err != nil {
 		return verdict{}, err

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -104,19 +103,12 @@ func applySnapshot(st *v1alpha1.McpServerStatus, sn bridge.Snapshot) {
 		st.NextRetryTime = statusTime(sn.NextRetry)
 	}
 	if le := sn.LastError; le != nil {
-		st.LastError = &v1alpha1.LastError{Stage: le.Stage, Message: truncate(le.Message(), maxMessage)}
+		st.LastError = &v1alpha1.LastError{Stage: le.Stage, Message: bridge.Truncate(le.Message(), maxMessage)}
 	}
 }
 
 // maxMessage keeps messages from upstream servers from bloating status.
 const maxMessage = 1024
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n-3], "") + "..."
-}
 
 // maxToolBytes keeps status.tools, and so the whole status, under 64 KiB
 // (§3) even when raw names are long.
@@ -127,7 +119,7 @@ const maxToolBytes = 48 << 10
 func statusTools(tools []bridge.Tool) (out []v1alpha1.ToolStatus, truncated bool) {
 	size := 0
 	for i, t := range tools {
-		ts := v1alpha1.ToolStatus{Name: t.Name, RawName: truncate(t.RawName, 256)}
+		ts := v1alpha1.ToolStatus{Name: t.Name, RawName: bridge.Truncate(t.RawName, 256)}
 		size += len(ts.Name) + len(ts.RawName) + 32 // JSON keys and quotes
 		if i == v1alpha1.MaxStatusTools || size > maxToolBytes {
 			return out, true
@@ -153,7 +145,7 @@ func setConditions(obj *v1alpha1.McpServer, v verdict) {
 	progressing := v.phase == v1alpha1.PhasePending || v.phase == v1alpha1.PhaseConnecting || v.phase == v1alpha1.PhaseReconnecting
 	// A missing Secret heals by itself: progressing, not stalled (§3).
 	stalled := v.phase == v1alpha1.PhaseFailed || v.phase == v1alpha1.PhaseInvalid || v.phase == v1alpha1.PhaseConflict
-	msg := truncate(v.message, maxMessage)
+	msg := bridge.Truncate(v.message, maxMessage)
 	set := func(t string, on bool) {
 		meta.SetStatusCondition(&obj.Status.Conditions, metav1.Condition{
 			Type: t, Status: condStatus(on), Reason: v.reason, Message: msg, ObservedGeneration: obj.Generation,

@@ -75,7 +75,7 @@ func TestVerdictAndConditions(t *testing.T) {
 			v1alpha1.PhaseConflict, v1alpha1.ReasonServerNameConflict, false, false, true},
 		{"reconnecting", verdictFromSnapshot(bridge.Snapshot{Phase: bridge.PhaseReconnecting, Attempt: 1, MaxAttempts: 3}),
 			v1alpha1.PhaseReconnecting, v1alpha1.ReasonReconnecting, false, true, false},
-		{"exhausted", verdictFromSnapshot(bridge.Snapshot{Phase: bridge.PhaseFailed, Reason: bridge.ReasonReconnectExhausted}),
+		{"exhausted", verdictFromSnapshot(bridge.Snapshot{Phase: bridge.PhaseFailed, Reason: v1alpha1.ReasonReconnectExhausted}),
 			v1alpha1.PhaseFailed, v1alpha1.ReasonReconnectExhausted, false, false, true},
 		{"a missing Secret is progressing, not stalled",
 			verdict{phase: v1alpha1.PhasePending, reason: v1alpha1.ReasonSecretNotFound, message: "Waiting"},

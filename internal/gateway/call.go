@@ -154,7 +154,7 @@ func (e *endpoint) validSession(r *http.Request, msg *message, sid string) bool 
 	if version != "" && !slices.Contains(supportedVersions, version) {
 		return false
 	}
-	if version < sessionlessProtocol {
+	if version < bridge.SessionlessProtocol {
 		return sid != "" && e.hasSession(sid)
 	}
 	var metaVersion string

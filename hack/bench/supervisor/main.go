@@ -439,7 +439,7 @@ func (b *bench) stalledInitialize() error {
 				return sn.Phase == bridge.PhaseFailed
 			})
 		}
-		if err == nil && sn.Reason != bridge.ReasonStartupFailed {
+		if err == nil && sn.Reason != v1alpha1.ReasonStartupFailed {
 			err = fmt.Errorf("failed with reason %q: %s", sn.Reason, sn.Message)
 		}
 		if i == 0 && err == nil {
