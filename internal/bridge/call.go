@@ -61,7 +61,7 @@ func (s *Supervisor) callFailed(ctx, cctx context.Context, g *generation, err er
 	case errors.Is(cctx.Err(), context.DeadlineExceeded):
 		err = fmt.Errorf("the tool call timed out after %dms", s.p.ToolCallTimeout.Milliseconds())
 	case isSessionLost(err):
-		g.markLost(&StageError{Stage: StageToolsCall, Err: err})
+		g.lose(StageToolsCall, err)
 	case isTransportFailure(err):
 		kick(g.probe)
 	}

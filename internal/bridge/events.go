@@ -1,7 +1,5 @@
 package bridge
 
-import "time"
-
 // Event is a transition worth telling a user about; the controller turns
 // it into a Kubernetes event. Reasons are the API's (v1alpha1.Reason*).
 type Event struct {
@@ -32,17 +30,3 @@ func (s *Supervisor) DrainEvents() []Event {
 	s.events = nil
 	return out
 }
-
-// Observer receives measurements for metrics; implementations must not block.
-type Observer interface {
-	// ToolCall reports one tools/call: outcome is "success", "tool_error"
-	// (isError), "error" or "unavailable".
-	ToolCall(outcome string, d time.Duration)
-	// ToolSync reports one fetch-and-swap; ok is false when it failed.
-	ToolSync(ok bool, d time.Duration)
-}
-
-type nopObserver struct{}
-
-func (nopObserver) ToolCall(string, time.Duration) {}
-func (nopObserver) ToolSync(bool, time.Duration)   {}

@@ -2,7 +2,6 @@ package bridge
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -10,7 +9,6 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/utils/clock"
 
-	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/policy"
 )
 
@@ -181,127 +179,4 @@ func (s *Supervisor) signal() {
 	case s.changes <- struct{}{}:
 	default:
 	}
-}
-
-// run is the supervisor's only long-lived goroutine: connect, serve until
-// lost, back off, repeat, until the budget is spent or ctx ends.
-func (s *Supervisor) run(ctx context.Context) {
-	defer close(s.done)
-	o := outage{policy: s.p.Reconnect}
-	everConnected := false
-	for {
-		err := s.attempt(ctx, &o, &everConnected)
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			s.stop(err)
-			return
-		}
-		n, delay, ok := o.next()
-		if !ok {
-			s.registry.Remove(s.ns, s.owner)
-			s.stop(&stopError{reason: v1alpha1.ReasonReconnectExhausted,
-				msg: fmt.Sprintf("Gave up after %d consecutive failed attempts (reconnect.maxAttempts is %d); tools unregistered",
-					o.failed, s.p.Reconnect.MaxAttempts)})
-			return
-		}
-		s.scheduleRetry(n, delay, o.failed, everConnected)
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.clock.After(delay):
-		}
-	}
-}
-
-// stopError ends the supervisor in PhaseFailed with a reason.
-type stopError struct {
-	reason string
-	msg    string
-}
-
-func (e *stopError) Error() string { return e.msg }
-
-// attempt runs one generation from connect to loss. A nil error means
-// "back off and try again"; a *stopError means stop for good.
-func (s *Supervisor) attempt(ctx context.Context, o *outage, everConnected *bool) error {
-	g, err := s.connect(ctx, *everConnected)
-	if ctx.Err() != nil {
-		if g != nil { // connected just as the supervisor was disposed
-			_ = s.closeGeneration(g)
-		}
-		return nil
-	}
-	if errors.Is(err, ErrCloseTimeout) {
-		return &stopError{reason: v1alpha1.ReasonCloseTimeout, msg: "The previous connection did not close within " +
-			s.barrier.String() + "; reconnecting was stopped to avoid two live server processes"}
-	}
-	if err != nil {
-		o.failedAttempt()
-		s.update(func(sn *Snapshot) { sn.FailedAttempts = o.failed })
-		if !*everConnected && s.p.FailOnStartupError {
-			return &stopError{reason: v1alpha1.ReasonStartupFailed, msg: "The first connection attempt failed and failOnStartupError is set: " + err.Error()}
-		}
-		if !s.p.Reconnect.Enabled {
-			return &stopError{reason: v1alpha1.ReasonReconnectDisabled, msg: "The connection failed and reconnect is disabled: " + err.Error()}
-		}
-		return nil
-	}
-	*everConnected = true
-	up := s.clock.Now()
-	lossErr := s.serve(ctx, g, o)
-	if ctx.Err() != nil {
-		return nil
-	}
-	o.lost(g.lostAt.Sub(up))
-	s.update(func(sn *Snapshot) { sn.FailedAttempts = o.failed })
-	if errors.Is(lossErr, ErrCloseTimeout) {
-		return &stopError{reason: v1alpha1.ReasonCloseTimeout, msg: "The lost connection did not close within " +
-			s.barrier.String() + "; reconnecting was stopped to avoid two live server processes"}
-	}
-	if !s.p.Reconnect.Enabled {
-		return &stopError{reason: v1alpha1.ReasonReconnectDisabled,
-			msg: "The connection was lost and reconnect is disabled; its tools stay registered but fail: " + lossErr.Error()}
-	}
-	return nil
-}
-
-// stop records a final failure; the tools stay as the caller left them.
-func (s *Supervisor) stop(err error) {
-	var se *stopError
-	if !errors.As(err, &se) {
-		se = &stopError{reason: v1alpha1.ReasonReconnectExhausted, msg: err.Error()}
-	}
-	s.log.Error(nil, "connection supervisor stopped", "reason", se.reason, "message", se.msg)
-	s.emit(true, se.reason, se.msg)
-	s.update(func(sn *Snapshot) {
-		sn.Phase, sn.Reason, sn.Message = PhaseFailed, se.reason, se.msg
-		sn.NextRetry, sn.RetryDelay, sn.Attempt = time.Time{}, 0, 0
-		sn.Tools = s.registry.Owned(s.ns, s.owner)
-	})
-}
-
-func (s *Supervisor) scheduleRetry(n int, delay time.Duration, failed int, everConnected bool) {
-	s.log.Info("reconnecting", "attempt", n, "maxAttempts", s.p.Reconnect.MaxAttempts, "delay", delay.String())
-	s.emit(true, v1alpha1.ReasonReconnecting, fmt.Sprintf("Reconnecting in %dms (attempt %d/%d)%s",
-		delay.Milliseconds(), n, s.p.Reconnect.MaxAttempts, s.lastErrorSuffix()))
-	s.update(func(sn *Snapshot) {
-		sn.Phase = PhaseReconnecting
-		if !everConnected {
-			sn.Phase = PhaseConnecting
-		}
-		sn.Attempt, sn.RetryDelay, sn.FailedAttempts = n, delay, failed
-		sn.NextRetry = s.clock.Now().Add(delay)
-	})
-}
-
-// lastErrorSuffix is ": <last error>" for event messages, or nothing.
-func (s *Supervisor) lastErrorSuffix() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.snap.LastError == nil {
-		return ""
-	}
-	return ": " + s.snap.LastError.Error()
 }

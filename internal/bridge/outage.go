@@ -28,20 +28,18 @@ type outage struct {
 	failed  int // consecutive failed attempts (status failedAttempts)
 }
 
-// lost records the end of a connection that was up for upFor. A connection
-// that outlived the stability window closes the outage; a shorter one counts
-// as one more failed attempt of the same outage.
-func (o *outage) lost(upFor time.Duration) {
-	if upFor >= o.policy.MaxDelay {
-		o.attempt, o.failed = 0, 0
-		return
+// upFor is told how long the current connection has been up, when the
+// stability window's timer fires and when the connection is lost. It is the
+// only place that applies the window: a connection up for at least maxDelay
+// ends the outage (the next loss starts a fresh budget), and upFor reports
+// whether it did.
+func (o *outage) upFor(d time.Duration) bool {
+	if d < o.policy.MaxDelay {
+		return false
 	}
-	o.failed++
+	o.attempt, o.failed = 0, 0
+	return true
 }
-
-// stable records a connection that has stayed up for the stability
-// window: the outage is over even before the next loss.
-func (o *outage) stable() { o.attempt, o.failed = 0, 0 }
 
 // failedAttempt records an attempt that never connected.
 func (o *outage) failedAttempt() { o.failed++ }

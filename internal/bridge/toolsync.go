@@ -150,7 +150,7 @@ func (s *Supervisor) resyncLoop(g *generation) {
 			s.log.Info("tool re-sync failed: keeping the last good tools", "error", se.Error())
 			s.update(func(sn *Snapshot) { sn.LastError = se })
 			if IsDeadline(se) {
-				g.markLost(se)
+				g.lose(se.Stage, se.Err)
 			} else if isTransportFailure(err) {
 				kick(g.probe)
 			}

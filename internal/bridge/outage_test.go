@@ -160,7 +160,9 @@ func TestOutageStabilityWindow(t *testing.T) {
 				if st.lostAfter < 0 {
 					o.failedAttempt()
 				} else {
-					o.lost(st.lostAfter)
+					if !o.upFor(st.lostAfter) {
+						o.failedAttempt()
+					}
 				}
 				if o.failed != st.wantFail {
 					t.Fatalf("step %d: failed = %d, want %d", i, o.failed, st.wantFail)
