@@ -77,7 +77,8 @@ type McpServerStatus struct {
 	// +kubebuilder:default=0
 	ConnectionGeneration int64 `json:"connectionGeneration"`
 
-	// FailedAttempts counts consecutive failed attempts in the current outage.
+	// FailedAttempts counts the consecutive failed attempts of the current
+	// outage, at most spec.reconnect.maxAttempts; 0 while Ready.
 	// +optional
 	// +kubebuilder:default=0
 	FailedAttempts int32 `json:"failedAttempts"`

@@ -14,10 +14,12 @@ type Snapshot struct {
 	Message string
 	// Generation numbers the latest connection generation started.
 	Generation int64
-	// FailedAttempts counts consecutive failed attempts in this outage.
+	// FailedAttempts counts the consecutive failed attempts of the current
+	// outage, at most MaxAttempts (see outage.go for what counts).
 	FailedAttempts int
-	// Attempt is the reconnect attempt scheduled or running, from 1; 0
-	// when no outage is open.
+	// Attempt numbers the scheduled or running retry within its outage,
+	// counting the failed attempts before it: FailedAttempts+1 once a retry
+	// is scheduled; 0 while connected and before the first retry.
 	Attempt     int
 	MaxAttempts int
 	// RetryDelay and NextRetry describe the scheduled attempt.

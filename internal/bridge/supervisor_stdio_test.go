@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -711,6 +712,7 @@ func TestStdioEveryReconnectGenerationGetsAFreshBudget(t *testing.T) {
 	const budget = 300 * time.Millisecond
 	p := stdioStalledPolicy(budget)
 	p.Reconnect = policy.Reconnect{Enabled: true, InitialDelay: 10 * time.Millisecond, MaxDelay: 20 * time.Millisecond, MaxAttempts: 3}
+	started := time.Now() // generation 1 starts before the recorder can see it
 	s, _ := startSupervisor(t, p)
 	rec := stdioRecord(t, s)
 	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
@@ -718,14 +720,15 @@ func TestStdioEveryReconnectGenerationGetsAFreshBudget(t *testing.T) {
 	if sn.Reason != v1alpha1.ReasonReconnectExhausted {
 		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, v1alpha1.ReasonReconnectExhausted, sn.Message)
 	}
-	if sn.Generation != 4 {
-		t.Errorf("generations = %d, want 4 (initial + maxAttempts 3)", sn.Generation)
+	if sn.Generation != 3 {
+		t.Errorf("generations = %d, want 3 (maxAttempts 3, the first attempt included)", sn.Generation)
 	}
-	if sn.FailedAttempts != 4 {
-		t.Errorf("failedAttempts = %d, want 4", sn.FailedAttempts)
+	if sn.FailedAttempts != 3 {
+		t.Errorf("failedAttempts = %d, want 3", sn.FailedAttempts)
 	}
 	starts := rec.generationStarts()
-	for g := int64(1); g < 4; g++ {
+	starts[1] = started
+	for g := int64(1); g < 3; g++ {
 		a, ok1 := starts[g]
 		b, ok2 := starts[g+1]
 		if !ok1 || !ok2 {
@@ -925,8 +928,9 @@ func TestStdioCrashLoopWithBriefConnectsExhaustsBudgetAndUnregisters(t *testing.
 	if sn.Reason != v1alpha1.ReasonReconnectExhausted {
 		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, v1alpha1.ReasonReconnectExhausted, sn.Message)
 	}
-	if sn.Generation != 5 {
-		t.Errorf("generations = %d, want 5 (initial + maxAttempts 4)", sn.Generation)
+	if sn.Generation != 4 || sn.FailedAttempts != 4 {
+		t.Errorf("generation %d, failedAttempts %d; want 4, 4: every brief connection is a failed attempt, the first included",
+			sn.Generation, sn.FailedAttempts)
 	}
 	if got := reg.Tools("ns"); len(got) != 0 {
 		t.Errorf("tools still registered after ReconnectExhausted: %v", toolNames(got))
@@ -950,7 +954,7 @@ func TestStdioCrashLoopWithBriefConnectsExhaustsBudgetAndUnregisters(t *testing.
 }
 
 // A command that cannot start fails in stage transport-start and exhausts
-// the budget after maxAttempts reconnect attempts.
+// the budget after maxAttempts attempts, the first one included.
 func TestStdioCommandThatCannotStartExhaustsBudget(t *testing.T) {
 	p := stdioPolicy()
 	p.Stdio.Command = filepath.Join(t.TempDir(), "no-such-server")
@@ -960,8 +964,8 @@ func TestStdioCommandThatCannotStartExhaustsBudget(t *testing.T) {
 	if sn.Reason != v1alpha1.ReasonReconnectExhausted {
 		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, v1alpha1.ReasonReconnectExhausted, sn.Message)
 	}
-	if sn.Generation != 4 || sn.FailedAttempts != 4 {
-		t.Errorf("generation %d, failedAttempts %d; want 4, 4", sn.Generation, sn.FailedAttempts)
+	if sn.Generation != 3 || sn.FailedAttempts != 3 {
+		t.Errorf("generation %d, failedAttempts %d; want 3, 3", sn.Generation, sn.FailedAttempts)
 	}
 	if sn.LastError == nil || sn.LastError.Stage != StageTransportStart || !strings.Contains(sn.LastError.Message(), "no-such-server") {
 		t.Errorf("lastError = %v, want stage %s naming the command", sn.LastError, StageTransportStart)
@@ -969,8 +973,8 @@ func TestStdioCommandThatCannotStartExhaustsBudget(t *testing.T) {
 	if len(reg.Tools("ns")) != 0 {
 		t.Errorf("tools registered")
 	}
-	if !strings.Contains(sn.Message, "3") {
-		t.Errorf("message %q does not say how many attempts were made", sn.Message)
+	if want := "Gave up after 3 consecutive failed attempts (reconnect.maxAttempts is 3)"; !strings.HasPrefix(sn.Message, want) {
+		t.Errorf("message %q, want it to start with %q", sn.Message, want)
 	}
 }
 
@@ -1013,17 +1017,18 @@ func TestStdioReconnectDisabledKeepsToolsRegisteredButFailing(t *testing.T) {
 	}
 }
 
-// §4.2 through the supervisor: the delay before reconnect attempt n is
-// min(max, initial*2^(n-1)), on the injected clock, and the budget ends it.
+// Through the supervisor: the failed first connection is attempt 1 of the
+// outage; the delay before reconnect k (attempt k+1) is
+// min(max, initial*2^(k-1)), on the injected clock; the budget ends it.
 func TestStdioBackoffDelaySequenceOnFakeClock(t *testing.T) {
 	ms := time.Millisecond
 	p := stdioPolicy("--no-such-flag") // a real child that exits at once
 	p.Reconnect = policy.Reconnect{Enabled: true, InitialDelay: 20 * ms, MaxDelay: 200 * ms, MaxAttempts: 7}
 	fc := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
 	s, reg := startSupervisor(t, p, func(o *Options) { o.Clock = fc })
-	want := []time.Duration{20 * ms, 40 * ms, 80 * ms, 160 * ms, 200 * ms, 200 * ms, 200 * ms}
+	want := []time.Duration{20 * ms, 40 * ms, 80 * ms, 160 * ms, 200 * ms, 200 * ms}
 	for i, w := range want {
-		n := i + 1
+		n := i + 2 // the attempt within the outage
 		deadline := time.Now().Add(eventually)
 		var sn Snapshot
 		for {
@@ -1042,8 +1047,8 @@ func TestStdioBackoffDelaySequenceOnFakeClock(t *testing.T) {
 		if !sn.NextRetry.Equal(fc.Now().Add(w)) {
 			t.Errorf("attempt %d: nextRetry %v, want now+%v", n, sn.NextRetry, w)
 		}
-		if sn.Generation != int64(n) || sn.FailedAttempts != n {
-			t.Errorf("attempt %d: generation %d, failedAttempts %d; want %d, %d", n, sn.Generation, sn.FailedAttempts, n, n)
+		if sn.Generation != int64(n-1) || sn.FailedAttempts != n-1 {
+			t.Errorf("attempt %d: generation %d, failedAttempts %d; want %d, %d", n, sn.Generation, sn.FailedAttempts, n-1, n-1)
 		}
 		if sn.Phase != PhaseConnecting && sn.Phase != PhaseReconnecting {
 			t.Errorf("attempt %d: phase %s", n, sn.Phase)
@@ -1051,20 +1056,106 @@ func TestStdioBackoffDelaySequenceOnFakeClock(t *testing.T) {
 		// A step short of the delay must not start the attempt.
 		fc.Step(w - time.Millisecond)
 		time.Sleep(20 * time.Millisecond)
-		if g := s.Snapshot().Generation; g != int64(n) {
+		if g := s.Snapshot().Generation; g != int64(n-1) {
 			t.Fatalf("attempt %d started before its delay elapsed (generation %d)", n, g)
 		}
 		fc.Step(time.Millisecond)
 	}
 	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
-	if sn.Reason != v1alpha1.ReasonReconnectExhausted || sn.Generation != 8 {
-		t.Fatalf("after the budget: %s/%s generation %d, want Failed/%s generation 8", sn.Phase, sn.Reason, sn.Generation, v1alpha1.ReasonReconnectExhausted)
+	if sn.Reason != v1alpha1.ReasonReconnectExhausted || sn.Generation != 7 || sn.FailedAttempts != 7 {
+		t.Fatalf("after the budget: %s/%s generation %d, failedAttempts %d; want Failed/%s, 7, 7",
+			sn.Phase, sn.Reason, sn.Generation, sn.FailedAttempts, v1alpha1.ReasonReconnectExhausted)
 	}
 	if fc.HasWaiters() {
 		t.Errorf("a retry is still scheduled after ReconnectExhausted")
 	}
 	if len(reg.Tools("ns")) != 0 {
 		t.Errorf("tools registered")
+	}
+}
+
+// The attempt budget says one thing everywhere: maxAttempts consecutive
+// failed attempts per outage, the first connection at startup included and
+// a connection lost inside the stability window counted as one. Snapshot,
+// events and the final message agree, and failedAttempts never exceeds
+// maxAttempts, for an outage that starts at startup and one that starts
+// with the loss of a stable connection, dead or crash-looping.
+func TestStdioAttemptBudgetIsTheSameInSnapshotEventsAndMessage(t *testing.T) {
+	const maxAttempts = 2
+	for _, tc := range []struct {
+		name string
+		// first is the fixture's argument on the first start, later on
+		// every later one; empty first means later from the start.
+		first, later string
+		wantGen      int64
+		wantAttempts []string // the attempt n/max of each Reconnecting event
+	}{
+		{"dead from startup", "", "--no-such-flag", 2, []string{"2/2"}},
+		{"crash loop from startup", "", "--crash-after-initialize", 2, []string{"2/2"}},
+		{"dead after a stable connection", "--exit-after=1500ms", "--no-such-flag", 3, []string{"1/2", "2/2"}},
+		{"crash loop after a stable connection", "--exit-after=1500ms", "--crash-after-initialize", 3, []string{"1/2", "2/2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			counter := filepath.Join(t.TempDir(), "count")
+			first := tc.first
+			if first == "" {
+				first = tc.later
+			}
+			script := `n=$(cat "` + counter + `" 2>/dev/null || echo 0); echo $((n+1)) > "` + counter + `"
+if [ "$n" -eq 0 ]; then exec "$0" ` + first + `; fi
+exec "$0" ` + tc.later
+			p := stdioPolicy()
+			p.Stdio.Command, p.Stdio.Args = "/bin/sh", []string{"-c", script, fixtureBin}
+			// The stability window (maxDelay) is far shorter than the first
+			// connection's 1.5 s and far longer than a crashing child's life.
+			p.Reconnect = policy.Reconnect{Enabled: true, InitialDelay: 10 * time.Millisecond, MaxDelay: 300 * time.Millisecond, MaxAttempts: maxAttempts}
+			s, reg := startSupervisor(t, p)
+			rec := stdioRecord(t, s)
+			sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
+			rec.close()
+			if sn.Reason != v1alpha1.ReasonReconnectExhausted {
+				t.Fatalf("reason %q, want %q (%s)", sn.Reason, v1alpha1.ReasonReconnectExhausted, sn.Message)
+			}
+			if sn.FailedAttempts != maxAttempts || sn.Generation != tc.wantGen {
+				t.Errorf("failedAttempts %d, generation %d; want %d, %d", sn.FailedAttempts, sn.Generation, maxAttempts, tc.wantGen)
+			}
+			want := "Gave up after 2 consecutive failed attempts (reconnect.maxAttempts is 2); tools unregistered"
+			if sn.Message != want {
+				t.Errorf("message %q, want %q", sn.Message, want)
+			}
+			for _, st := range rec.history() {
+				if st.sn.FailedAttempts > maxAttempts {
+					t.Errorf("generation %d: failedAttempts %d over maxAttempts %d", st.sn.Generation, st.sn.FailedAttempts, maxAttempts)
+				}
+				if st.sn.Attempt > 0 && st.sn.Attempt != st.sn.FailedAttempts+1 {
+					t.Errorf("generation %d: attempt %d scheduled after %d failed attempts", st.sn.Generation, st.sn.Attempt, st.sn.FailedAttempts)
+				}
+			}
+			var attempts []string
+			exhausted := ""
+			for _, e := range s.DrainEvents() {
+				switch e.Reason {
+				case v1alpha1.ReasonReconnecting:
+					m := regexp.MustCompile(`\(attempt (\d+/\d+)\)`).FindStringSubmatch(e.Message)
+					if m == nil {
+						t.Errorf("Reconnecting event without attempt n/max: %q", e.Message)
+						continue
+					}
+					attempts = append(attempts, m[1])
+				case v1alpha1.ReasonReconnectExhausted:
+					exhausted = e.Message
+				}
+			}
+			if !slices.Equal(attempts, tc.wantAttempts) {
+				t.Errorf("Reconnecting events numbered %v, want %v", attempts, tc.wantAttempts)
+			}
+			if exhausted != want {
+				t.Errorf("ReconnectExhausted event %q, want %q", exhausted, want)
+			}
+			if len(reg.Tools("ns")) != 0 {
+				t.Errorf("tools still registered after ReconnectExhausted")
+			}
+		})
 	}
 }
 
@@ -1423,7 +1514,9 @@ func TestStdioCallToDownServerFailsFastWithReconnectAttempt(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, s, "reconnect attempt 1 scheduled", func(sn Snapshot) bool { return sn.Phase == PhaseReconnecting && sn.Attempt == 1 })
+	// Lost inside its 30s stability window, the first connection is the
+	// outage's failed attempt 1; the retry is attempt 2.
+	waitFor(t, s, "attempt 2 scheduled", func(sn Snapshot) bool { return sn.Phase == PhaseReconnecting && sn.Attempt == 2 })
 	start := time.Now()
 	_, err := s.CallTool(context.Background(), "echo", map[string]any{"text": "x"})
 	if el := time.Since(start); el > time.Second {
@@ -1432,8 +1525,8 @@ func TestStdioCallToDownServerFailsFastWithReconnectAttempt(t *testing.T) {
 	if !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("err = %v, want ErrUnavailable", err)
 	}
-	if !strings.Contains(err.Error(), "reconnecting (attempt 1 of 5)") {
-		t.Errorf("err %q does not say the server is reconnecting (attempt 1 of 5)", err)
+	if !strings.Contains(err.Error(), "reconnecting (attempt 2 of 5)") {
+		t.Errorf("err %q does not say the server is reconnecting (attempt 2 of 5)", err)
 	}
 	if got := toolNames(reg.Tools("ns")); !slices.Equal(got, published) {
 		t.Errorf("during the outage the registry holds %v, want the last good tools %v", got, published)
