@@ -61,6 +61,18 @@
 // A loss raised while the supervisor itself closes the generation is
 // ignored: nothing was lost.
 //
+// # Closing and disposal
+//
+// A generation is closed by closeGeneration, which waits for its down signal
+// (session ended, link closed, its goroutines returned) at most the close
+// barrier, on real time. When the barrier passes while the supervisor runs,
+// it stops with Failed/CloseTimeout rather than start a second server
+// process. Dispose cancels run and waits at most the barrier too; when the
+// last generation has not closed by then it returns an error wrapping
+// ErrCloseTimeout. run itself ends only once that generation is down, and
+// then closes Closed: the controller keeps a disposed supervisor registered
+// until Closed, so that a replacement never overlaps a live server.
+//
 // # The stability window
 //
 // A connection that stays up for reconnect.maxDelayMs ends its outage.

@@ -20,7 +20,7 @@ import (
 // run is the supervisor's only long-lived goroutine: connect, serve until
 // lost, back off, repeat, until the budget is spent or ctx ends.
 func (s *Supervisor) run(ctx context.Context) {
-	defer close(s.done)
+	defer s.finish()
 	o := outage{policy: s.p.Reconnect}
 	everConnected := false
 	for {
@@ -47,6 +47,19 @@ func (s *Supervisor) run(ctx context.Context) {
 		case <-s.clock.After(delay):
 		}
 	}
+}
+
+// finish closes Closed once the last generation is down. A generation that
+// outlived its close barrier keeps run waiting here, and the supervisor
+// counts as closing, until it is.
+func (s *Supervisor) finish() {
+	s.mu.Lock()
+	g := s.last
+	s.mu.Unlock()
+	if g != nil {
+		<-g.shutdown() // already shut down on every path; shutdown is idempotent
+	}
+	close(s.closed)
 }
 
 // stopError ends the supervisor in PhaseFailed with a reason.
@@ -186,10 +199,11 @@ func (s *Supervisor) attemptError(ctx, dctx context.Context, stage string, err e
 
 func (s *Supervisor) beginGeneration(everConnected bool) *generation {
 	s.tasks.reset()
-	var num int64
+	var g *generation
 	s.update(func(sn *Snapshot) {
 		sn.Generation++
-		num = sn.Generation
+		g = newGeneration(sn.Generation)
+		s.last = g
 		if !everConnected {
 			sn.Phase = PhaseConnecting
 		} else {
@@ -197,7 +211,7 @@ func (s *Supervisor) beginGeneration(everConnected bool) *generation {
 		}
 		sn.NextRetry, sn.RetryDelay = time.Time{}, 0
 	})
-	return newGeneration(num)
+	return g
 }
 
 // open starts the transport and the MCP session, and the goroutines that

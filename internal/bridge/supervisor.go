@@ -69,11 +69,12 @@ type Supervisor struct {
 	mu     sync.Mutex
 	snap   Snapshot
 	live   *generation // the connected generation, nil while down
+	last   *generation // the latest generation started, live or not
 	events []Event
 
 	lifeMu sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	cancel context.CancelFunc // nil until Start (or Dispose)
+	closed chan struct{}      // see Closed
 }
 
 // New builds a Supervisor; it does nothing until Start.
@@ -89,6 +90,7 @@ func New(o Options) *Supervisor {
 		dialer:   o.dialer,
 		observer: o.Observer,
 		changes:  make(chan struct{}, 1),
+		closed:   make(chan struct{}),
 		snap:     Snapshot{Phase: PhasePending, Generation: o.BaseGeneration, MaxAttempts: o.Policy.Reconnect.MaxAttempts},
 	}
 	if s.clock == nil {
@@ -117,43 +119,66 @@ func newDialer(p *policy.Policy, log logr.Logger, grace time.Duration, sniff fun
 	return &httpDialer{spec: p.HTTP, sniff: sniff}
 }
 
-// Start runs the supervisor until ctx ends or Dispose; a second Start does
-// nothing.
+// Start runs the supervisor until ctx ends or Dispose; a second Start, or a
+// Start after Dispose, does nothing.
 func (s *Supervisor) Start(ctx context.Context) {
 	s.lifeMu.Lock()
 	defer s.lifeMu.Unlock()
-	if s.done != nil {
+	if s.cancel != nil {
 		return
 	}
 	ctx, s.cancel = context.WithCancel(ctx)
-	s.done = make(chan struct{})
 	go s.run(ctx)
 }
 
 // Dispose cancels a pending reconnect, aborts an in-flight connect, closes
-// the live generation, waits for its close barrier and unregisters the
-// server's tools. It returns early with ctx's error if ctx ends first.
+// the live generation, waits for its close signal and unregisters the
+// server's tools. It waits at most the close barrier: when the last
+// generation has not closed by then (a child that outlives SIGTERM and
+// SIGKILL's grace, a link that never reports closed) it returns an error
+// that wraps ErrCloseTimeout, and Closed tells when it finally has. It
+// returns early with ctx's error if ctx ends first. The tools leave the
+// registry in every case.
+// See docs/design.md, "Hot swap and disposal".
 func (s *Supervisor) Dispose(ctx context.Context) error {
 	s.lifeMu.Lock()
-	cancel, done := s.cancel, s.done
+	if s.cancel == nil { // never started: nothing runs, and nothing will
+		s.cancel = func() {}
+		close(s.closed)
+	}
+	cancel := s.cancel
 	s.lifeMu.Unlock()
-	if done != nil {
-		cancel()
-		select {
-		case <-done:
-		case <-ctx.Done():
-			// Its tools must not outlive the resource, even if the
-			// generation is still closing.
-			s.registry.Remove(s.ns, s.owner)
-			return fmt.Errorf("dispose %s: %w", s.owner, ctx.Err())
-		}
+	cancel()
+	// Real time, not s.clock: the barrier guards real processes.
+	timer := time.NewTimer(s.barrier)
+	defer timer.Stop()
+	var err error
+	select {
+	case <-s.closed:
+	case <-timer.C:
+		err = fmt.Errorf("dispose %s: %w", s.owner, ErrCloseTimeout)
+	case <-ctx.Done():
+		err = fmt.Errorf("dispose %s: %w", s.owner, ctx.Err())
 	}
 	// Only here: a supervisor that stopped for good (ReconnectDisabled,
 	// StartupFailed, CloseTimeout) keeps its last tools until disposed.
+	// They must not outlive the resource, even while a generation closes.
 	s.registry.Remove(s.ns, s.owner)
-	s.update(func(sn *Snapshot) { sn.Tools = nil })
-	return nil
+	if err == nil {
+		s.update(func(sn *Snapshot) { sn.Tools = nil })
+	}
+	return err
 }
+
+// Closed is closed once the supervisor has stopped (disposed, or failed for
+// good) and the last generation it started has closed, however long after
+// the close barrier that was: from then on no process, request or goroutine
+// of it remains, and another supervisor of the same server may start.
+func (s *Supervisor) Closed() <-chan struct{} { return s.closed }
+
+// CloseBarrier is how long the supervisor waits for a generation to close:
+// Dispose takes at most about that long.
+func (s *Supervisor) CloseBarrier() time.Duration { return s.barrier }
 
 // Changes receives a value whenever the snapshot changed since the last
 // receive; sends never block and coalesce.

@@ -21,6 +21,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	. "github.com/onsi/gomega"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
@@ -392,93 +393,6 @@ func (f *stdioFakeServer) addTool(name string) {
 
 func stdioWithDialer(d dialer) func(*Options) {
 	return func(o *Options) { o.dialer = d }
-}
-
-// stdioChildWatch polls this process's direct children and records the
-// largest number of this test's children (those whose environment carries
-// marker) that existed, reaped or not, at the same moment.
-type stdioChildWatch struct {
-	marker string
-	known  map[int]bool
-	seen   []int
-	max    int
-	stop   chan struct{}
-	done   chan struct{}
-	mu     sync.Mutex
-	worst  []int
-}
-
-func stdioWatchChildren(t *testing.T, marker string) *stdioChildWatch {
-	w := &stdioChildWatch{marker: marker, known: map[int]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(w.done)
-		for {
-			w.poll()
-			select {
-			case <-w.stop:
-				return
-			case <-time.After(time.Millisecond):
-			}
-		}
-	}()
-	t.Cleanup(w.close)
-	return w
-}
-
-// close stops the watch and kills whichever of the test's children still
-// exists, so that a failing test leaves no SIGTERM-proof sleeper behind.
-func (w *stdioChildWatch) close() {
-	select {
-	case <-w.stop:
-	default:
-		close(w.stop)
-	}
-	<-w.done
-	for _, pid := range w.seen {
-		if _, ppid, ok := stdioProcStat(pid); ok && ppid == os.Getpid() {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-	}
-}
-
-func (w *stdioChildWatch) poll() {
-	children := map[int]bool{}
-	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", os.Getpid()))
-	for _, f := range tasks {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		for _, s := range strings.Fields(string(b)) {
-			if pid, err := strconv.Atoi(s); err == nil {
-				children[pid] = true
-			}
-		}
-	}
-	var ours []int
-	for pid := range children {
-		if !w.known[pid] {
-			env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-			if err != nil || !bytes.Contains(env, []byte(w.marker)) {
-				continue
-			}
-			w.known[pid] = true
-			w.seen = append(w.seen, pid)
-		}
-		ours = append(ours, pid)
-	}
-	w.mu.Lock()
-	if len(ours) > w.max {
-		w.max = len(ours)
-		w.worst = ours
-	}
-	w.mu.Unlock()
-}
-
-func (w *stdioChildWatch) result() (maxAlive int, worst []int, distinct int) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.max, slices.Clone(w.worst), len(w.seen)
 }
 
 // stdioStalledPolicy is a fixture that never answers initialize, with a
@@ -1286,6 +1200,62 @@ func TestStdioLostGenerationThatNeverClosesStopsWithCloseTimeout(t *testing.T) {
 	}
 }
 
+// Dispose reports a generation that outlives the close barrier instead of
+// returning as if it had closed, and Closed tells when it finally has: here
+// a child that ignores SIGTERM (the fixture exits on stdin EOF, its shell
+// then sleeps with SIGTERM ignored) lives until SIGKILL, two graces of
+// 600ms after the close began, well past a 300ms barrier.
+func TestStdioDisposeReturnsCloseTimeoutWhileTheChildOutlivesTheBarrier(t *testing.T) {
+	g := NewWithT(t)
+	p := stdioPolicy()
+	p.Stdio.Command = "/bin/sh"
+	p.Stdio.Args = []string{"-c", `trap "" TERM; "$0" "$@"; exec sleep 3600`, fixtureBin, "--ignore-sigterm"}
+	reg := NewRegistry()
+	s := New(Options{Namespace: "ns", Name: "srv", Policy: p, Registry: reg, Log: stdioLog(t),
+		CloseBarrier: 300 * time.Millisecond, TerminateGrace: 600 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s.Start(ctx)
+	waitFor(t, s, "Ready", isReady)
+	_, shell, ok := stdioProcStat(stdioCallPID(t, s))
+	g.Expect(ok).To(BeTrue(), "the fixture's parent shell")
+	t.Cleanup(func() { stdioKillQuietly(shell) })
+
+	start := time.Now()
+	err := s.Dispose(context.Background())
+	took := time.Since(start)
+	t.Logf("dispose returned after %v: %v", took, err)
+	g.Expect(err).To(MatchError(ErrCloseTimeout))
+	g.Expect(took).To(BeNumerically(">=", 300*time.Millisecond))
+	g.Expect(took).To(BeNumerically("<", time.Second), "dispose waits the barrier, not the child")
+	g.Expect(stdioGone(shell)).To(BeFalse(), "the child must still live when the barrier passed")
+	g.Expect(s.Closed()).NotTo(BeClosed())
+	g.Expect(reg.Tools("ns")).To(BeEmpty(), "tools outlived the disposal")
+
+	g.Eventually(s.Closed(), eventually).Should(BeClosed())
+	g.Expect(stdioGone(shell)).To(BeTrue(), "Closed before the child was reaped")
+	t.Logf("closed %v after the dispose began", time.Since(start))
+	g.Expect(s.Dispose(context.Background())).To(Succeed(), "a second Dispose finds it closed")
+}
+
+// The same with a link that never reports closed: Dispose times out at the
+// barrier, and Closed waits for the link.
+func TestDisposeOfALinkThatNeverClosesReturnsCloseTimeout(t *testing.T) {
+	g := NewWithT(t)
+	fs := stdioNewFakeServer(t, "alpha")
+	d := &stdioFakeDialer{srv: fs.srv, neverClosed: true}
+	reg := NewRegistry()
+	s := New(Options{Namespace: "ns", Name: "srv", Policy: stdioPolicy(), Registry: reg, Log: stdioLog(t),
+		CloseBarrier: 200 * time.Millisecond, dialer: d})
+	t.Cleanup(d.release)
+	s.Start(context.Background())
+	waitFor(t, s, "Ready", isReady)
+	g.Expect(s.Dispose(context.Background())).To(MatchError(ErrCloseTimeout))
+	g.Consistently(s.Closed(), 200*time.Millisecond).ShouldNot(BeClosed())
+	d.release()
+	g.Eventually(s.Closed(), eventually).Should(BeClosed())
+}
+
 // §4.1: a new child is started only after the previous one was reaped. The
 // children here outlive their close by a while (they ignore stdin EOF's
 // effect and SIGTERM until SIGKILL), so starting the next one early would
@@ -1302,7 +1272,8 @@ func TestStdioNeverTwoChildrenAliveAtOnce(t *testing.T) {
 	p.Stdio.Env = []policy.EnvVar{{Name: name, Value: value}}
 	p.ConnectionTimeout = 150 * time.Millisecond
 	p.Reconnect = policy.Reconnect{Enabled: true, InitialDelay: time.Millisecond, MaxDelay: 2 * time.Millisecond, MaxAttempts: 100}
-	w := stdioWatchChildren(t, marker)
+	w := fixture.WatchChildren(marker)
+	t.Cleanup(w.Stop)
 	s, _ := startSupervisor(t, p, func(o *Options) { o.TerminateGrace = 100 * time.Millisecond })
 	waitFor(t, s, "generation 5", func(sn Snapshot) bool { return sn.Generation >= 5 || sn.Phase == PhaseFailed })
 	dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -1310,8 +1281,8 @@ func TestStdioNeverTwoChildrenAliveAtOnce(t *testing.T) {
 	if err := s.Dispose(dctx); err != nil {
 		t.Fatal(err)
 	}
-	w.close()
-	maxAlive, worst, distinct := w.result()
+	w.Stop()
+	maxAlive, worst, distinct := w.Result()
 	t.Logf("%d children observed, at most %d at once", distinct, maxAlive)
 	if distinct < 4 {
 		t.Fatalf("observed only %d children; the watch did not work", distinct)

@@ -20,7 +20,8 @@ func (r *McpServerReconciler) emitSupervisorEvents(obj *v1alpha1.McpServer, sup 
 }
 
 // emitEvents reports the controller's own verdicts (InvalidSpec,
-// ServerNameConflict, SecretNotFound) once, when they first appear.
+// ServerNameConflict, SecretNotFound, CloseTimeout of a replaced
+// supervisor) once, when they first appear.
 func (r *McpServerReconciler) emitEvents(obj *v1alpha1.McpServer, before *v1alpha1.McpServerStatus, v verdict) {
 	if v.snap != nil {
 		return
@@ -29,7 +30,11 @@ func (r *McpServerReconciler) emitEvents(obj *v1alpha1.McpServer, before *v1alph
 	if before.Phase == v.phase && prev != nil && prev.Reason == v.reason && prev.Message == v.message {
 		return
 	}
-	r.record(obj, true, v.reason, "Validate", v.message)
+	action := "Validate"
+	if v.reason == v1alpha1.ReasonCloseTimeout {
+		action = "Dispose"
+	}
+	r.record(obj, true, v.reason, action, v.message)
 }
 
 // record posts one event; reasons are the API's (v1alpha1.Reason*).

@@ -71,12 +71,12 @@ func (r *McpServerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	if err := r.APIReader.Get(ctx, req.NamespacedName, obj); err != nil {
 		if apierrors.IsNotFound(err) {
 			recordGauges(req.Namespace, req.Name, nil)
-			return ctrl.Result{}, r.Supervisors.Stop(ctx, req.NamespacedName)
+			return ctrl.Result{}, stopped(r.Supervisors.Stop(ctx, req.NamespacedName))
 		}
 		return ctrl.Result{}, err
 	}
 	if obj.DeletionTimestamp != nil {
-		return ctrl.Result{}, r.Supervisors.Stop(ctx, req.NamespacedName)
+		return ctrl.Result{}, stopped(r.Supervisors.Stop(ctx, req.NamespacedName))
 	}
 	orig := obj.DeepCopy()
 	v, err := r.decide(ctx, obj)
@@ -131,6 +131,13 @@ func (r *McpServerReconciler) decide(ctx context.Context, obj *v1alpha1.McpServe
 		BaseGeneration: obj.Status.ConnectionGeneration,
 		Log:            ctrl.LoggerFrom(ctx), Observer: observer{ns: obj.Namespace, name: obj.Name},
 	})
+	if errors.Is(err, bridge.ErrCloseTimeout) {
+		// The previous supervisor's server outlived its close barrier: no
+		// second one starts until it is gone; Supervisors reconciles this
+		// resource again then.
+		return verdict{phase: v1alpha1.PhaseFailed, reason: v1alpha1.ReasonCloseTimeout,
+			message: "The previous connection did not close within its close barrier; the new one starts once it has"}, nil
+	}
 	if err != nil {
 		return verdict{}, err
 	}
@@ -141,7 +148,17 @@ func (r *McpServerReconciler) decide(ctx context.Context, obj *v1alpha1.McpServe
 
 // halt stops the supervisor (its tools leave the registry) and returns v.
 func (r *McpServerReconciler) halt(ctx context.Context, key client.ObjectKey, v verdict) (verdict, error) {
-	return v, r.Supervisors.Stop(ctx, key)
+	return v, stopped(r.Supervisors.Stop(ctx, key))
+}
+
+// stopped treats a supervisor that is still closing past its close barrier
+// as stopped: its tools are gone, Supervisors keeps it from being replaced
+// until it has closed, and reconciles the resource again then.
+func stopped(err error) error {
+	if errors.Is(err, bridge.ErrCloseTimeout) {
+		return nil
+	}
+	return err
 }
 
 // swapKey changes exactly when §4.7 asks for a hot swap: a new spec

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,6 +82,11 @@ func startManager() {
 		Tune: func(o *bridge.Options) {
 			o.CloseBarrier = 3 * time.Second
 			o.TerminateGrace = 500 * time.Millisecond
+			if strings.HasPrefix(o.Name, slowClosePrefix) {
+				// A child that ignores SIGTERM lives until SIGKILL, two
+				// graces (3 s) after its close began: far past the barrier.
+				o.CloseBarrier, o.TerminateGrace = 300*time.Millisecond, 1500*time.Millisecond
+			}
 		}}
 	r := &controller.McpServerReconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
