@@ -141,24 +141,31 @@ func statusTime(t time.Time) *metav1.Time {
 
 // setConditions stamps Ready, Reconciling and Stalled (kstatus) with the
 // observed generation; a transition time moves only when a status flips.
+// Ready is always there; Reconciling and Stalled only while they hold, and
+// removed otherwise, as Flux's conditions do (kstatus reads a missing one
+// as False).
 func setConditions(obj *v1alpha1.McpServer, v verdict) {
 	progressing := v.phase == v1alpha1.PhasePending || v.phase == v1alpha1.PhaseConnecting || v.phase == v1alpha1.PhaseReconnecting
-	// A missing Secret heals by itself: progressing, not stalled (§3).
+	// A missing Secret heals by itself: progressing, not stalled.
 	stalled := v.phase == v1alpha1.PhaseFailed || v.phase == v1alpha1.PhaseInvalid || v.phase == v1alpha1.PhaseConflict
 	msg := bridge.Truncate(v.message, maxMessage)
-	set := func(t string, on bool) {
+	set := func(t string, status metav1.ConditionStatus) {
 		meta.SetStatusCondition(&obj.Status.Conditions, metav1.Condition{
-			Type: t, Status: condStatus(on), Reason: v.reason, Message: msg, ObservedGeneration: obj.Generation,
+			Type: t, Status: status, Reason: v.reason, Message: msg, ObservedGeneration: obj.Generation,
 		})
 	}
-	set(v1alpha1.ConditionReady, v.phase == v1alpha1.PhaseReady)
-	set(v1alpha1.ConditionReconciling, progressing && !stalled)
-	set(v1alpha1.ConditionStalled, stalled)
-}
-
-func condStatus(on bool) metav1.ConditionStatus {
-	if on {
-		return metav1.ConditionTrue
+	mark := func(t string, on bool) {
+		if on {
+			set(t, metav1.ConditionTrue)
+		} else {
+			meta.RemoveStatusCondition(&obj.Status.Conditions, t)
+		}
 	}
-	return metav1.ConditionFalse
+	ready := metav1.ConditionFalse
+	if v.phase == v1alpha1.PhaseReady {
+		ready = metav1.ConditionTrue
+	}
+	set(v1alpha1.ConditionReady, ready)
+	mark(v1alpha1.ConditionReconciling, progressing && !stalled)
+	mark(v1alpha1.ConditionStalled, stalled)
 }
