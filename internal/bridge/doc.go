@@ -103,7 +103,8 @@
 //     beyond the snapshot's mutex; every other goroutine only raises a loss,
 //     re-syncs, or reads the live generation.
 //   - The close barrier runs on real time, not the injected clock: it guards
-//     real processes. Backoff and the stability window use the clock.
+//     real processes; so do the deadlines of requests. Backoff, the stability
+//     window and the health-check interval use the clock.
 //   - Syncs of one server are serialized (syncMu), so a re-sync and a retried
 //     publish never interleave.
 //

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// healthFailures in a row make a loss (§4.5).
+// healthFailures in a row make a loss.
 const healthFailures = 2
 
 // demandProbeTimeout bounds a probe triggered by a failed call when no
@@ -17,15 +17,17 @@ const demandProbeTimeout = 5 * time.Second
 // bounded by half the interval; two failures in a row are a loss. A probe
 // requested by a failed call runs at once, and one failure of it is a loss.
 // With the interval at 0 only requested probes run, each bounded by
-// demandProbeTimeout.
+// demandProbeTimeout. The interval runs on the supervisor's clock; a
+// probe's own deadline on real time, like every request's.
+// See docs/design.md, "Detecting loss".
 func (s *Supervisor) healthLoop(g *generation) {
 	interval := s.p.HealthCheckInterval
 	var tick <-chan time.Time
 	timeout := demandProbeTimeout
 	if interval > 0 {
-		ticker := time.NewTicker(interval)
+		ticker := s.clock.NewTicker(interval)
 		defer ticker.Stop()
-		tick, timeout = ticker.C, interval/2
+		tick, timeout = ticker.C(), interval/2
 	}
 	failures := 0
 	for {

@@ -24,7 +24,8 @@ const (
 )
 
 // DefaultCloseBarrier is how long a generation may take to report closed
-// before the supervisor refuses to start another (§4.1).
+// before the supervisor refuses to start another.
+// See docs/design.md, "Generations and the close barrier".
 const DefaultCloseBarrier = 5 * time.Second
 
 // Options build a Supervisor.
@@ -37,8 +38,10 @@ type Options struct {
 	// BaseGeneration continues connection-generation numbering from a
 	// previous supervisor of the same resource.
 	BaseGeneration int64
-	// Clock times backoff and the stability window; nil is the real clock.
-	Clock clock.Clock
+	// Clock times backoff, the stability window and the health checks; nil
+	// is the real clock. The close barrier and the deadlines of requests
+	// always run on real time.
+	Clock clock.WithTicker
 	// CloseBarrier defaults to DefaultCloseBarrier.
 	CloseBarrier time.Duration
 	// Observer receives call and sync measurements; nil discards them.
@@ -57,7 +60,7 @@ type Supervisor struct {
 	owner    string
 	registry *Registry
 	log      logr.Logger
-	clock    clock.Clock
+	clock    clock.WithTicker
 	barrier  time.Duration
 	dialer   dialer
 	changes  chan struct{}
