@@ -25,10 +25,11 @@ import (
 func TestCrashReconnectCyclesLeaveNoLeak(t *testing.T) {
 	const cycles = 200
 	p := stdioPolicy("--tools=3")
-	// The stability window of §4.2 is maxDelay (2 ms): a connection that
+	// The stability window is maxDelay (2 ms): a connection that
 	// lives through a pid call and a kill usually outlasts it and resets the
 	// budget. Should none, the delay is still capped at 2 ms and 1000
 	// attempts outlast 200 losses, so the budget cannot run out either way.
+	// See docs/design.md, "Backoff and the attempt budget".
 	p.Reconnect = policy.Reconnect{Enabled: true, InitialDelay: time.Millisecond, MaxDelay: 2 * time.Millisecond, MaxAttempts: 1000}
 
 	// Children of this process that predate the supervisor (another test's,

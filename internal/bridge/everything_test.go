@@ -27,7 +27,8 @@ import (
 // See test/node/README.md for how it is started.
 
 // everythingEntry is server-everything's entry point; a missing Node or
-// package fails the test: these tests are part of the contract (SPEC §9).
+// package fails the test: these tests are part of the contract.
+// See docs/design.md, "How it is tested".
 func everythingEntry(t *testing.T) (node, entry string) {
 	t.Helper()
 	_, self, _, _ := runtime.Caller(0)
@@ -301,8 +302,9 @@ func TestEverythingStreamableHTTPConnectsListsCallsAndRecoversAfterRestart(t *te
 	killed := time.Now()
 	lost := waitFor(t, s, "the loss to be noticed", func(sn Snapshot) bool { return sn.Phase != PhaseReady })
 	t.Logf("loss noticed %v after the kill: %v", time.Since(killed), lost.LastError)
-	// SPEC §4.5: with healthCheckIntervalMs set, two failed probes (about
+	// With healthCheckIntervalMs set, two failed probes (about
 	// 2×200ms here) are the loss; the SDK's own SSE retries take seconds.
+	// See docs/design.md, "Detecting loss".
 	if lost.LastError == nil || lost.LastError.Stage != StageHealthCheck {
 		t.Errorf("the loss was not found by the health check: %v", lost.LastError)
 	}

@@ -404,7 +404,8 @@ func stdioStalledPolicy(budget time.Duration, args ...string) *policy.Policy {
 }
 
 // ---------------------------------------------------------------------------
-// §4.3: one connectionTimeoutMs budget.
+// One connectionTimeoutMs budget.
+// See docs/design.md, "The connection budget".
 
 // Seed matrix "Transport/connect never settles" + "Initialize stalls": the
 // deadline aborts the attempt, names the budget and the stage, publishes
@@ -417,7 +418,7 @@ func TestStdioStalledInitializeFailsAfterConnectionBudgetWithStage(t *testing.T)
 	s, reg := startSupervisor(t, p)
 	sn := waitFor(t, s, "the first attempt to fail", func(sn Snapshot) bool { return sn.LastError != nil })
 	elapsed := time.Since(start)
-	t.Logf("stalled initialize: attempt failed %v after Start (budget 300ms; SPEC §10 target: acted on within 150ms of expiry)", elapsed)
+	t.Logf("stalled initialize: attempt failed %v after Start (budget 300ms; design target: acted on within 150ms of expiry)", elapsed)
 	if sn.LastError.Stage != StageInitialize {
 		t.Errorf("stage = %q, want %q", sn.LastError.Stage, StageInitialize)
 	}
@@ -473,10 +474,11 @@ func TestStdioStalledListPageTwoFailsAndPublishesNothing(t *testing.T) {
 	}
 }
 
-// §4.3: one deadline covers every page of tools/list; it is not reset per
+// One deadline covers every page of tools/list; it is not reset per
 // page. Five pages of 150ms each under a 500ms budget must fail in a later
 // page, though each page alone is well within the budget; with a budget
 // that covers them all, the same server publishes.
+// See docs/design.md, "The connection budget".
 func TestStdioConnectionBudgetSpansAllToolsListPages(t *testing.T) {
 	newServer := func() *mcp.Server {
 		srv := mcp.NewServer(&mcp.Implementation{Name: "paged", Version: "1.0.0"}, &mcp.ServerOptions{PageSize: 1})
@@ -557,8 +559,9 @@ func TestStdioInitialTimeoutWithFailOnStartupErrorIsFinal(t *testing.T) {
 	}
 }
 
-// §4.6: failOnStartupError only concerns the first attempt: a connection
+// FailOnStartupError only concerns the first attempt: a connection
 // that was up once reconnects normally after a loss.
+// See docs/design.md, "Startup".
 func TestStdioFailOnStartupErrorDoesNotStopLaterReconnects(t *testing.T) {
 	p := stdioPolicy()
 	p.FailOnStartupError = true
@@ -575,8 +578,9 @@ func TestStdioFailOnStartupErrorDoesNotStopLaterReconnects(t *testing.T) {
 	}
 }
 
-// §4.4: a reconnect that recovers an unchanged tool list changes nothing in
+// A reconnect that recovers an unchanged tool list changes nothing in
 // the registry: no change signal, identical entries.
+// See docs/design.md, "Tool sync".
 func TestStdioReconnectWithUnchangedToolsLeavesRegistryUntouched(t *testing.T) {
 	s, reg := startSupervisor(t, stdioPolicy("--tools=5"))
 	waitFor(t, s, "Ready", isReady)
@@ -668,9 +672,10 @@ func TestStdioEveryReconnectGenerationGetsAFreshBudget(t *testing.T) {
 	}
 }
 
-// §4.4: list_changed triggers a re-sync that publishes the new tool; the
+// List_changed triggers a re-sync that publishes the new tool; the
 // previous set stays published while the fetch runs (no empty moment), and
 // the connection is not replaced.
+// See docs/design.md, "Tool sync".
 func TestStdioListChangedResyncPublishesNewToolWithoutDroppingOld(t *testing.T) {
 	p := stdioPolicy("--tools=3", "--list-changed-after=1500ms")
 	var watch *stdioRegistryWatch
@@ -799,7 +804,7 @@ func stdioDisposeDuringStall(t *testing.T, args []string) {
 		t.Fatalf("dispose: %v", err)
 	}
 	elapsed := time.Since(start)
-	t.Logf("dispose during a connect stalled in %s (budget 60s) returned after %v (SPEC §10 target 200ms)", strings.Join(args, " "), elapsed)
+	t.Logf("dispose during a connect stalled in %s (budget 60s) returned after %v (design target 200ms)", strings.Join(args, " "), elapsed)
 	if elapsed > time.Second {
 		t.Errorf("dispose took %v, want < 1s", elapsed)
 	}
@@ -826,7 +831,8 @@ func mustEvents(t *testing.T, path string) []fixture.Event {
 }
 
 // ---------------------------------------------------------------------------
-// §4.2: backoff and the attempt budget over real children.
+// Backoff and the attempt budget over real children.
+// See docs/design.md, "Backoff and the attempt budget".
 
 // A crash-looping server whose connects succeed briefly spends its budget;
 // its tools are then unregistered.
@@ -892,8 +898,9 @@ func TestStdioCommandThatCannotStartExhaustsBudget(t *testing.T) {
 	}
 }
 
-// §4.2 reconnect.enabled=false: a lost connection keeps the tools registered
+// Reconnect.enabled=false: a lost connection keeps the tools registered
 // but failing, phase Failed / ReconnectDisabled; calls fail fast.
+// See docs/design.md, "Backoff and the attempt budget".
 func TestStdioReconnectDisabledKeepsToolsRegisteredButFailing(t *testing.T) {
 	p := stdioPolicy("--tools=2")
 	p.Reconnect.Enabled = false
@@ -1073,9 +1080,10 @@ exec "$0" ` + tc.later
 	}
 }
 
-// §4.2 stability window with a real clock: a server that stays up longer
+// Stability window with a real clock: a server that stays up longer
 // than maxDelay and then dies starts a fresh budget every time; it never
 // exhausts even after more losses than maxAttempts.
+// See docs/design.md, "Backoff and the attempt budget".
 func TestStdioStableConnectionsStartAFreshBudgetEachLoss(t *testing.T) {
 	p := stdioPolicy("--exit-after=700ms")
 	p.Reconnect = policy.Reconnect{Enabled: true, InitialDelay: 20 * time.Millisecond, MaxDelay: 200 * time.Millisecond, MaxAttempts: 2}
@@ -1101,10 +1109,11 @@ func TestStdioStableConnectionsStartAFreshBudgetEachLoss(t *testing.T) {
 	}
 }
 
-// §3/§4.2: failedAttempts counts the failed attempts of the current
+// FailedAttempts counts the failed attempts of the current
 // outage, and a connection that stays up maxDelay closes the outage. After
 // a recovery that then stays up well past maxDelay there is no outage any
 // more, so a Ready server must not keep reporting failed attempts.
+// See docs/design.md, "Status and conditions" and "Backoff and the attempt budget".
 func TestStdioFailedAttemptsClearedOnceRecoveredConnectionIsStable(t *testing.T) {
 	counter := filepath.Join(t.TempDir(), "count")
 	// Start 0 behaves; starts 1 and 2 fail at once (bad flag); later ones behave.
@@ -1137,8 +1146,9 @@ exec "$0" "$@"`
 	}
 }
 
-// §4.1 close barrier: a timed-out generation that never reports closed
+// Close barrier: a timed-out generation that never reports closed
 // stops the supervisor (Failed / CloseTimeout) instead of starting another.
+// See docs/design.md, "Generations and the close barrier".
 func TestStdioCloseTimeoutStopsReconnecting(t *testing.T) {
 	fs := stdioNewFakeServer(t, "alpha")
 	fs.stallInit.Store(true)
@@ -1174,9 +1184,10 @@ func TestStdioCloseTimeoutStopsReconnecting(t *testing.T) {
 	}
 }
 
-// §4.1 close barrier on the loss path: a connection that is lost and whose
+// Close barrier on the loss path: a connection that is lost and whose
 // transport never reports closed stops the supervisor with CloseTimeout; no
 // second generation is dialled.
+// See docs/design.md, "Generations and the close barrier".
 func TestStdioLostGenerationThatNeverClosesStopsWithCloseTimeout(t *testing.T) {
 	fs := stdioNewFakeServer(t, "alpha")
 	d := &stdioFakeDialer{srv: fs.srv, neverClosed: true}
@@ -1256,10 +1267,11 @@ func TestDisposeOfALinkThatNeverClosesReturnsCloseTimeout(t *testing.T) {
 	g.Eventually(s.Closed(), eventually).Should(BeClosed())
 }
 
-// §4.1: a new child is started only after the previous one was reaped. The
+// A new child is started only after the previous one was reaped. The
 // children here outlive their close by a while (they ignore stdin EOF's
 // effect and SIGTERM until SIGKILL), so starting the next one early would
 // be seen.
+// See docs/design.md, "Generations and the close barrier".
 func TestStdioNeverTwoChildrenAliveAtOnce(t *testing.T) {
 	marker := fmt.Sprintf("STDIO_TEST_MARK=%d-%d", os.Getpid(), time.Now().UnixNano())
 	name, value, _ := strings.Cut(marker, "=")
@@ -1295,8 +1307,9 @@ func TestStdioNeverTwoChildrenAliveAtOnce(t *testing.T) {
 	}
 }
 
-// §4.1 with orderly exits: the fixture lifetimes in the events file never
+// With orderly exits: the fixture lifetimes in the events file never
 // overlap across a loop of quickly dying children.
+// See docs/design.md, "Generations and the close barrier".
 func TestStdioExitLoopChildLifetimesNeverOverlap(t *testing.T) {
 	ev := eventsPath(t)
 	p := stdioPolicy("--exit-after=50ms", "--events-file="+ev)
@@ -1329,7 +1342,8 @@ func TestStdioExitLoopChildLifetimesNeverOverlap(t *testing.T) {
 }
 
 // ---------------------------------------------------------------------------
-// §6: tool calls over a real child.
+// Tool calls over a real child.
+// See docs/design.md, "Tool calls".
 
 func TestStdioCallToolSendsTheRawNameUpstream(t *testing.T) {
 	ev := eventsPath(t)
@@ -1468,9 +1482,10 @@ func TestStdioMediaResultKeepsBlocksAndRendersPlaceholders(t *testing.T) {
 	}
 }
 
-// §4.2/§6: while reconnecting, calls fail at once with ErrUnavailable and
+// While reconnecting, calls fail at once with ErrUnavailable and
 // the attempt; the last good tools stay registered; Dispose cancels the
 // pending reconnect without waiting for its delay.
+// See docs/design.md, "Backoff and the attempt budget" and "Tool calls".
 func TestStdioCallToDownServerFailsFastWithReconnectAttempt(t *testing.T) {
 	p := stdioPolicy("--tools=1")
 	p.Reconnect.InitialDelay, p.Reconnect.MaxDelay = 30*time.Second, 30*time.Second
@@ -1520,7 +1535,8 @@ func TestStdioCallToDownServerFailsFastWithReconnectAttempt(t *testing.T) {
 }
 
 // A connection that never failed has nothing to clear when it becomes
-// stable (§4.2): no change signal, so an idle fleet costs no reconciles.
+// stable: no change signal, so an idle fleet costs no reconciles.
+// See docs/design.md, "Backoff and the attempt budget".
 func TestStdioStableFirstConnectionSignalsNoChange(t *testing.T) {
 	p := stdioPolicy()
 	p.Reconnect.MaxDelay = time.Second // the stability window

@@ -18,9 +18,10 @@ const (
 	maxPages = 10_000
 )
 
-// syncTools is the two-phase sync of §4.4: fetch every page under ctx's
+// syncTools is the two-phase sync: fetch every page under ctx's
 // deadline into a complete set, then swap it into the registry in one step.
 // A failed fetch changes nothing; a refused swap keeps the previous set.
+// See docs/design.md, "Tool sync".
 func (s *Supervisor) syncTools(ctx context.Context, g *generation, stage *string) error {
 	s.syncMu.Lock()
 	defer s.syncMu.Unlock()
@@ -128,7 +129,8 @@ func diffTools(before, after []Tool) (added, removed int) {
 }
 
 // resyncLoop re-syncs on list_changed, each time with a fresh budget. A
-// failed re-sync keeps the last good set; a timed-out one is a loss (§4.4).
+// failed re-sync keeps the last good set; a timed-out one is a loss.
+// See docs/design.md, "Tool sync".
 func (s *Supervisor) resyncLoop(g *generation) {
 	for {
 		select {

@@ -161,8 +161,9 @@ func stopped(err error) error {
 	return err
 }
 
-// swapKey changes exactly when §4.7 asks for a hot swap: a new spec
+// swapKey changes exactly when a hot swap is due: a new spec
 // generation, a new restartedAt annotation, or a changed resolved value.
+// See docs/design.md, "Hot swap and disposal".
 func swapKey(obj *v1alpha1.McpServer, p *policy.Policy) string {
 	return strconv.FormatInt(obj.Generation, 10) + "/" + obj.Annotations[v1alpha1.RestartedAtAnnotation] + "/" + p.Fingerprint()
 }

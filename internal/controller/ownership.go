@@ -27,7 +27,8 @@ func indexServerNameFunc(obj client.Object) []string {
 }
 
 // serverNameHolder returns the McpServer that holds serverName in ns: the
-// oldest (creationTimestamp, then name) that is not being deleted (§5).
+// oldest (creationTimestamp, then name) that is not being deleted.
+// See docs/design.md, "Tool registry and names".
 func serverNameHolder(ctx context.Context, c client.Reader, ns, serverName string) (*v1alpha1.McpServer, error) {
 	list := &v1alpha1.McpServerList{}
 	if err := c.List(ctx, list, client.InNamespace(ns), client.MatchingFields{indexServerName: serverName}); err != nil {

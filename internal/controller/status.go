@@ -26,7 +26,8 @@ func verdictFromSnapshot(sn bridge.Snapshot) verdict {
 	switch sn.Phase {
 	case bridge.PhaseReady:
 		if sn.SyncConflict != "" && len(sn.Tools) == 0 {
-			// Connected, but none of its tools could be published (§5).
+			// Connected, but none of its tools could be published.
+			// See docs/design.md, "Tool registry and names".
 			v.phase, v.reason = v1alpha1.PhaseConflict, v1alpha1.ReasonServerNameConflict
 			v.message = "Connected, but no tool could be published: " + sn.SyncConflict
 			break
@@ -111,7 +112,8 @@ func applySnapshot(st *v1alpha1.McpServerStatus, sn bridge.Snapshot) {
 const maxMessage = 1024
 
 // maxToolBytes keeps status.tools, and so the whole status, under 64 KiB
-// (§3) even when raw names are long.
+// even when raw names are long.
+// See docs/design.md, "Status and conditions".
 const maxToolBytes = 48 << 10
 
 // statusTools lists tools sorted by name, at most MaxStatusTools of them and

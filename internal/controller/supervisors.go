@@ -18,7 +18,8 @@ import (
 )
 
 // shutdownTimeout bounds disposing every supervisor when the manager stops
-// (SPEC §8: graceful shutdown within 30 s).
+// (graceful shutdown within 30 s).
+// See docs/design.md, "Operations".
 const shutdownTimeout = 25 * time.Second
 
 // Supervisors runs one bridge.Supervisor per McpServer, keyed by name. It is

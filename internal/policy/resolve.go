@@ -17,7 +17,8 @@ import (
 	"github.com/mcpbridge/operator/api/v1alpha1"
 )
 
-// Defaults of SPEC §2, applied when a field is unset.
+// Defaults, applied when a field is unset.
+// See docs/design.md, "The McpServer resource".
 const (
 	DefaultToolCallTimeoutMs     = 60000
 	DefaultConnectionTimeoutMs   = 60000
