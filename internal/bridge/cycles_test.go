@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	. "github.com/onsi/gomega"
 
 	"github.com/mcpbridge/operator/internal/policy"
 )
@@ -138,17 +139,11 @@ func TestCrashReconnectCyclesLeaveNoLeak(t *testing.T) {
 	}
 
 	// Goroutines: back to the count before Start.
-	deadline := time.Now().Add(5 * time.Second)
-	n := runtime.NumGoroutine()
-	for n > baseline && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-		n = runtime.NumGoroutine()
-	}
-	if n > baseline {
+	NewWithT(t).Eventually(runtime.NumGoroutine, 5*time.Second, 10*time.Millisecond).Should(BeNumerically("<=", baseline), func() string {
 		buf := make([]byte, 1<<20)
 		buf = buf[:runtime.Stack(buf, true)]
-		t.Errorf("%d goroutines 5s after dispose, %d before start:\n%s", n, baseline, buf)
-	}
+		return fmt.Sprintf("goroutines 5s after dispose, %d before start:\n%s", baseline, buf)
+	})
 }
 
 type cycleProc struct {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	. "github.com/onsi/gomega"
 
 	"github.com/mcpbridge/operator/internal/policy"
 )
@@ -255,23 +257,21 @@ func everythingStartHTTP(t *testing.T, node, entry string, port int) *everything
 	t.Cleanup(p.kill)
 
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	deadline := time.Now().Add(eventually)
-	for {
+	NewWithT(t).Eventually(func() error {
+		select {
+		case <-p.exited:
+			return StopTrying(fmt.Sprintf("server-everything exited before listening on %s: %v\n%s", addr, p.cmd.ProcessState, p))
+		default:
+		}
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			_ = c.Close()
-			return p
 		}
-		select {
-		case <-p.exited:
-			t.Fatalf("server-everything exited before listening on %s: %v\n%s", addr, p.cmd.ProcessState, p)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server-everything does not accept connections on %s: %v\n%s", addr, err, p)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err
+	}, eventually, 20*time.Millisecond).Should(Succeed(), func() string {
+		return fmt.Sprintf("server-everything does not accept connections on %s\n%s", addr, p)
+	})
+	return p
 }
 
 // server-everything over Streamable HTTP (2025-11-25 with a session):

@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -150,26 +151,20 @@ func TestFaultInvalidJSONFromServerNeverCrashesOrHangs(t *testing.T) {
 	waitFor(t, s, "Ready", isReady)
 	rec := stdioRecord(t, s)
 	// Well past the garbage line: calls keep working, or the connection is
-	// replaced and they work again.
-	deadline := time.Now().Add(1500 * time.Millisecond)
+	// replaced and they work again; no call hangs, every error says why.
 	calls, fails := 0, 0
-	for time.Now().Before(deadline) {
+	NewWithT(t).Consistently(func(g Gomega) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
 		start := time.Now()
 		_, err := s.CallTool(ctx, "echo", map[string]any{"text": "x"})
-		cancel()
-		if el := time.Since(start); el > 2*time.Second {
-			t.Fatalf("a call hung for %v after invalid JSON", el)
-		}
+		g.Expect(time.Since(start)).To(BeNumerically("<=", 2*time.Second), "a call hung after invalid JSON")
 		calls++
 		if err != nil {
 			fails++
-			if err.Error() == "" {
-				t.Errorf("an error without a message")
-			}
+			g.Expect(err.Error()).NotTo(BeEmpty(), "an error without a message")
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	}, 1500*time.Millisecond, 10*time.Millisecond).Should(Succeed())
 	sn := waitFor(t, s, "Ready", isReady)
 	rec.close()
 	t.Logf("%d calls, %d failed; generation %d", calls, fails, sn.Generation)
@@ -233,12 +228,13 @@ func TestFaultTenThousandToolsAllPublished(t *testing.T) {
 	// Listing 10,000 tools takes seconds under -race on a loaded machine:
 	// a longer bound than waitFor's.
 	var sn Snapshot
-	for sn = s.Snapshot(); sn.Phase != PhaseReady; sn = s.Snapshot() {
-		if sn.LastError != nil || time.Since(start) > 90*time.Second {
-			t.Fatalf("not Ready: %+v", sn)
+	NewWithT(t).Eventually(func() (Phase, error) {
+		sn = s.Snapshot()
+		if sn.LastError != nil {
+			return sn.Phase, StopTrying(fmt.Sprintf("not Ready: %+v", sn))
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return sn.Phase, nil
+	}, 90*time.Second, 20*time.Millisecond).Should(Equal(PhaseReady))
 	t.Logf("10,008 tools over 11 pages published in %v", time.Since(start))
 	want := 10000 + len(fixture.BuiltinTools)
 	if len(sn.Tools) != want {
@@ -380,13 +376,8 @@ func TestFaultDisposeKillsStoppedChildAtOnce(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(eventually)
-	for st, _, _ := stdioProcStat(pid); st != 'T'; st, _, _ = stdioProcStat(pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("pid %d never showed as stopped (state %c)", pid, st)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	NewWithT(t).Eventually(func() byte { st, _, _ := stdioProcStat(pid); return st }, eventually, 10*time.Millisecond).
+		Should(Equal(byte('T')), "pid %d never showed as stopped", pid)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*grace)
 	defer cancel()
 	start := time.Now()
@@ -473,20 +464,18 @@ func TestFaultDisposeLeavesNeitherChildNorGrandchild(t *testing.T) {
 		st, ppid, _ := stdioProcStat(child)
 		t.Errorf("child %d not reaped when Dispose returned: state %c ppid %d", child, st, ppid)
 	}
-	deadline := time.Now().Add(eventually)
 	zombieLogged := false
-	for !stdioGone(grand) {
-		st, ppid, _ := stdioProcStat(grand)
-		if st == 'Z' && !zombieLogged {
+	NewWithT(t).Eventually(func() bool {
+		if st, ppid, _ := stdioProcStat(grand); st == 'Z' && !zombieLogged {
 			// Orphans go to PID 1 (or the nearest subreaper), which must reap them.
 			t.Logf("grandchild %d is a zombie of pid %d", grand, ppid)
 			zombieLogged = true
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("grandchild %d left behind after Dispose: state %c, parent %d (this process is %d)", grand, st, ppid, os.Getpid())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return stdioGone(grand)
+	}, eventually, 5*time.Millisecond).Should(BeTrue(), func() string {
+		st, ppid, _ := stdioProcStat(grand)
+		return fmt.Sprintf("grandchild %d left behind after Dispose: state %c, parent %d (this process is %d)", grand, st, ppid, os.Getpid())
+	})
 }
 
 func faultsDispose(t *testing.T, s *Supervisor) time.Duration {
@@ -551,10 +540,13 @@ func TestFaultChildStderrIsLoggedLineByLine(t *testing.T) {
 	s, _ := startSupervisor(t, p, func(o *Options) { o.Log = log })
 	waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
 	re := regexp.MustCompile(`"msg"="stderr".*"pid"=(\d+).*"line"="(.*)"$`)
-	deadline := time.Now().Add(eventually)
-	for {
+	var got []string
+	// Each logged line must be one line with the resource, within the rate
+	// limit, at every moment (StopTrying fails at once); the usage line must
+	// show up.
+	NewWithT(t).Eventually(func() (bool, error) {
 		mu.Lock()
-		got := slices.Clone(lines)
+		got = slices.Clone(lines)
 		mu.Unlock()
 		perPID := map[string]int{}
 		found := false
@@ -564,11 +556,11 @@ func TestFaultChildStderrIsLoggedLineByLine(t *testing.T) {
 				continue
 			}
 			if !strings.Contains(l, `"mcpserver"="ns/srv"`) {
-				t.Fatalf("stderr log without the resource: %s", l)
+				return false, StopTrying("stderr log without the resource: " + l)
 			}
 			perPID[m[1]]++
 			if strings.Contains(m[2], `\n`) {
-				t.Fatalf("a log entry holds several lines: %s", l)
+				return false, StopTrying("a log entry holds several lines: " + l)
 			}
 			if strings.Contains(m[2], "flag provided but not defined: -no-such-flag") {
 				found = true
@@ -576,15 +568,11 @@ func TestFaultChildStderrIsLoggedLineByLine(t *testing.T) {
 		}
 		for pid, n := range perPID {
 			if n > stderrLinesPerSecond {
-				t.Fatalf("child %s: %d stderr lines logged, over the %d/s limit", pid, n, stderrLinesPerSecond)
+				return false, StopTrying(fmt.Sprintf("child %s: %d stderr lines logged, over the %d/s limit", pid, n, stderrLinesPerSecond))
 			}
 		}
-		if found {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("stderr line not logged; log: %s", strings.Join(got, "\n"))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return found, nil
+	}, eventually, 10*time.Millisecond).Should(BeTrue(), func() string {
+		return "stderr line not logged; log: " + strings.Join(got, "\n")
+	})
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/go-logr/logr/funcr"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	. "github.com/onsi/gomega"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/policy"
@@ -204,34 +205,30 @@ func httpForEachProtocol(t *testing.T, fn func(t *testing.T, stateless bool)) {
 	}
 }
 
-// httpWaitEvent polls the fixture's events file until an event matches.
+// httpWaitEvent waits until an event of the fixture's events file matches.
 func httpWaitEvent(t *testing.T, path, what string, match func(fixture.Event) bool) fixture.Event {
 	t.Helper()
-	deadline := time.Now().Add(eventually)
-	for {
-		events, _ := fixture.ReadEvents(path)
+	var events []fixture.Event
+	var found fixture.Event
+	NewWithT(t).Eventually(func() bool {
+		events, _ = fixture.ReadEvents(path)
 		for _, ev := range events {
 			if match(ev) {
-				return ev
+				found = ev
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for fixture event %s; events: %+v", what, events)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return false
+	}, eventually, 10*time.Millisecond).Should(BeTrue(), func() string {
+		return fmt.Sprintf("waiting for fixture event %s; events: %+v", what, events)
+	})
+	return found
 }
 
-// httpPoll polls cond until it holds, at most 20 s.
+// httpPoll waits until cond holds.
 func httpPoll(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(eventually)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	NewWithT(t).Eventually(cond, eventually, 5*time.Millisecond).Should(BeTrue(), "waiting for %s", what)
 }
 
 // httpSilentListener accepts TCP connections on 127.0.0.1 and never answers

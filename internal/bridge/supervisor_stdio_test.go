@@ -51,23 +51,21 @@ func stdioLog(t *testing.T) logr.Logger {
 	}, funcr.Options{Verbosity: 1})
 }
 
-// stdioEvents polls the fixture's events file until cond holds.
+// stdioEvents waits until the fixture's events file satisfies cond.
 func stdioEvents(t *testing.T, path, what string, cond func([]fixture.Event) bool) []fixture.Event {
 	t.Helper()
-	deadline := time.Now().Add(eventually)
-	for {
-		evs, err := fixture.ReadEvents(path)
+	var evs []fixture.Event
+	NewWithT(t).Eventually(func() (bool, error) {
+		var err error
+		evs, err = fixture.ReadEvents(path)
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			t.Fatalf("read events: %v", err)
+			return false, StopTrying("read events").Wrap(err)
 		}
-		if cond(evs) {
-			return evs
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s; events: %+v", what, evs)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return cond(evs), nil
+	}, eventually, 5*time.Millisecond).Should(BeTrue(), func() string {
+		return fmt.Sprintf("waiting for %s; events: %+v", what, evs)
+	})
+	return evs
 }
 
 func stdioCount(evs []fixture.Event, kind, tool string) int {
@@ -98,14 +96,10 @@ func stdioGone(pid int) bool {
 // stdioWaitGone waits until pid is reaped.
 func stdioWaitGone(t *testing.T, pid int, what string) {
 	t.Helper()
-	deadline := time.Now().Add(eventually)
-	for !stdioGone(pid) {
-		if time.Now().After(deadline) {
-			st, ppid, _ := stdioProcStat(pid)
-			t.Fatalf("%s (pid %d) still exists: state %c, ppid %d", what, pid, st, ppid)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	NewWithT(t).Eventually(func() bool { return stdioGone(pid) }, eventually, 5*time.Millisecond).Should(BeTrue(), func() string {
+		st, ppid, _ := stdioProcStat(pid)
+		return fmt.Sprintf("%s (pid %d) still exists: state %c, ppid %d", what, pid, st, ppid)
+	})
 }
 
 // stdioProcStat reads the state letter and parent of pid from /proc.
@@ -549,11 +543,9 @@ func TestStdioInitialTimeoutWithFailOnStartupErrorIsFinal(t *testing.T) {
 	if sn.LastError == nil || sn.LastError.Stage != StageInitialize {
 		t.Errorf("lastError = %v, want stage %s", sn.LastError, StageInitialize)
 	}
-	// The supervisor stopped: give a retry (20ms delay) ample time to show.
-	time.Sleep(300 * time.Millisecond)
-	if sn := s.Snapshot(); sn.Generation != 1 || sn.Phase != PhaseFailed {
-		t.Fatalf("after StartupFailed: generation %d, phase %s; want 1, Failed", sn.Generation, sn.Phase)
-	}
+	// The supervisor stopped: a retry (20ms delay) would show.
+	NewWithT(t).Consistently(s.Snapshot, 300*time.Millisecond, 10*time.Millisecond).Should(SatisfyAll(
+		HaveField("Generation", BeEquivalentTo(1)), HaveField("Phase", PhaseFailed)), "a retry after StartupFailed")
 	if len(reg.Tools("ns")) != 0 {
 		t.Errorf("tools registered after StartupFailed")
 	}
@@ -793,10 +785,9 @@ func stdioDisposeDuringStall(t *testing.T, args []string) {
 	evs := stdioEvents(t, ev, "the child to start", func(e []fixture.Event) bool { return len(stdioStarts(e)) == 1 })
 	pid := stdioStarts(evs)[0]
 	t.Cleanup(func() { stdioKillQuietly(pid) })
-	time.Sleep(50 * time.Millisecond) // let the client's first request reach the child
-	if sn := s.Snapshot(); sn.Phase != PhaseConnecting || sn.LastError != nil {
-		t.Fatalf("not stalled in connect: %+v", sn)
-	}
+	// Stalled in connect: still connecting, nothing failed.
+	NewWithT(t).Consistently(s.Snapshot, 50*time.Millisecond, 5*time.Millisecond).Should(SatisfyAll(
+		HaveField("Phase", PhaseConnecting), HaveField("LastError", BeNil())), "not stalled in connect")
 	dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer dcancel()
 	start := time.Now()
@@ -812,10 +803,8 @@ func stdioDisposeDuringStall(t *testing.T, args []string) {
 		st, ppid, _ := stdioProcStat(pid)
 		t.Errorf("child %d still exists after Dispose: state %c, ppid %d", pid, st, ppid)
 	}
-	time.Sleep(200 * time.Millisecond)
-	if sn := s.Snapshot(); sn.Generation != 1 {
-		t.Errorf("generation %d after dispose: a retry was started", sn.Generation)
-	}
+	NewWithT(t).Consistently(func() int64 { return s.Snapshot().Generation }, 200*time.Millisecond, 10*time.Millisecond).
+		Should(BeEquivalentTo(1), "a retry was started after dispose")
 	if n := len(stdioStarts(mustEvents(t, ev))); n != 1 {
 		t.Errorf("%d children started, want 1", n)
 	}
@@ -915,10 +904,8 @@ func TestStdioReconnectDisabledKeepsToolsRegisteredButFailing(t *testing.T) {
 	if sn.Reason != v1alpha1.ReasonReconnectDisabled {
 		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, v1alpha1.ReasonReconnectDisabled, sn.Message)
 	}
-	time.Sleep(100 * time.Millisecond) // the supervisor has nothing left to do
-	if got := toolNames(reg.Tools("ns")); !slices.Equal(got, published) {
-		t.Errorf("registry after a loss with reconnect disabled = %v, want the last good tools %v", got, published)
-	}
+	NewWithT(t).Consistently(func() []string { return toolNames(reg.Tools("ns")) }, 100*time.Millisecond, 10*time.Millisecond).
+		Should(Equal(published), "the registry after a loss with reconnect disabled keeps the last good tools")
 	if got := toolNames(s.Snapshot().Tools); !slices.Equal(got, published) {
 		t.Errorf("snapshot tools = %v, want %v", got, published)
 	}
@@ -947,21 +934,20 @@ func TestStdioBackoffDelaySequenceOnFakeClock(t *testing.T) {
 	p.Reconnect = policy.Reconnect{Enabled: true, InitialDelay: 20 * ms, MaxDelay: 200 * ms, MaxAttempts: 7}
 	fc := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
 	s, reg := startSupervisor(t, p, func(o *Options) { o.Clock = fc })
+	g := NewWithT(t)
 	want := []time.Duration{20 * ms, 40 * ms, 80 * ms, 160 * ms, 200 * ms, 200 * ms}
 	for i, w := range want {
 		n := i + 2 // the attempt within the outage
-		deadline := time.Now().Add(eventually)
 		var sn Snapshot
-		for {
+		g.Eventually(func() (bool, error) {
 			sn = s.Snapshot()
-			if fc.HasWaiters() && sn.Attempt == n {
-				break
+			if sn.Phase == PhaseFailed {
+				return false, StopTrying("the supervisor stopped")
 			}
-			if sn.Phase == PhaseFailed || time.Now().After(deadline) {
-				t.Fatalf("waiting for reconnect attempt %d to be scheduled: %+v", n, sn)
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
+			return fc.HasWaiters() && sn.Attempt == n, nil
+		}, eventually, 2*time.Millisecond).Should(BeTrue(), func() string {
+			return fmt.Sprintf("waiting for attempt %d to be scheduled: %+v", n, sn)
+		})
 		if sn.RetryDelay != w {
 			t.Errorf("attempt %d: delay %v, want %v", n, sn.RetryDelay, w)
 		}
@@ -976,10 +962,8 @@ func TestStdioBackoffDelaySequenceOnFakeClock(t *testing.T) {
 		}
 		// A step short of the delay must not start the attempt.
 		fc.Step(w - time.Millisecond)
-		time.Sleep(20 * time.Millisecond)
-		if g := s.Snapshot().Generation; g != int64(n-1) {
-			t.Fatalf("attempt %d started before its delay elapsed (generation %d)", n, g)
-		}
+		g.Consistently(func() int64 { return s.Snapshot().Generation }, 20*time.Millisecond, 2*time.Millisecond).
+			Should(BeEquivalentTo(n-1), "attempt %d started before its delay elapsed", n)
 		fc.Step(time.Millisecond)
 	}
 	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
@@ -1048,8 +1032,13 @@ exec "$0" ` + tc.later
 				if st.sn.FailedAttempts > maxAttempts {
 					t.Errorf("generation %d: failedAttempts %d over maxAttempts %d", st.sn.Generation, st.sn.FailedAttempts, maxAttempts)
 				}
-				if st.sn.Attempt > 0 && st.sn.Attempt != st.sn.FailedAttempts+1 {
+				// A scheduled retry is the attempt after the failed ones (a
+				// running one may already be counted as failed).
+				if st.sn.RetryDelay > 0 && st.sn.Attempt != st.sn.FailedAttempts+1 {
 					t.Errorf("generation %d: attempt %d scheduled after %d failed attempts", st.sn.Generation, st.sn.Attempt, st.sn.FailedAttempts)
+				}
+				if st.sn.Attempt > st.sn.FailedAttempts+1 {
+					t.Errorf("generation %d: attempt %d after only %d failed attempts", st.sn.Generation, st.sn.Attempt, st.sn.FailedAttempts)
 				}
 			}
 			var attempts []string
@@ -1131,19 +1120,15 @@ exec "$0" "$@"`
 	}
 	sn := waitFor(t, s, "generation 4 Ready", func(sn Snapshot) bool { return sn.Generation == 4 && sn.Phase == PhaseReady })
 	t.Logf("recovered in generation %d with failedAttempts %d", sn.Generation, sn.FailedAttempts)
-	readyAt := time.Now()
-	// Stable for far longer than maxDelay (200ms).
-	deadline := readyAt.Add(5 * time.Second)
-	for sn = s.Snapshot(); sn.FailedAttempts != 0; sn = s.Snapshot() {
+	// Stable for far longer than maxDelay (200ms), the outage is closed.
+	NewWithT(t).Eventually(func() (int, error) {
+		sn = s.Snapshot()
 		if sn.Generation != 4 || sn.Phase != PhaseReady {
-			t.Fatalf("connection not stable: %+v", sn)
+			return 0, StopTrying(fmt.Sprintf("connection not stable: %+v", sn))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Ready and stable for %v (maxDelay 200ms) but failedAttempts is still %d: the closed outage is still reported",
-				time.Since(readyAt).Round(time.Millisecond), sn.FailedAttempts)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return sn.FailedAttempts, nil
+	}, 5*time.Second, 20*time.Millisecond).Should(BeZero(),
+		"Ready and stable for 5s (maxDelay 200ms) but the closed outage's failed attempts are still reported")
 }
 
 // Close barrier: a timed-out generation that never reports closed
@@ -1169,10 +1154,8 @@ func TestStdioCloseTimeoutStopsReconnecting(t *testing.T) {
 	if el := time.Since(start); el < 700*time.Millisecond {
 		t.Errorf("CloseTimeout after %v, before budget+barrier", el)
 	}
-	time.Sleep(300 * time.Millisecond)
-	if n := d.dialCount(); n != 1 {
-		t.Errorf("%d dials: a new generation was started while the previous one had not closed", n)
-	}
+	NewWithT(t).Consistently(d.dialCount, 300*time.Millisecond, 10*time.Millisecond).
+		Should(Equal(1), "a new generation was started while the previous one had not closed")
 	if g := s.Snapshot().Generation; g != 1 {
 		t.Errorf("generation %d, want 1", g)
 	}
@@ -1202,10 +1185,8 @@ func TestStdioLostGenerationThatNeverClosesStopsWithCloseTimeout(t *testing.T) {
 	if sn.Reason != v1alpha1.ReasonCloseTimeout {
 		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, v1alpha1.ReasonCloseTimeout, sn.Message)
 	}
-	time.Sleep(200 * time.Millisecond)
-	if n := d.dialCount(); n != 1 {
-		t.Errorf("%d dials after a generation that never closed", n)
-	}
+	NewWithT(t).Consistently(d.dialCount, 200*time.Millisecond, 10*time.Millisecond).
+		Should(Equal(1), "dials after a generation that never closed")
 	if g := s.Snapshot().Generation; g != 1 {
 		t.Errorf("generation %d, want 1", g)
 	}
