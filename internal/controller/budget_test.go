@@ -5,12 +5,10 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
-	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/watch"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
 )
@@ -40,27 +38,14 @@ exec "$0" --no-such-flag`
 	DescribeTable("ends at failedAttempts = maxAttempts with one message",
 		func(first string, wantGeneration int, wantAttempts []string) {
 			ns := newNamespace()
-			wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
-			Expect(err).NotTo(HaveOccurred())
-			w, err := wc.Watch(ctx, &v1alpha1.McpServerList{}, client.InNamespace(ns))
-			Expect(err).NotTo(HaveOccurred())
-			defer w.Stop()
-
+			w := watchMcpServers(ns)
 			Expect(k8s.Create(ctx, budgetServer(ns, "dead", first))).To(Succeed())
 			maxSeen := int32(0)
-			Eventually(func() v1alpha1.Phase {
-				select {
-				case ev := <-w.ResultChan():
-					if ev.Type != watch.Modified && ev.Type != watch.Added {
-						return ""
-					}
-					st := ev.Object.(*v1alpha1.McpServer).Status
-					maxSeen = max(maxSeen, st.FailedAttempts)
-					return st.Phase
-				case <-time.After(50 * time.Millisecond):
-					return ""
+			untilPhase(w, v1alpha1.PhaseFailed, func(ev watch.Event) {
+				if m, ok := ev.Object.(*v1alpha1.McpServer); ok {
+					maxSeen = max(maxSeen, m.Status.FailedAttempts)
 				}
-			}, eventuallyTimeout, time.Millisecond).Should(Equal(v1alpha1.PhaseFailed))
+			})
 			Expect(maxSeen).To(BeNumerically("<=", 2), "failedAttempts exceeded maxAttempts in some status write")
 
 			failed := get(ns, "dead")
