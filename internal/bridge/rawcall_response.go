@@ -55,7 +55,7 @@ const errorBodyLimit = 64 << 10
 
 // answer is the part of a JSON-RPC message the call reads. It is decoded
 // with encoding/json, not jsonrpc.DecodeMessage, whose reader allocates a
-// 32 KiB buffer per message: 30x the time and 70x the bytes of matchAnswer
+// 32 KiB buffer per message: about 10x the time and 70x the bytes of matchAnswer
 // for a small result (BenchmarkFramingMatchAnswer*, docs/benchmarks.md).
 type answer struct {
 	ID     json.RawMessage `json:"id"`
