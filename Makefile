@@ -10,7 +10,11 @@ ENVTEST_ASSETS := $(BIN)/k8s
 KUBECTL := $(ENVTEST_ASSETS)/kubectl
 CONTROLLER_GEN := $(BIN)/controller-gen
 CONTROLLER_TOOLS_VERSION := v0.23.0
+CHART := charts/mcp-bridge
 GO_TEST_FLAGS ?= -race -count=1 -timeout 30m
+# The chart tests run no concurrent code of ours; -race would only slow the
+# build of the Helm SDK.
+CHART_TEST_FLAGS ?= -count=1 -timeout 30m
 
 .PHONY: all
 all: build
@@ -23,22 +27,25 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
 
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate the CRD and RBAC manifests.
-	$(CONTROLLER_GEN) rbac:roleName=manager-role crd:maxDescLen=512 paths="./api/...;./internal/controller/...;./internal/gateway/..." \
+	$(CONTROLLER_GEN) rbac:roleName=manager-role crd:maxDescLen=512 paths="./api/...;./cmd/...;./internal/controller/...;./internal/gateway/..." \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+	cp config/crd/bases/mcpbridge.dev_mcpservers.yaml $(CHART)/files/crds/
+	cp config/rbac/role.yaml $(CHART)/files/rbac/manager-role.yaml
 
 .PHONY: fmt
 fmt: ## Run gofmt on the tree.
 	gofmt -l -w $$(git ls-files '*.go')
 
 .PHONY: vet
-vet: ## Run go vet.
+vet: ## Run go vet (the operator and the chart tests' module).
 	go vet ./...
+	cd test/chart && go vet ./...
 
 .PHONY: verify-generated
 verify-generated: generate manifests ## Fail when generated files differ from what is committed.
-	@if [ -d .git ] && [ -n "$$(git status --porcelain -- api config)" ]; then \
+	@if [ -d .git ] && [ -n "$$(git status --porcelain -- api config $(CHART)/files)" ]; then \
 		echo "Generated files are stale; run 'make generate manifests' and commit:"; \
-		git status --porcelain -- api config; git --no-pager diff --stat -- api config; exit 1; \
+		git status --porcelain -- api config $(CHART)/files; git --no-pager diff --stat -- api config $(CHART)/files; exit 1; \
 	fi
 
 .PHONY: envtest
@@ -53,6 +60,11 @@ fixtures: ## Install third-party MCP servers for tests from test/node/package-lo
 test: verify-generated vet envtest fixtures ## Run every test against a real control plane.
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v /test/api$$)
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) hack/test-api.sh $(GO_TEST_FLAGS)
+	$(MAKE) test-chart
+
+.PHONY: test-chart
+test-chart: envtest ## Test the Helm chart (lint, render, install on a real kube-apiserver); its own Go module.
+	cd test/chart && KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test $(CHART_TEST_FLAGS) ./...
 
 ##@ Build
 

@@ -18,6 +18,20 @@ const (
 	PhaseConflict     Phase = "Conflict"
 )
 
+// Runtime is where a stdio server's process runs. See docs/design.md,
+// "Choosing a runtime".
+// +kubebuilder:validation:Enum=Local;Pod
+type Runtime string
+
+const (
+	// RuntimeLocal runs the server as a child process of the manager, only
+	// in namespaces the administrator allows.
+	RuntimeLocal Runtime = "Local"
+	// RuntimePod runs the server in its own Pod in the McpServer's
+	// namespace, behind the shim.
+	RuntimePod Runtime = "Pod"
+)
+
 // Condition types; Reconciling and Stalled follow kstatus.
 const (
 	ConditionReady       = "Ready"
@@ -70,6 +84,17 @@ type McpServerStatus struct {
 	// ServerName is the effective serverName (spec.serverName or metadata.name).
 	// +optional
 	ServerName string `json:"serverName,omitempty"`
+
+	// Runtime says where a stdio server runs: Local (a child of the
+	// manager) or Pod (its own Pod). Empty for streamable-http.
+	// +optional
+	Runtime Runtime `json:"runtime,omitempty"`
+
+	// PodName is the Pod of the current connection generation (Pod runtime
+	// only).
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	PodName string `json:"podName,omitempty"`
 
 	// ConnectionGeneration numbers the latest connection generation; it never
 	// decreases, across hot swaps and manager restarts too.

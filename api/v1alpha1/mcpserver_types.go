@@ -15,7 +15,8 @@ const RestartedAtAnnotation = "mcpbridge.dev/restartedAt"
 type Transport string
 
 const (
-	// TransportStdio runs the server as a child process of the manager.
+	// TransportStdio runs the server as a process that speaks on its stdin
+	// and stdout, in the manager or in its own Pod.
 	TransportStdio Transport = "stdio"
 	// TransportStreamableHTTP connects to a Streamable HTTP endpoint.
 	TransportStreamableHTTP Transport = "streamable-http"
@@ -38,7 +39,8 @@ type McpServerSpec struct {
 	// block below must be set.
 	Transport Transport `json:"transport"`
 
-	// Stdio runs the server as a child process. Required iff transport is stdio.
+	// Stdio runs the server as a process on stdin and stdout. Required iff
+	// transport is stdio.
 	// +optional
 	Stdio *StdioTransport `json:"stdio,omitempty"`
 
@@ -83,8 +85,10 @@ type McpServerSpec struct {
 	Reconnect *ReconnectPolicy `json:"reconnect,omitempty"`
 }
 
-// StdioTransport runs an MCP server as a child process speaking JSON-RPC on
-// its stdin and stdout.
+// StdioTransport runs an MCP server as a process speaking JSON-RPC on its
+// stdin and stdout: a child of the manager (the Local runtime) or, through
+// the shim, in its own Pod (the Pod runtime). See docs/design.md, "Runtimes
+// for stdio servers".
 type StdioTransport struct {
 	// Command is run directly, never through a shell.
 	// +kubebuilder:validation:MinLength=1
@@ -97,9 +101,11 @@ type StdioTransport struct {
 	// +kubebuilder:validation:items:MaxLength=32768
 	Args []string `json:"args,omitempty"`
 
-	// Env is added to the child's scrubbed environment. Each entry sets
-	// value, or valueFrom.secretKeyRef or valueFrom.configMapKeyRef in the
-	// resource's namespace; other sources are refused.
+	// Env is added to the child's scrubbed environment (Local runtime) or
+	// becomes the container's env, references resolved by the kubelet (Pod
+	// runtime). Each entry sets value, or valueFrom.secretKeyRef or
+	// valueFrom.configMapKeyRef in the resource's namespace; other sources
+	// are refused.
 	// +optional
 	// +listType=map
 	// +listMapKey=name
@@ -110,10 +116,52 @@ type StdioTransport struct {
 	// +kubebuilder:validation:XValidation:rule="self.all(e, size(e.name) > 0)",message="spec.stdio.env: a name must not be empty"
 	Env []corev1.EnvVar `json:"env,omitempty"`
 
-	// Cwd is the child's working directory; empty means the manager's.
+	// Cwd is the child's working directory; empty means the manager's
+	// (Local runtime) or the image's (Pod runtime, where it must be an
+	// absolute path: it becomes the container's workingDir).
 	// +optional
 	// +kubebuilder:validation:MaxLength=4096
 	Cwd string `json:"cwd,omitempty"`
+
+	// Image is the container image the server runs in. Set, the server
+	// runs in its own Pod in this namespace (the Pod runtime), with the
+	// manager's shim as the container's entrypoint: the image needs the
+	// command and nothing of ours. Unset, the cluster decides: a child of
+	// the manager (the Local runtime) in a namespace the administrator
+	// allows, otherwise a Pod with a default image for npx, node, uvx, uv,
+	// python and python3, and an invalid spec for any other command.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule=`self == '' || self.matches('^(((?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])(?:[.](?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*|\\[[a-fA-F0-9:]+\\])(:[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$')`,message="spec.stdio.image must be an image reference such as ghcr.io/org/server:1.2 or registry/name@sha256:<digest>"
+	Image string `json:"image,omitempty"`
+
+	// ImagePullPolicy is the Pod's pull policy for image: Always,
+	// IfNotPresent (when unset) or Never. Pod runtime only; a Local server
+	// ignores it.
+	// +optional
+	// +kubebuilder:validation:Enum=Always;IfNotPresent;Never
+	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
+
+	// Resources are the server container's cpu, memory and
+	// ephemeral-storage requests and limits. Each one the spec leaves out
+	// takes its default (requests cpu 50m, memory 64Mi; limits cpu 500m,
+	// memory 256Mi), moved to the spec's own request or limit of the same
+	// resource where the default would break requests <= limits. A request
+	// above its limit or a negative quantity is an invalid spec. Pod
+	// runtime only.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="!has(self.claims) || size(self.claims) == 0",message="spec.stdio.resources.claims is not supported: the server's Pod has no resource claims"
+	// +kubebuilder:validation:XValidation:rule="!has(self.requests) || self.requests.all(k, k in ['cpu', 'memory', 'ephemeral-storage'])",message="spec.stdio.resources.requests: only cpu, memory and ephemeral-storage may be requested"
+	// +kubebuilder:validation:XValidation:rule="!has(self.limits) || self.limits.all(k, k in ['cpu', 'memory', 'ephemeral-storage'])",message="spec.stdio.resources.limits: only cpu, memory and ephemeral-storage may be limited"
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// ServiceAccountName runs the server's Pod as this ServiceAccount of
+	// the namespace, with its token mounted. Empty: the namespace's
+	// default ServiceAccount, and no token mounted. Pod runtime only.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$`
+	ServiceAccountName string `json:"serviceAccountName,omitempty"`
 }
 
 // StreamableHTTPTransport connects to an MCP server's Streamable HTTP endpoint.
@@ -210,6 +258,7 @@ type ReconnectPolicy struct {
 // +kubebuilder:printcolumn:name="Attempts",type=integer,JSONPath=`.status.failedAttempts`
 // +kubebuilder:printcolumn:name="Generation",type=integer,JSONPath=`.status.connectionGeneration`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Runtime",type=string,JSONPath=`.status.runtime`,priority=1
 // +kubebuilder:validation:XValidation:rule="has(self.spec.serverName) || self.metadata.name.matches('^[A-Za-z0-9_-]{1,32}$')",message="spec.serverName is required when metadata.name does not match ^[A-Za-z0-9_-]{1,32}$"
 type McpServer struct {
 	metav1.TypeMeta   `json:",inline"`

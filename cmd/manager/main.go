@@ -16,9 +16,9 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/bridge"
@@ -53,18 +53,32 @@ func run(args []string) error {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(v1alpha1.AddToScheme(scheme))
 
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+	cfg, err := config.GetConfig()
+	if err != nil {
+		return fmt.Errorf("load the kubeconfig (--kubeconfig, $KUBECONFIG, in-cluster or ~/.kube/config): %w", err)
+	}
+	metrics, certWatcher, err := metricsServerOptions(opts)
+	if err != nil {
+		return err
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
-		Metrics:                       metricsserver.Options{BindAddress: opts.metricsAddr},
+		Metrics:                       metrics,
 		HealthProbeBindAddress:        opts.probeAddr,
 		LeaderElection:                opts.leaderElect,
 		LeaderElectionID:              "mcpbridge-manager.mcpbridge.dev",
+		LeaderElectionNamespace:       opts.leaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
 		Cache:                         cacheOptions(opts.watchNamespaces),
 		GracefulShutdownTimeout:       ptr.To(30 * time.Second),
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
+	}
+	if certWatcher != nil {
+		if err := mgr.Add(certWatcher); err != nil {
+			return fmt.Errorf("watch the metrics certificate: %w", err)
+		}
 	}
 	sups, err := setupControllers(mgr, opts)
 	if err != nil {
@@ -78,7 +92,7 @@ func run(args []string) error {
 	}
 
 	log.Info("starting manager", "gatewayBindAddress", opts.gatewayAddr, "gatewayAuth", opts.gatewayAuth,
-		"watchNamespaces", opts.watchNamespaces)
+		"watchNamespaces", opts.watchNamespaces, "metricsBindAddress", opts.metricsAddr, "metricsSecure", opts.metricsSecure)
 	err = mgr.Start(ctrl.SetupSignalHandler())
 	// No stdio server may outlive the manager, however it stopped.
 	sups.DisposeAll()

@@ -6,6 +6,7 @@ import (
 	"net"
 	"strings"
 
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 )
 
@@ -16,24 +17,51 @@ const (
 )
 
 type options struct {
-	metricsAddr     string
-	probeAddr       string
-	leaderElect     bool
-	gatewayAddr     string
-	gatewayAuth     string
-	watchNamespaces []string
-	zap             zap.Options
+	metricsAddr             string
+	metricsSecure           bool
+	metricsCertPath         string
+	metricsCertName         string
+	metricsCertKey          string
+	enableHTTP2             bool
+	probeAddr               string
+	leaderElect             bool
+	leaderElectionNamespace string
+	gatewayAddr             string
+	gatewayAuth             string
+	watchNamespaces         []string
+	zap                     zap.Options
 }
 
+// parseOptions defines every flag on fs and parses args. The flags and
+// their defaults follow a kubebuilder manager's where one exists, so that
+// what users know from other operators works here; see docs/design.md,
+// "Flags".
 func parseOptions(fs *flag.FlagSet, args []string) (*options, error) {
 	o := &options{}
 	var namespaces string
-	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080",
-		"Address the Prometheus metrics endpoint binds to; 0 disables it.")
+	// --kubeconfig belongs to controller-runtime's config loader, which
+	// reads it when it is registered on the FlagSet that is parsed.
+	config.RegisterFlags(fs)
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", "0",
+		"Address the Prometheus metrics endpoint binds to, e.g. :8443 for HTTPS or :8080 for HTTP; 0 disables it.")
+	fs.BoolVar(&o.metricsSecure, "metrics-secure", true,
+		"Serve metrics over HTTPS to callers whose bearer token passes a TokenReview and a SubjectAccessReview "+
+			"for GET /metrics (the ClusterRole metrics-reader grants it); --metrics-secure=false serves plain HTTP to anyone.")
+	fs.StringVar(&o.metricsCertPath, "metrics-cert-path", "",
+		"Directory with the metrics server's certificate and key, reloaded when they change; empty uses a self-signed certificate.")
+	fs.StringVar(&o.metricsCertName, "metrics-cert-name", "tls.crt",
+		"File name of the metrics server's certificate in --metrics-cert-path.")
+	fs.StringVar(&o.metricsCertKey, "metrics-cert-key", "tls.key",
+		"File name of the metrics server's private key in --metrics-cert-path.")
+	fs.BoolVar(&o.enableHTTP2, "enable-http2", false,
+		"Offer HTTP/2 on the metrics server's TLS listener; off by default because of the HTTP/2 "+
+			"Stream Cancellation and Rapid Reset vulnerabilities (CVE-2023-44487, CVE-2023-39325).")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081",
 		"Address the /healthz and /readyz probes bind to.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", false,
 		"Elect a leader so that only one manager runs supervisors and the gateway.")
+	fs.StringVar(&o.leaderElectionNamespace, "leader-election-namespace", "",
+		"Namespace of the leader election Lease; empty is the manager's own namespace, which is only known in a cluster.")
 	fs.StringVar(&o.gatewayAddr, "gateway-bind-address", ":8090",
 		"Address the MCP gateway (/namespaces/{namespace}/mcp) binds to.")
 	fs.StringVar(&o.gatewayAuth, "gateway-auth", gatewayAuthToken,
@@ -41,8 +69,16 @@ func parseOptions(fs *flag.FlagSet, args []string) (*options, error) {
 	fs.StringVar(&namespaces, "watch-namespaces", "",
 		"Comma-separated namespaces to watch; empty watches all namespaces.")
 	o.zap.BindFlags(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n\nRuns the mcp-bridge operator: the McpServer controller, "+
+			"its connection supervisors and the MCP gateway.\n\nFlags:\n", fs.Name())
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q: every option is a --flag", fs.Args())
 	}
 	o.watchNamespaces = splitList(namespaces)
 	return o, o.validate()
@@ -57,6 +93,12 @@ func (o *options) validate() error {
 		}
 	default:
 		return fmt.Errorf("--gateway-auth must be %q or %q, not %q", gatewayAuthToken, gatewayAuthNone, o.gatewayAuth)
+	}
+	if o.metricsCertPath != "" && !o.metricsSecure {
+		return fmt.Errorf("--metrics-cert-path=%s needs --metrics-secure: a plain HTTP metrics server has no certificate", o.metricsCertPath)
+	}
+	if o.leaderElectionNamespace != "" && !o.leaderElect {
+		return fmt.Errorf("--leader-election-namespace=%s needs --leader-elect", o.leaderElectionNamespace)
 	}
 	return nil
 }

@@ -1,10 +1,17 @@
 package main
 
 import (
+	"bytes"
+	"errors"
 	"flag"
+	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
 )
 
 func TestEveryOperationsFlagIsDefined(t *testing.T) {
@@ -13,7 +20,8 @@ func TestEveryOperationsFlagIsDefined(t *testing.T) {
 		t.Fatalf("defaults must be valid: %v", err)
 	}
 	for _, name := range []string{
-		"metrics-bind-address", "health-probe-bind-address", "leader-elect",
+		"kubeconfig", "metrics-bind-address", "metrics-secure", "metrics-cert-path", "metrics-cert-name",
+		"metrics-cert-key", "enable-http2", "health-probe-bind-address", "leader-elect", "leader-election-namespace",
 		"gateway-bind-address", "gateway-auth", "watch-namespaces",
 		"zap-devel", "zap-encoder", "zap-log-level", "zap-stacktrace-level", "zap-time-encoding",
 	} {
@@ -23,7 +31,9 @@ func TestEveryOperationsFlagIsDefined(t *testing.T) {
 	}
 }
 
-func TestGatewayAuthNoneNeedsLoopback(t *testing.T) {
+// TestOptionsThatCannotWorkAreRefused: --gateway-auth=none only on
+// loopback, and no flag that would do nothing in its combination.
+func TestOptionsThatCannotWorkAreRefused(t *testing.T) {
 	cases := []struct {
 		args    []string
 		wantErr string
@@ -36,6 +46,11 @@ func TestGatewayAuthNoneNeedsLoopback(t *testing.T) {
 		{[]string{"--gateway-auth=none", "--gateway-bind-address=10.0.0.1:8090"}, "loopback"},
 		{[]string{"--gateway-auth=token", "--gateway-bind-address=0.0.0.0:8090"}, ""},
 		{[]string{"--gateway-auth=basic"}, "must be"},
+		{[]string{"--metrics-cert-path=/certs"}, ""},
+		{[]string{"--metrics-secure=false", "--metrics-cert-path=/certs"}, "needs --metrics-secure"},
+		{[]string{"--leader-elect", "--leader-election-namespace=ops"}, ""},
+		{[]string{"--leader-election-namespace=ops"}, "needs --leader-elect"},
+		{[]string{"leader-elect"}, "unexpected arguments"},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -61,4 +76,83 @@ func TestWatchNamespacesSplitsAndTrims(t *testing.T) {
 	if got := strings.Join(o.watchNamespaces, "|"); got != "a|b|c" {
 		t.Fatalf("namespaces = %q", got)
 	}
+}
+
+// TestDefaultsAreKubebuilders pins the defaults users know from kubebuilder
+// managers, the secure ones above all.
+func TestDefaultsAreKubebuilders(t *testing.T) {
+	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+	if _, err := parseOptions(fs, nil); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{
+		"metrics-bind-address":      "0",
+		"metrics-secure":            "true",
+		"metrics-cert-path":         "",
+		"metrics-cert-name":         "tls.crt",
+		"metrics-cert-key":          "tls.key",
+		"enable-http2":              "false",
+		"health-probe-bind-address": ":8081",
+		"leader-elect":              "false",
+		"kubeconfig":                "",
+	} {
+		if got := fs.Lookup(name).DefValue; got != want {
+			t.Errorf("--%s defaults to %q, want %q", name, got, want)
+		}
+	}
+}
+
+// TestKubeconfigFlagIsWhatTheManagerLoads checks that --kubeconfig reaches
+// controller-runtime's loader, even with $KUBECONFIG naming another file.
+func TestKubeconfigFlagIsWhatTheManagerLoads(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, server string) string {
+		path := filepath.Join(dir, name)
+		kc := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: %q}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`, server)
+		if err := os.WriteFile(path, []byte(kc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	flagFile := write("flag", "https://127.0.0.1:6443")
+	t.Setenv("KUBECONFIG", write("env", "https://127.0.0.2:6443"))
+
+	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+	if _, err := parseOptions(fs, []string{"--kubeconfig=" + flagFile}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fs.Set("kubeconfig", "") })
+	cfg, err := config.GetConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Host != "https://127.0.0.1:6443" {
+		t.Fatalf("the manager would talk to %q, not the --kubeconfig's server", cfg.Host)
+	}
+}
+
+func TestHelpListsEveryFlag(t *testing.T) {
+	var out bytes.Buffer
+	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+	fs.SetOutput(&out)
+	if _, err := parseOptions(fs, []string{"--help"}); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("--help: err = %v, want flag.ErrHelp", err)
+	}
+	if !strings.HasPrefix(out.String(), "Usage: manager [flags]") {
+		t.Errorf("--help does not start with the usage line:\n%s", out.String())
+	}
+	fs.VisitAll(func(f *flag.Flag) {
+		if !strings.Contains(out.String(), "-"+f.Name+" ") && !strings.Contains(out.String(), "-"+f.Name+"\n") {
+			t.Errorf("--help does not list --%s", f.Name)
+		}
+		if strings.TrimSpace(f.Usage) == "" {
+			t.Errorf("--%s has no help text", f.Name)
+		}
+	})
 }

@@ -116,7 +116,9 @@ func (r *McpServerReconciler) decide(ctx context.Context, obj *v1alpha1.McpServe
 	if err != nil {
 		return verdict{}, err
 	}
-	p, err := policy.Resolve(obj.Name, &obj.Spec, values)
+	// Every namespace runs Local until the manager's flags choose (see
+	// docs/design.md, "Choosing a runtime").
+	p, err := policy.Resolve(obj.Namespace, obj.Name, &obj.Spec, values, policy.RuntimeConfig{LocalNamespaces: []string{policy.AllNamespaces}})
 	var missing *policy.MissingRefError
 	switch {
 	case errors.As(err, &missing):

@@ -26,12 +26,17 @@ type Policy struct {
 	Reconnect           Reconnect
 }
 
-// Stdio is a resolved child-process transport.
+// Stdio is a resolved stdio transport.
 type Stdio struct {
 	Command string
 	Args    []string
 	Env     []EnvVar // only the spec's entries; the allowlist is the supervisor's
 	Cwd     string
+	// Runtime is where the process runs (see docs/design.md, "Choosing a
+	// runtime"); switching it, like any field, is a hot swap.
+	Runtime v1alpha1.Runtime
+	// Pod is set iff Runtime is Pod.
+	Pod *Pod
 }
 
 // EnvVar is one resolved variable; Value may be a secret.
@@ -84,11 +89,13 @@ func (p *Policy) MarshalLog() any { return p.redacted() }
 type redactedPolicy struct {
 	ServerName          string
 	Transport           v1alpha1.Transport
-	Command             string   `json:",omitempty"`
-	Args                []string `json:",omitempty"`
-	EnvNames            []string `json:",omitempty"`
-	URL                 string   `json:",omitempty"`
-	HeaderNames         []string `json:",omitempty"`
+	Command             string           `json:",omitempty"`
+	Args                []string         `json:",omitempty"`
+	EnvNames            []string         `json:",omitempty"`
+	Runtime             v1alpha1.Runtime `json:",omitempty"`
+	Image               string           `json:",omitempty"`
+	URL                 string           `json:",omitempty"`
+	HeaderNames         []string         `json:",omitempty"`
 	ToolCallTimeout     string
 	ConnectionTimeout   string
 	HealthCheckInterval string
@@ -107,7 +114,10 @@ func (p *Policy) redacted() redactedPolicy {
 		Reconnect:           p.Reconnect,
 	}
 	if p.Stdio != nil {
-		r.Command, r.Args = p.Stdio.Command, p.Stdio.Args
+		r.Command, r.Args, r.Runtime = p.Stdio.Command, p.Stdio.Args, p.Stdio.Runtime
+		if p.Stdio.Pod != nil {
+			r.Image = p.Stdio.Pod.Image
+		}
 		for _, e := range p.Stdio.Env {
 			r.EnvNames = append(r.EnvNames, e.Name)
 		}

@@ -54,7 +54,7 @@ func secretValues() policy.Values {
 
 func mustResolve(t *testing.T, spec *v1alpha1.McpServerSpec, values policy.Values) *policy.Policy {
 	t.Helper()
-	p, err := policy.Resolve(objName, spec, values)
+	p, err := policy.Resolve(testNS, objName, spec, values, allLocal)
 	if err != nil {
 		t.Fatalf("Resolve: %v", err)
 	}

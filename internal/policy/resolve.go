@@ -52,12 +52,13 @@ type InvalidSpecError struct{ Errs field.ErrorList }
 
 func (e *InvalidSpecError) Error() string { return e.Errs.ToAggregate().Error() }
 
-// Resolve turns a spec into the policy a supervisor runs. name is the
-// resource's metadata.name (the serverName default). It returns an
-// *InvalidSpecError when a rule is broken and a *MissingRefError when a
-// required Secret or ConfigMap value is absent from values.
-func Resolve(name string, spec *v1alpha1.McpServerSpec, values Values) (*Policy, error) {
-	r := resolver{values: values}
+// Resolve turns a spec into the policy a supervisor runs. namespace and name
+// are the resource's (name is the serverName default; namespace decides the
+// runtime of a stdio server with rt). It returns an *InvalidSpecError when a
+// rule is broken and a *MissingRefError when a required Secret or ConfigMap
+// value is absent from values.
+func Resolve(namespace, name string, spec *v1alpha1.McpServerSpec, values Values, rt RuntimeConfig) (*Policy, error) {
+	r := resolver{values: values, namespace: namespace, rt: rt}
 	p := r.resolve(name, spec)
 	if len(r.errs) > 0 {
 		return nil, &InvalidSpecError{Errs: r.errs}
@@ -75,9 +76,11 @@ func IsInvalidSpec(err error) bool {
 }
 
 type resolver struct {
-	values  Values
-	errs    field.ErrorList
-	missing *MissingRefError
+	values    Values
+	namespace string
+	rt        RuntimeConfig
+	errs      field.ErrorList
+	missing   *MissingRefError
 }
 
 func (r *resolver) resolve(name string, spec *v1alpha1.McpServerSpec) *Policy {
@@ -204,6 +207,7 @@ func (r *resolver) stdio(path *field.Path, s *v1alpha1.StdioTransport) *Stdio {
 			out.Env = append(out.Env, EnvVar{Name: e.Name, Value: v})
 		}
 	}
+	r.runtime(path, s, out)
 	return out
 }
 

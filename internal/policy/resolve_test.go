@@ -21,8 +21,13 @@ import (
 
 const (
 	testURL = "https://tools.example.com/mcp"
-	objName = "srv" // metadata.name used unless a row says otherwise
+	objName = "srv"    // metadata.name used unless a row says otherwise
+	testNS  = "agents" // metadata.namespace
 )
+
+// allLocal runs every stdio server Local, as the manager did before the Pod
+// runtime: the rules that do not depend on the runtime are tested with it.
+var allLocal = policy.RuntimeConfig{LocalNamespaces: []string{policy.AllNamespaces}}
 
 type specMod func(*v1alpha1.McpServerSpec)
 
@@ -450,7 +455,7 @@ func TestResolveRefusesInvalidSpec(t *testing.T) {
 			if tc.obj != nil {
 				name = *tc.obj
 			}
-			p, err := policy.Resolve(name, tc.spec, tc.values)
+			p, err := policy.Resolve(testNS, name, tc.spec, tc.values, allLocal)
 			if p != nil {
 				t.Errorf("Resolve returned a policy with an error: %v", p)
 			}
@@ -502,7 +507,7 @@ func TestResolveReportsEveryBrokenRule(t *testing.T) {
 		},
 		withReconnect(func(r *v1alpha1.ReconnectPolicy) { r.MaxAttempts = ptr.To[int32](0) }),
 	)
-	_, err := policy.Resolve(objName, spec, nil)
+	_, err := policy.Resolve(testNS, objName, spec, nil, allLocal)
 	errs := invalidErrs(t, err)
 	var got []string
 	for _, e := range errs {
@@ -592,6 +597,9 @@ func wantStdio(want policy.Stdio) func(*testing.T, *policy.Policy) {
 			t.Errorf("HTTP = %+v, want nil for stdio", *p.HTTP)
 		}
 		got := *p.Stdio
+		if want.Runtime == "" {
+			want.Runtime = v1alpha1.RuntimeLocal // the runtime of allLocal
+		}
 		if len(got.Args) == 0 && len(want.Args) == 0 {
 			got.Args, want.Args = nil, nil
 		}
@@ -795,7 +803,7 @@ func TestResolveAcceptsValidSpec(t *testing.T) {
 			if tc.obj != nil {
 				name = *tc.obj
 			}
-			p, err := policy.Resolve(name, tc.spec, tc.values)
+			p, err := policy.Resolve(testNS, name, tc.spec, tc.values, allLocal)
 			if err != nil {
 				t.Fatalf("Resolve: %v", err)
 			}
@@ -827,7 +835,7 @@ func TestResolveAppliesDefaults(t *testing.T) {
 		}
 	}
 	stdioWant := defaults(v1alpha1.TransportStdio)
-	stdioWant.Stdio = &policy.Stdio{Command: "mcp-server"}
+	stdioWant.Stdio = &policy.Stdio{Command: "mcp-server", Runtime: v1alpha1.RuntimeLocal}
 	httpWant := defaults(v1alpha1.TransportStreamableHTTP)
 	httpWant.HTTP = &policy.HTTP{URL: testURL}
 
@@ -842,7 +850,7 @@ func TestResolveAppliesDefaults(t *testing.T) {
 			spec: stdioSpec(func(s *v1alpha1.McpServerSpec) { s.Reconnect = &v1alpha1.ReconnectPolicy{} }), want: stdioWant},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := policy.Resolve(objName, tc.spec, nil)
+			p, err := policy.Resolve(testNS, objName, tc.spec, nil, allLocal)
 			if err != nil {
 				t.Fatalf("Resolve: %v", err)
 			}
@@ -972,7 +980,7 @@ func TestResolveMissingRequiredRef(t *testing.T) {
 			wantField: "spec.stdio.env[1].valueFrom.secretKeyRef", wantRef: secretRef("s", "b")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := policy.Resolve(objName, tc.spec, tc.values)
+			p, err := policy.Resolve(testNS, objName, tc.spec, tc.values, allLocal)
 			if p != nil {
 				t.Errorf("Resolve returned a policy with a missing ref: %v", p)
 			}
@@ -997,7 +1005,7 @@ func TestResolveMissingRequiredRef(t *testing.T) {
 
 	t.Run("an invalid spec wins over a missing ref", func(t *testing.T) {
 		spec := stdioSpec(withCommand(""), withEnv(envSecret("A", "s", "k")))
-		_, err := policy.Resolve(objName, spec, nil)
+		_, err := policy.Resolve(testNS, objName, spec, nil, allLocal)
 		invalidErrs(t, err)
 	})
 }
@@ -1028,7 +1036,7 @@ func TestResolveOptionalRefs(t *testing.T) {
 			check:  wantHeaders(policy.Header{Name: "Authorization", Value: "Bearer x"})},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := policy.Resolve(objName, tc.spec, tc.values)
+			p, err := policy.Resolve(testNS, objName, tc.spec, tc.values, allLocal)
 			if err != nil {
 				t.Fatalf("Resolve: %v", err)
 			}
@@ -1046,7 +1054,7 @@ func TestResolveValuesLandInPolicyInSpecOrder(t *testing.T) {
 			envSecret("SAME_SECRET_AGAIN", "github", "token"),
 		))
 		values := policy.Values{secretRef("github", "token"): "ghp_s3cr3t", cmRef("settings", "region"): "eu-west-1"}
-		p, err := policy.Resolve(objName, spec, values)
+		p, err := policy.Resolve(testNS, objName, spec, values, allLocal)
 		if err != nil {
 			t.Fatalf("Resolve: %v", err)
 		}
@@ -1063,7 +1071,7 @@ func TestResolveValuesLandInPolicyInSpecOrder(t *testing.T) {
 			hdrValue("X-Tenant", "acme"),
 		))
 		values := policy.Values{secretRef("web-token", "header"): "Bearer s3cr3t"}
-		p, err := policy.Resolve(objName, spec, values)
+		p, err := policy.Resolve(testNS, objName, spec, values, allLocal)
 		if err != nil {
 			t.Fatalf("Resolve: %v", err)
 		}
@@ -1074,7 +1082,7 @@ func TestResolveValuesLandInPolicyInSpecOrder(t *testing.T) {
 	})
 	t.Run("policy does not alias the spec", func(t *testing.T) {
 		spec := stdioSpec(withArgs("a", "b"), withEnv(envValue("A", "1")))
-		p, err := policy.Resolve(objName, spec, nil)
+		p, err := policy.Resolve(testNS, objName, spec, nil, allLocal)
 		if err != nil {
 			t.Fatalf("Resolve: %v", err)
 		}

@@ -40,7 +40,11 @@ func table(out string) (header []string, rows [][]string) {
 	return header, rows
 }
 
-var columns = []string{"NAME", "SERVER", "TRANSPORT", "PHASE", "TOOLS", "ATTEMPTS", "GENERATION", "AGE"}
+// columns are what `kubectl get mcpservers` shows; -o wide adds RUNTIME.
+var (
+	columns     = []string{"NAME", "SERVER", "TRANSPORT", "PHASE", "TOOLS", "ATTEMPTS", "GENERATION", "AGE"}
+	wideColumns = append(append([]string{}, columns...), "RUNTIME")
+)
 
 var _ = Describe("Printer columns and the status subresource", func() {
 	var ns string
@@ -57,12 +61,14 @@ var _ = Describe("Printer columns and the status subresource", func() {
 		return obj
 	}
 
-	It("kubectl get mcpservers -o wide shows the status columns in order", func(ctx SpecContext) {
+	It("kubectl get mcpservers shows the status columns in order, and -o wide adds RUNTIME", func(ctx SpecContext) {
 		gh := create(ctx, stdioServer(named("github")))
 		gh.Status = v1alpha1.McpServerStatus{
 			ObservedGeneration:   gh.Generation,
 			Phase:                v1alpha1.PhaseReady,
 			ServerName:           "github",
+			Runtime:              v1alpha1.RuntimePod,
+			PodName:              "github-mcp-7d9c5b6f8-xk2p4",
 			ConnectionGeneration: 7,
 			FailedAttempts:       3,
 			ToolCount:            26,
@@ -70,14 +76,24 @@ var _ = Describe("Printer columns and the status subresource", func() {
 		Expect(k8sClient.Status().Update(ctx, gh)).To(Succeed())
 		create(ctx, httpServer()) // web-tools, no status yet
 
-		header, rows := table(kubectl(ctx, "get", "mcpservers", "-o", "wide", "-n", ns))
-		Expect(header).To(Equal(columns))
-		Expect(rows).To(HaveLen(2))
-		Expect(rows[0][:7]).To(Equal([]string{"github", "github", "stdio", "Ready", "26", "3", "7"}))
-		Expect(rows[0][7]).To(MatchRegexp(`^[0-9]+[smhd]`))
-		// Without a status the status columns are blank.
-		Expect(rows[1][:7]).To(Equal([]string{"web-tools", "", "streamable-http", "", "", "", ""}))
-		Expect(rows[1][7]).To(MatchRegexp(`^[0-9]+[smhd]`))
+		for _, wide := range []bool{false, true} {
+			args, want := []string{"get", "mcpservers", "-n", ns}, columns
+			if wide {
+				args, want = append(args, "-o", "wide"), wideColumns
+			}
+			header, rows := table(kubectl(ctx, args...))
+			Expect(header).To(Equal(want), "kubectl %s", strings.Join(args, " "))
+			Expect(rows).To(HaveLen(2))
+			Expect(rows[0][:7]).To(Equal([]string{"github", "github", "stdio", "Ready", "26", "3", "7"}))
+			Expect(rows[0][7]).To(MatchRegexp(`^[0-9]+[smhd]`))
+			// Without a status the status columns are blank.
+			Expect(rows[1][:7]).To(Equal([]string{"web-tools", "", "streamable-http", "", "", "", ""}))
+			Expect(rows[1][7]).To(MatchRegexp(`^[0-9]+[smhd]`))
+			if wide {
+				Expect(rows[0][8]).To(Equal("Pod"))
+				Expect(rows[1][8]).To(BeEmpty())
+			}
+		}
 	})
 
 	It("answers to the short name mcps and the category mcpbridge", func(ctx SpecContext) {

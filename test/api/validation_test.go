@@ -89,6 +89,21 @@ func configMapRef(name, key string) *corev1.ConfigMapKeySelector {
 	return &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: name}, Key: key}
 }
 
+// expectRefused creates obj in ns with a server-side dry run first (the path
+// `kubectl apply --dry-run=server` takes), then for real, and expects both
+// refused at fieldPath: both go through defaulting, the schema and the CEL
+// rules.
+func expectRefused(ctx SpecContext, ns string, obj client.Object, fieldPath string) {
+	GinkgoHelper()
+	dry := obj.DeepCopyObject().(client.Object)
+	dry.SetNamespace(ns)
+	expectInvalid(k8sClient.Create(ctx, dry, client.DryRunAll), fieldPath)
+
+	created := obj.DeepCopyObject().(client.Object)
+	created.SetNamespace(ns)
+	expectInvalid(k8sClient.Create(ctx, created), fieldPath)
+}
+
 var _ = Describe("Invalid McpServer manifests", func() {
 	var ns string
 	BeforeEach(func(ctx SpecContext) {
@@ -97,16 +112,7 @@ var _ = Describe("Invalid McpServer manifests", func() {
 
 	DescribeTable("are refused by the apiserver with the field named",
 		func(ctx SpecContext, obj client.Object, fieldPath string) {
-			// Server-side dry run first (the path `kubectl apply
-			// --dry-run=server` takes), then a real create: both go through
-			// defaulting, the schema and the CEL rules.
-			dry := obj.DeepCopyObject().(client.Object)
-			dry.SetNamespace(ns)
-			expectInvalid(k8sClient.Create(ctx, dry, client.DryRunAll), fieldPath)
-
-			created := obj.DeepCopyObject().(client.Object)
-			created.SetNamespace(ns)
-			expectInvalid(k8sClient.Create(ctx, created), fieldPath)
+			expectRefused(ctx, ns, obj, fieldPath)
 		},
 
 		// The transport discriminator (four CEL rules on spec).
@@ -336,22 +342,22 @@ func withDefaults(spec v1alpha1.McpServerSpec) v1alpha1.McpServerSpec {
 	return out
 }
 
+// createAndGet creates obj in ns and reads it back from the apiserver.
+func createAndGet(ctx SpecContext, ns string, obj *v1alpha1.McpServer) *v1alpha1.McpServer {
+	GinkgoHelper()
+	obj = obj.DeepCopy()
+	obj.Namespace = ns
+	Expect(k8sClient.Create(ctx, obj)).To(Succeed())
+	got := &v1alpha1.McpServer{}
+	Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(obj), got)).To(Succeed())
+	return got
+}
+
 var _ = Describe("Valid McpServer manifests", func() {
 	var ns string
 	BeforeEach(func(ctx SpecContext) {
 		ns = newNamespace(ctx)
 	})
-
-	// createAndGet creates obj and reads it back from the apiserver.
-	createAndGet := func(ctx SpecContext, obj *v1alpha1.McpServer) *v1alpha1.McpServer {
-		GinkgoHelper()
-		obj = obj.DeepCopy()
-		obj.Namespace = ns
-		Expect(k8sClient.Create(ctx, obj)).To(Succeed())
-		got := &v1alpha1.McpServer{}
-		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(obj), got)).To(Succeed())
-		return got
-	}
 
 	It("come back with every default filled in: minimal stdio", func(ctx SpecContext) {
 		minimal := &v1alpha1.McpServer{
@@ -361,7 +367,7 @@ var _ = Describe("Valid McpServer manifests", func() {
 				Stdio:     &v1alpha1.StdioTransport{Command: "npx"},
 			},
 		}
-		got := createAndGet(ctx, minimal)
+		got := createAndGet(ctx, ns, minimal)
 		Expect(got.Spec).To(Equal(v1alpha1.McpServerSpec{
 			Transport:             v1alpha1.TransportStdio,
 			Stdio:                 &v1alpha1.StdioTransport{Command: "npx"},
@@ -416,7 +422,7 @@ spec:
 
 	DescribeTable("are accepted at the edges and stored as sent, with defaults for what was left out",
 		func(ctx SpecContext, obj *v1alpha1.McpServer) {
-			got := createAndGet(ctx, obj)
+			got := createAndGet(ctx, ns, obj)
 			Expect(got.Spec).To(Equal(withDefaults(obj.Spec)))
 		},
 		Entry("every bound at its minimum (1, healthCheckIntervalMs 0)",

@@ -136,23 +136,37 @@ func checkGateway(t *testing.T, out string) {
 }
 
 // parseTable parses the first `kubectl get -o wide` table in s (indented by
-// the demo) into rows by NAME, each a map from column header to value.
+// the demo) into rows by NAME, each a map from column header to value. Cells
+// are cut at the header's column starts, so an empty cell (RUNTIME of a
+// streamable-http server) stays empty.
 func parseTable(s string) map[string]map[string]string {
 	rows := map[string]map[string]string{}
 	var header []string
+	var starts []int
 	for _, line := range strings.Split(s, "\n") {
 		fields := strings.Fields(line)
 		switch {
 		case header == nil && len(fields) > 0 && fields[0] == "NAME":
 			header = fields
-		case header != nil && (!strings.HasPrefix(line, "    ") || len(fields) != len(header)):
+			for i, r := range line {
+				if r != ' ' && (i == 0 || line[i-1] == ' ') {
+					starts = append(starts, i)
+				}
+			}
+		case header != nil && (!strings.HasPrefix(line, "    ") || len(fields) == 0):
 			return rows
 		case header != nil:
 			row := map[string]string{}
-			for i, h := range header {
-				row[h] = fields[i]
+			for c, h := range header {
+				start, end := starts[c], len(line)
+				if c+1 < len(starts) && starts[c+1] < end {
+					end = starts[c+1]
+				}
+				if start < end {
+					row[h] = strings.TrimSpace(line[start:end])
+				}
 			}
-			rows[fields[0]] = row
+			rows[row["NAME"]] = row
 		}
 	}
 	return rows

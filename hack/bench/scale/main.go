@@ -594,7 +594,7 @@ func (b *bench) startManager(ctx context.Context, bin string) error {
 		return err
 	}
 	args := []string{"--leader-elect=false", "--gateway-bind-address=127.0.0.1:0", "--gateway-auth=none",
-		"--metrics-bind-address=" + metrics, "--health-probe-bind-address=" + probes}
+		"--metrics-bind-address=" + metrics, "--metrics-secure=false", "--health-probe-bind-address=" + probes}
 	args = append(args, strings.Fields(*flagManagerArgs)...)
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = b.root

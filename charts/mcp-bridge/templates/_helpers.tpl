@@ -1,0 +1,123 @@
+{{/* The chart's name, or nameOverride. */}}
+{{- define "mcp-bridge.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The prefix of every object's name: fullnameOverride, else the release name
+if it already holds the chart's name, else <release>-<chart>. Truncated so
+that the longest suffix below (-leader-election) still fits in 63.
+*/}}
+{{- define "mcp-bridge.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 46 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 46 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 46 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "mcp-bridge.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels of every object. */}}
+{{- define "mcp-bridge.labels" -}}
+helm.sh/chart: {{ include "mcp-bridge.chart" . }}
+{{ include "mcp-bridge.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: mcpbridge
+{{- end }}
+
+{{/* Labels that select the manager's pods (and, on Services, each Service). */}}
+{{- define "mcp-bridge.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "mcp-bridge.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "mcp-bridge.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (printf "%s-manager" (include "mcp-bridge.fullname" .)) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "mcp-bridge.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* Where a metrics.certSecret is mounted: --metrics-cert-path. */}}
+{{- define "mcp-bridge.metricsCertPath" -}}
+/etc/mcpbridge/metrics-certs
+{{- end }}
+
+{{/*
+The manager's arguments, one section per part of the manager. Flags that a
+newer manager adds get a value and a line in their section here (and in
+values.schema.json); manager.extraArgs comes last, so it can override.
+*/}}
+{{- define "mcp-bridge.args" -}}
+{{- if .Values.leaderElection.enabled }}
+- --leader-elect
+{{- end }}
+{{- /* metrics */}}
+{{- if .Values.metrics.enabled }}
+- --metrics-bind-address=:{{ .Values.metrics.port }}
+{{- else }}
+- --metrics-bind-address=0
+{{- end }}
+{{- if .Values.metrics.secure }}
+- --metrics-secure
+{{- if .Values.metrics.certSecret }}
+- --metrics-cert-path={{ include "mcp-bridge.metricsCertPath" . }}
+{{- end }}
+{{- else }}
+- --metrics-secure=false
+{{- end }}
+{{- if .Values.manager.enableHTTP2 }}
+- --enable-http2
+{{- end }}
+- --health-probe-bind-address=:{{ .Values.manager.probePort }}
+{{- /* gateway */}}
+{{- if eq .Values.gateway.auth "none" }}
+- --gateway-bind-address=127.0.0.1:{{ .Values.gateway.port }}
+- --gateway-auth=none
+{{- else }}
+- --gateway-bind-address=:{{ .Values.gateway.port }}
+{{- end }}
+{{- /* reconciler */}}
+{{- with .Values.manager.watchNamespaces }}
+- --watch-namespaces={{ join "," . }}
+{{- end }}
+{{- /* logging */}}
+{{- with .Values.manager.log }}
+{{- if .development }}
+- --zap-devel
+{{- end }}
+{{- if .level }}
+- --zap-log-level={{ .level }}
+{{- end }}
+{{- if .encoder }}
+- --zap-encoder={{ .encoder }}
+{{- end }}
+{{- if .stacktraceLevel }}
+- --zap-stacktrace-level={{ .stacktraceLevel }}
+{{- end }}
+{{- if .timeEncoding }}
+- --zap-time-encoding={{ .timeEncoding }}
+{{- end }}
+{{- end }}
+{{- range .Values.manager.extraArgs }}
+- {{ . | quote }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,185 @@
+package chart_test
+
+import (
+	"bytes"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// TestGeneratedCopiesAreCurrent checks the chart's copies of generated
+// files against config/, which `make manifests` writes both of.
+func TestGeneratedCopiesAreCurrent(t *testing.T) {
+	for copyPath, source := range map[string]string{
+		"files/crds/mcpbridge.dev_mcpservers.yaml": "config/crd/bases/mcpbridge.dev_mcpservers.yaml",
+		"files/rbac/manager-role.yaml":             "config/rbac/role.yaml",
+	} {
+		got, err := os.ReadFile(filepath.Join(chartDir(), copyPath))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := os.ReadFile(filepath.Join(root, source))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("charts/mcp-bridge/%s differs from %s: run `make manifests`", copyPath, source)
+		}
+	}
+}
+
+// TestChartMatchesConfigDefault renders the chart with its defaults and
+// config/default (`make deploy`) and compares what must not drift apart:
+// the CRD, every RBAC rule and binding, and the manager's pod.
+func TestChartMatchesConfigDefault(t *testing.T) {
+	chartObjs, _ := render(t, nil)
+	kustomized, err := env.Kustomize(ctx(t), filepath.Join(root, "config", "default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("CRD", func(t *testing.T) {
+		// Helm's fromYaml and toYaml go through JSON: numbers and every
+		// field must come out as they went in.
+		got := find(t, chartObjs, "CustomResourceDefinition", "mcpservers.mcpbridge.dev")
+		want := find(t, kustomized, "CustomResourceDefinition", "mcpservers.mcpbridge.dev")
+		NewWithT(t).Expect(got.Object["spec"]).To(Equal(want.Object["spec"]))
+	})
+
+	t.Run("RBAC", func(t *testing.T) {
+		g := NewWithT(t)
+		// Roles pair up by what their name ends in; the prefixes differ
+		// (mcpbridge- from kustomize, the release's name from Helm).
+		chartRoles, kustRoles := roles(t, chartObjs), roles(t, kustomized)
+		g.Expect(keys(chartRoles)).To(ConsistOf(keys(kustRoles)))
+		for k, want := range kustRoles {
+			g.Expect(chartRoles[k].rules).To(Equal(want.rules), "rules of %s", k)
+		}
+		g.Expect(bindings(t, chartObjs, chartRoles)).To(Equal(bindings(t, kustomized, kustRoles)))
+	})
+
+	t.Run("manager pod", func(t *testing.T) {
+		g := NewWithT(t)
+		got, want := managerOf(t, chartObjs), managerOf(t, kustomized)
+		g.Expect(got.Spec.Strategy).To(Equal(want.Spec.Strategy))
+		g.Expect(got.Spec.Replicas).To(Equal(want.Spec.Replicas))
+		gp, wp := got.Spec.Template.Spec, want.Spec.Template.Spec
+		g.Expect(gp.SecurityContext).To(Equal(wp.SecurityContext))
+		g.Expect(gp.TerminationGracePeriodSeconds).To(Equal(wp.TerminationGracePeriodSeconds))
+		g.Expect(gp.Volumes).To(Equal(wp.Volumes))
+		gc, wc := gp.Containers[0], wp.Containers[0]
+		g.Expect(gc.Name).To(Equal(wc.Name))
+		g.Expect(gc.Args).To(Equal(wc.Args))
+		g.Expect(gc.Ports).To(Equal(wc.Ports))
+		g.Expect(gc.SecurityContext).To(Equal(wc.SecurityContext))
+		g.Expect(gc.LivenessProbe).To(Equal(wc.LivenessProbe))
+		g.Expect(gc.ReadinessProbe).To(Equal(wc.ReadinessProbe))
+		g.Expect(gc.Resources).To(Equal(wc.Resources))
+		g.Expect(gc.VolumeMounts).To(Equal(wc.VolumeMounts))
+		g.Expect(gc.Env).To(Equal(wc.Env))
+	})
+
+	t.Run("Services", func(t *testing.T) {
+		g := NewWithT(t)
+		for _, suffix := range []string{"gateway", "metrics"} {
+			got := service(t, chartObjs, "mcp-bridge-"+suffix)
+			want := service(t, kustomized, "mcpbridge-"+suffix)
+			g.Expect(got.Spec.Ports).To(Equal(want.Spec.Ports), "ports of the %s Service", suffix)
+			g.Expect(serviceType(got)).To(Equal(serviceType(want)), "type of the %s Service", suffix)
+		}
+	})
+}
+
+// role is a Role or ClusterRole by the part of its name after the prefix.
+type role struct {
+	name  string
+	rules []rbacv1.PolicyRule
+}
+
+func roles(t *testing.T, objs []*unstructured.Unstructured) map[string]role {
+	t.Helper()
+	out := map[string]role{}
+	for _, o := range objs {
+		if o.GetKind() != "Role" && o.GetKind() != "ClusterRole" {
+			continue
+		}
+		var r rbacv1.ClusterRole // a Role's fields are a subset
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &r); err != nil {
+			t.Fatal(err)
+		}
+		out[o.GetKind()+"/"+roleKey(o.GetName())] = role{name: o.GetName(), rules: r.Rules}
+	}
+	return out
+}
+
+// roleKey strips the name prefix and kustomize's -role suffix:
+// mcpbridge-manager-role and mcp-bridge-manager are both "manager".
+func roleKey(name string) string {
+	for _, k := range []string{"manager", "leader-election", "gateway-user", "metrics-reader"} {
+		if strings.HasSuffix(name, "-"+k) || strings.HasSuffix(name, "-"+k+"-role") {
+			return k
+		}
+	}
+	return name
+}
+
+// bindings describes each RoleBinding and ClusterRoleBinding as
+// "kind -> role key: subjects", with the manager's ServiceAccount and
+// namespace written as placeholders so that both renders compare.
+func bindings(t *testing.T, objs []*unstructured.Unstructured, rs map[string]role) []string {
+	t.Helper()
+	d := managerOf(t, objs)
+	sa, ns := d.Spec.Template.Spec.ServiceAccountName, d.Namespace
+	var out []string
+	for _, o := range objs {
+		if o.GetKind() != "RoleBinding" && o.GetKind() != "ClusterRoleBinding" {
+			continue
+		}
+		var b rbacv1.RoleBinding
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &b); err != nil {
+			t.Fatal(err)
+		}
+		if o.GetKind() == "RoleBinding" && b.Namespace != ns {
+			t.Errorf("%s is in %q, the manager in %q", b.Name, b.Namespace, ns)
+		}
+		key := b.RoleRef.Kind + "/" + roleKey(b.RoleRef.Name)
+		if r, ok := rs[key]; !ok || r.name != b.RoleRef.Name {
+			t.Errorf("%s %s binds %s %s, which the render lacks", o.GetKind(), b.Name, b.RoleRef.Kind, b.RoleRef.Name)
+		}
+		s := o.GetKind() + " -> " + key + ":"
+		for _, sub := range b.Subjects {
+			name, subNS := sub.Name, sub.Namespace
+			if name == sa {
+				name = "<manager>"
+			}
+			if subNS == ns {
+				subNS = "<namespace>"
+			}
+			s += " " + sub.Kind + "/" + subNS + "/" + name
+		}
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func keys(m map[string]role) []string {
+	return slices.Sorted(maps.Keys(m))
+}
+
+// serviceType is the Service's type as the apiserver defaults it.
+func serviceType(svc *corev1.Service) corev1.ServiceType {
+	if svc.Spec.Type == "" {
+		return corev1.ServiceTypeClusterIP
+	}
+	return svc.Spec.Type
+}

@@ -1,0 +1,285 @@
+package chart_test
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/mcpbridge/operator/internal/testenv"
+)
+
+// TestDefaultRender lists what a default install creates.
+func TestDefaultRender(t *testing.T) {
+	g := NewWithT(t)
+	objs, _ := render(t, nil)
+	g.Expect(kindNames(objs)).To(ConsistOf(
+		"CustomResourceDefinition/mcpservers.mcpbridge.dev",
+		"ServiceAccount/mcp-bridge-manager",
+		"ClusterRole/mcp-bridge-manager",
+		"ClusterRoleBinding/mcp-bridge-manager",
+		"Role/mcp-bridge-leader-election",
+		"RoleBinding/mcp-bridge-leader-election",
+		"ClusterRole/mcp-bridge-gateway-user",
+		"ClusterRole/mcp-bridge-metrics-reader",
+		"Deployment/mcp-bridge-manager",
+		"Service/mcp-bridge-gateway",
+		"Service/mcp-bridge-metrics",
+	))
+	for _, o := range objs {
+		if o.GetKind() == "CustomResourceDefinition" || strings.HasPrefix(o.GetKind(), "Cluster") {
+			g.Expect(o.GetNamespace()).To(BeEmpty(), "%s/%s", o.GetKind(), o.GetName())
+		} else {
+			g.Expect(o.GetNamespace()).To(Equal(releaseNamespace), "%s/%s", o.GetKind(), o.GetName())
+		}
+		g.Expect(o.GetLabels()).To(HaveKeyWithValue("app.kubernetes.io/instance", releaseName), "%s/%s", o.GetKind(), o.GetName())
+	}
+	crd := find(t, objs, "CustomResourceDefinition", "mcpservers.mcpbridge.dev")
+	g.Expect(crd.GetAnnotations()).To(HaveKeyWithValue("helm.sh/resource-policy", "keep"))
+	g.Expect(managerOf(t, objs).Spec.Template.Spec.Containers[0].Image).To(Equal("ghcr.io/mcpbridge/operator:" + loadChart(t).Metadata.AppVersion))
+}
+
+// TestValuesReachTheManager renders the non-default value sets and checks
+// that each value ends up where it means something.
+func TestValuesReachTheManager(t *testing.T) {
+	t.Run("custom", func(t *testing.T) {
+		g := NewWithT(t)
+		objs, _ := render(t, valueSets["custom"])
+		d := managerOf(t, objs)
+		pod := d.Spec.Template.Spec
+		c := pod.Containers[0]
+		g.Expect(c.Args).To(Equal([]string{
+			"--leader-elect",
+			"--metrics-bind-address=:9443", "--metrics-secure", "--metrics-cert-path=/etc/mcpbridge/metrics-certs",
+			"--enable-http2",
+			"--health-probe-bind-address=:9081",
+			"--gateway-bind-address=:9090",
+			"--watch-namespaces=agents,tools",
+			"--zap-devel", "--zap-log-level=debug", "--zap-encoder=console", "--zap-stacktrace-level=panic",
+			"--zap-time-encoding=iso8601",
+			"--zap-log-level=2",
+		}))
+		g.Expect(c.Image).To(Equal("registry.example.com/mcpbridge/operator@sha256:" + strings.Repeat("ab", 32)))
+		g.Expect(c.ImagePullPolicy).To(Equal(corev1.PullAlways))
+		g.Expect(c.Env).To(ConsistOf(corev1.EnvVar{Name: "OTEL_SERVICE_NAME", Value: "mcp-bridge"}))
+		g.Expect(c.Resources.Limits.Memory().String()).To(Equal("1Gi"))
+		g.Expect(*d.Spec.Replicas).To(Equal(int32(2)))
+		g.Expect(pod.ServiceAccountName).To(Equal("bridge-sa"))
+		g.Expect(pod.ImagePullSecrets).To(ConsistOf(corev1.LocalObjectReference{Name: "registry"}))
+		g.Expect(pod.NodeSelector).To(HaveKeyWithValue("kubernetes.io/os", "linux"))
+		g.Expect(pod.Tolerations).To(HaveLen(1))
+		g.Expect(pod.Affinity.NodeAffinity).NotTo(BeNil())
+		g.Expect(pod.TopologySpreadConstraints).To(HaveLen(1))
+		g.Expect(d.Spec.Template.Annotations).To(HaveKeyWithValue("example.com/team", "ai"))
+		g.Expect(d.Spec.Template.Labels).To(HaveKeyWithValue("team", "ai"))
+		g.Expect(d.Spec.Selector.MatchLabels).NotTo(HaveKey("team"), "pod labels must not change the selector")
+		g.Expect(pod.Volumes).To(ContainElement(corev1.Volume{Name: "metrics-certs",
+			VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "metrics-tls"}}}))
+		g.Expect(c.VolumeMounts).To(ContainElement(corev1.VolumeMount{Name: "metrics-certs",
+			MountPath: "/etc/mcpbridge/metrics-certs", ReadOnly: true}))
+
+		sa := find(t, objs, "ServiceAccount", "bridge-sa")
+		g.Expect(sa.GetAnnotations()).To(HaveKeyWithValue("example.com/role", "mcp"))
+		crd := find(t, objs, "CustomResourceDefinition", "mcpservers.mcpbridge.dev")
+		g.Expect(crd.GetAnnotations()).NotTo(HaveKey("helm.sh/resource-policy"))
+
+		gw := service(t, objs, "bridge-gateway")
+		g.Expect(gw.Spec.Type).To(Equal(corev1.ServiceTypeNodePort))
+		g.Expect(gw.Spec.Ports[0].Port).To(Equal(int32(80)))
+		g.Expect(gw.Annotations).To(HaveKeyWithValue("example.com/lb", "internal"))
+		m := service(t, objs, "bridge-metrics")
+		g.Expect(m.Spec.Ports[0].Port).To(Equal(int32(443)))
+		g.Expect(m.Annotations).To(HaveKeyWithValue("example.com/scrape", "yes"))
+
+		sm := serviceMonitor(t, objs)
+		g.Expect(sm.Labels).To(HaveKeyWithValue("release", "prometheus"))
+		ep := sm.Spec.Endpoints[0]
+		g.Expect(ep.Scheme.String()).To(Equal("https"))
+		g.Expect(string(ep.Interval)).To(Equal("15s"))
+		g.Expect(string(ep.ScrapeTimeout)).To(Equal("10s"))
+		g.Expect(*ep.TLSConfig.ServerName).To(Equal("bridge-metrics.mcpbridge-system.svc"))
+		g.Expect(ep.TLSConfig.CA.Secret.Name).To(Equal("metrics-tls"))
+		g.Expect(ep.BearerTokenFile).To(Equal("/var/run/secrets/kubernetes.io/serviceaccount/token")) //nolint:staticcheck // see servicemonitor.yaml
+	})
+
+	t.Run("minimal", func(t *testing.T) {
+		g := NewWithT(t)
+		objs, notes := render(t, valueSets["minimal"])
+		g.Expect(kindNames(objs)).To(ConsistOf(
+			"ClusterRole/mcp-bridge-manager",
+			"ClusterRoleBinding/mcp-bridge-manager",
+			"ClusterRole/mcp-bridge-gateway-user",
+			"ClusterRole/mcp-bridge-metrics-reader",
+			"Deployment/mcp-bridge-manager",
+		), "no CRD, ServiceAccount, leader election Role, Services or ServiceMonitor")
+		c := managerOf(t, objs).Spec.Template.Spec.Containers[0]
+		g.Expect(c.Args).To(Equal([]string{
+			"--metrics-bind-address=0", "--metrics-secure",
+			"--health-probe-bind-address=:8081",
+			"--gateway-bind-address=127.0.0.1:8090", "--gateway-auth=none",
+		}))
+		g.Expect(c.Ports).NotTo(ContainElement(HaveField("Name", "metrics")))
+		g.Expect(notes).To(ContainSubstring("WITHOUT authentication"))
+		g.Expect(notes).To(ContainSubstring("port-forward deployment/mcp-bridge-manager 8090:8090"))
+	})
+
+	t.Run("plain-metrics", func(t *testing.T) {
+		g := NewWithT(t)
+		objs, notes := render(t, valueSets["plain-metrics"])
+		g.Expect(managerOf(t, objs).Spec.Template.Spec.Containers[0].Args).To(ContainElement("--metrics-secure=false"))
+		ep := serviceMonitor(t, objs).Spec.Endpoints[0]
+		g.Expect(ep.Scheme.String()).To(Equal("http"))
+		g.Expect(ep.BearerTokenFile).To(BeEmpty()) //nolint:staticcheck // see servicemonitor.yaml
+		g.Expect(ep.TLSConfig).To(BeNil())
+		g.Expect(notes).To(ContainSubstring("plain HTTP"))
+	})
+}
+
+// TestNotesTellHowToUseTheGateway checks NOTES.txt of a default install:
+// the gateway's address, how to make an agent's token, how to let
+// Prometheus read the metrics, and that uninstall keeps the CRD.
+func TestNotesTellHowToUseTheGateway(t *testing.T) {
+	g := NewWithT(t)
+	_, notes := render(t, nil)
+	t.Log(notes)
+	for _, want := range []string{
+		"http://mcp-bridge-gateway.mcpbridge-system.svc:8090/namespaces/<namespace>/mcp",
+		"--clusterrole=mcp-bridge-gateway-user --serviceaccount=agents:my-agent",
+		"kubectl -n agents create token my-agent",
+		"port-forward service/mcp-bridge-gateway 8090:8090",
+		"--clusterrole=mcp-bridge-metrics-reader",
+		"kubectl delete crd mcpservers.mcpbridge.dev",
+	} {
+		g.Expect(notes).To(ContainSubstring(want))
+	}
+}
+
+// TestEveryValueSetRendersAHardenedManager holds every value set to the
+// same checks as config/default (test/deploy): restricted pod, probes on
+// the probe port, Services that reach the pod.
+func TestEveryValueSetRendersAHardenedManager(t *testing.T) {
+	for name, vals := range valueSets {
+		t.Run(name, func(t *testing.T) {
+			objs, _ := render(t, vals)
+			d := managerOf(t, objs)
+			// What a value set turns off on purpose.
+			asked := map[string][]string{
+				"minimal":       {"the manager runs without --leader-elect", "the gateway runs without authentication"},
+				"plain-metrics": {"the metrics are served without authentication"},
+			}[name]
+			for _, p := range testenv.ManagerPodProblems(d) {
+				if !slices.Contains(asked, p) {
+					t.Error(p)
+				}
+			}
+			problems, err := testenv.ServiceProblems(objs, d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range problems {
+				t.Error(p)
+			}
+		})
+	}
+}
+
+// TestEveryRenderedFlagIsTheManagers runs the manager binary with each
+// value set's arguments and --help last: it exits 0 only when it defines
+// every flag before it, so the chart never passes a flag the manager lacks.
+func TestEveryRenderedFlagIsTheManagers(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "manager")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/manager")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/manager: %v\n%s", err, out)
+	}
+	for name, vals := range valueSets {
+		t.Run(name, func(t *testing.T) {
+			objs, _ := render(t, vals)
+			args := managerOf(t, objs).Spec.Template.Spec.Containers[0].Args
+			cmd := exec.Command(bin, append(slices.Clone(args), "--help")...)
+			cmd.Env = append(os.Environ(), "KUBECONFIG=/nonexistent")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Errorf("manager %s --help: %v\n%s", strings.Join(args, " "), err, out)
+			}
+		})
+	}
+}
+
+func kindNames(objs []*unstructured.Unstructured) []string {
+	var out []string
+	for _, o := range objs {
+		out = append(out, o.GetKind()+"/"+o.GetName())
+	}
+	sort.Strings(out)
+	return out
+}
+
+func find(t *testing.T, objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			return o
+		}
+	}
+	t.Fatalf("no %s/%s among %v", kind, name, kindNames(objs))
+	return nil
+}
+
+func managerOf(t *testing.T, objs []*unstructured.Unstructured) *appsv1.Deployment {
+	t.Helper()
+	d, err := testenv.ManagerDeployment(objs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func service(t *testing.T, objs []*unstructured.Unstructured, name string) *corev1.Service {
+	t.Helper()
+	var svc corev1.Service
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(find(t, objs, "Service", name).Object, &svc); err != nil {
+		t.Fatal(err)
+	}
+	return &svc
+}
+
+// serviceMonitor decodes the one ServiceMonitor strictly into
+// prometheus-operator's own Go type: a misspelt or misplaced field fails.
+func serviceMonitor(t *testing.T, objs []*unstructured.Unstructured) *monitoringv1.ServiceMonitor {
+	t.Helper()
+	var found []*unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetKind() == "ServiceMonitor" {
+			found = append(found, o)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("want one ServiceMonitor, got %d", len(found))
+	}
+	b, err := json.Marshal(found[0].Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	var sm monitoringv1.ServiceMonitor
+	if err := dec.Decode(&sm); err != nil {
+		t.Fatalf("the ServiceMonitor is not prometheus-operator's: %v\n%s", err, b)
+	}
+	if sm.APIVersion != monitoringv1.SchemeGroupVersion.String() || sm.Kind != monitoringv1.ServiceMonitorsKind {
+		t.Fatalf("apiVersion %s kind %s", sm.APIVersion, sm.Kind)
+	}
+	return &sm
+}

@@ -1,0 +1,107 @@
+package chart_test
+
+import (
+	"strings"
+	"testing"
+
+	"helm.sh/helm/v4/pkg/chart/v2/lint"
+	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
+)
+
+// valueSets are the values every test renders the chart with: the defaults
+// and two sets that change every value there is, between them.
+var valueSets = map[string]map[string]any{
+	"defaults": nil,
+	"custom": {
+		"image": map[string]any{"repository": "registry.example.com/mcpbridge/operator",
+			"digest": "sha256:" + strings.Repeat("ab", 32), "pullPolicy": "Always"},
+		"imagePullSecrets": []any{map[string]any{"name": "registry"}},
+		"fullnameOverride": "bridge",
+		"replicaCount":     2,
+		"crds":             map[string]any{"keep": false},
+		"serviceAccount":   map[string]any{"name": "bridge-sa", "annotations": map[string]any{"example.com/role": "mcp"}},
+		"manager": map[string]any{
+			"watchNamespaces": []any{"agents", "tools"},
+			"probePort":       9081,
+			"enableHTTP2":     true,
+			"log": map[string]any{"level": "debug", "encoder": "console", "stacktraceLevel": "panic",
+				"timeEncoding": "iso8601", "development": true},
+			"extraArgs": []any{"--zap-log-level=2"},
+			"extraEnv":  []any{map[string]any{"name": "OTEL_SERVICE_NAME", "value": "mcp-bridge"}},
+		},
+		"gateway": map[string]any{"port": 9090, "service": map[string]any{"type": "NodePort", "port": 80,
+			"annotations": map[string]any{"example.com/lb": "internal"}}},
+		"metrics": map[string]any{"port": 9443, "certSecret": "metrics-tls",
+			"service": map[string]any{"port": 443, "annotations": map[string]any{"example.com/scrape": "yes"}},
+			"serviceMonitor": map[string]any{"enabled": true, "labels": map[string]any{"release": "prometheus"},
+				"interval": "15s", "scrapeTimeout": "10s",
+				"tlsConfig": map[string]any{"serverName": "bridge-metrics.mcpbridge-system.svc",
+					"ca": map[string]any{"secret": map[string]any{"name": "metrics-tls", "key": "ca.crt"}}}}},
+		"resources":                 map[string]any{"requests": map[string]any{"cpu": "200m", "memory": "256Mi"}, "limits": map[string]any{"cpu": "2", "memory": "1Gi"}},
+		"podAnnotations":            map[string]any{"example.com/team": "ai"},
+		"podLabels":                 map[string]any{"team": "ai"},
+		"nodeSelector":              map[string]any{"kubernetes.io/os": "linux"},
+		"tolerations":               []any{map[string]any{"key": "dedicated", "operator": "Equal", "value": "ai", "effect": "NoSchedule"}},
+		"affinity":                  map[string]any{"nodeAffinity": map[string]any{"preferredDuringSchedulingIgnoredDuringExecution": []any{map[string]any{"weight": 1, "preference": map[string]any{"matchExpressions": []any{map[string]any{"key": "pool", "operator": "In", "values": []any{"ai"}}}}}}}},
+		"topologySpreadConstraints": []any{map[string]any{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": map[string]any{"matchLabels": map[string]any{"app.kubernetes.io/name": "mcp-bridge"}}}},
+	},
+	"minimal": {
+		"crds":           map[string]any{"install": false},
+		"leaderElection": map[string]any{"enabled": false},
+		"serviceAccount": map[string]any{"create": false, "name": "preexisting"},
+		"gateway":        map[string]any{"auth": "none"},
+		"metrics":        map[string]any{"enabled": false, "serviceMonitor": map[string]any{"enabled": true}},
+	},
+	"plain-metrics": {
+		"metrics": map[string]any{"secure": false, "serviceMonitor": map[string]any{"enabled": true}},
+	},
+}
+
+// TestLint runs `helm lint` on the chart with every value set: nothing
+// worse than an informational message.
+func TestLint(t *testing.T) {
+	for name, vals := range valueSets {
+		t.Run(name, func(t *testing.T) {
+			l := lint.RunAll(chartDir(), vals, releaseNamespace)
+			for _, m := range l.Messages {
+				if m.Severity > support.InfoSev {
+					t.Errorf("%s", m)
+				} else {
+					t.Logf("%s", m)
+				}
+			}
+		})
+	}
+}
+
+// TestBadValuesAreRefused checks that a mistake in the values fails the
+// render with a message that names it, rather than a manager that crashes.
+func TestBadValuesAreRefused(t *testing.T) {
+	cases := []struct {
+		name    string
+		vals    map[string]any
+		wantErr string
+	}{
+		{"typo", map[string]any{"replicas": 2}, "replicas"},
+		{"unknown auth", map[string]any{"gateway": map[string]any{"auth": "basic"}}, "/gateway/auth"},
+		{"port out of range", map[string]any{"metrics": map[string]any{"port": 70000}}, "/metrics/port"},
+		{"bad namespace", map[string]any{"manager": map[string]any{"watchNamespaces": []any{"Agents_1"}}}, "watchNamespaces"},
+		{"extra arg without dashes", map[string]any{"manager": map[string]any{"extraArgs": []any{"leader-elect"}}}, "extraArgs"},
+		{"bad log level", map[string]any{"manager": map[string]any{"log": map[string]any{"level": "verbose"}}}, "/manager/log/level"},
+		{"bad digest", map[string]any{"image": map[string]any{"digest": "latest"}}, "digest"},
+		{"replicas without leader election", map[string]any{"replicaCount": 2,
+			"leaderElection": map[string]any{"enabled": false}}, "replicaCount > 1 needs leaderElection.enabled"},
+		{"certificate on plain HTTP", map[string]any{"metrics": map[string]any{"secure": false, "certSecret": "tls"}},
+			"metrics.certSecret needs metrics.secure"},
+		{"no ServiceAccount", map[string]any{"serviceAccount": map[string]any{"create": false}},
+			"serviceAccount.name is required"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := renderRelease(t, tc.vals)
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("error = %v, want one containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}
