@@ -40,6 +40,8 @@ const (
 )
 
 // Reasons of the Ready condition (and of Reconciling/Stalled when they hold).
+// The events on an McpServer use the same words for the same transitions;
+// the connection supervisor reports its stops and events with them.
 const (
 	ReasonConnected          = "Connected"
 	ReasonConnecting         = "Connecting"
@@ -51,6 +53,18 @@ const (
 	ReasonInvalidSpec        = "InvalidSpec"
 	ReasonSecretNotFound     = "SecretNotFound"
 	ReasonServerNameConflict = "ServerNameConflict"
+)
+
+// Reasons of events on an McpServer that no condition carries.
+const (
+	// ReasonRecovered: connected again after a lost connection or a failed
+	// first attempt.
+	ReasonRecovered = "Recovered"
+	// ReasonToolsChanged: a re-sync published a different tool set.
+	ReasonToolsChanged = "ToolsChanged"
+	// ReasonToolNameConflict: a fetched tool set was not published because
+	// a public name is held by another server; the previous set stays.
+	ReasonToolNameConflict = "ToolNameConflict"
 )
 
 // MaxStatusTools caps status.tools so that status stays small.
@@ -88,7 +102,8 @@ type McpServerStatus struct {
 	// +kubebuilder:default=0
 	ConnectionGeneration int64 `json:"connectionGeneration"`
 
-	// FailedAttempts counts consecutive failed attempts in the current outage.
+	// FailedAttempts counts the consecutive failed attempts of the current
+	// outage, at most spec.reconnect.maxAttempts; 0 while Ready.
 	// +optional
 	// +kubebuilder:default=0
 	FailedAttempts int32 `json:"failedAttempts"`

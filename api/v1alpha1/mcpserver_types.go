@@ -72,8 +72,9 @@ type McpServerSpec struct {
 	// +kubebuilder:validation:Maximum=2147483647
 	HealthCheckIntervalMs *int32 `json:"healthCheckIntervalMs,omitempty"`
 
-	// FailOnStartupError makes a failed first attempt final: no retries
-	// until the next hot swap.
+	// FailOnStartupError makes a failed first attempt final (phase Failed,
+	// reason StartupFailed): no retries until the next hot swap. Unset, the
+	// first attempt is attempt 1 of reconnect.maxAttempts.
 	// +optional
 	// +kubebuilder:default=false
 	FailOnStartupError *bool `json:"failOnStartupError,omitempty"`
@@ -214,16 +215,18 @@ type ReconnectPolicy struct {
 	// +kubebuilder:default=true
 	Enabled *bool `json:"enabled,omitempty"`
 
-	// InitialDelayMs is the delay before the first attempt of an outage;
-	// it doubles per attempt up to maxDelayMs.
+	// InitialDelayMs is the delay before the first reconnect of an outage
+	// (after a lost connection, or after a failed first attempt); it doubles
+	// per reconnect up to maxDelayMs.
 	// +optional
 	// +kubebuilder:default=500
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=2147483647
 	InitialDelayMs *int32 `json:"initialDelayMs,omitempty"`
 
-	// MaxDelayMs caps the delay; a connection that stays up this long ends
-	// the outage and restores the attempt budget.
+	// MaxDelayMs caps the delay, and is the stability window: a connection
+	// that stays up this long ends the outage and restores the attempt
+	// budget; one lost sooner counts as a failed attempt.
 	// +optional
 	// +kubebuilder:default=30000
 	// +kubebuilder:validation:Minimum=1
@@ -231,6 +234,11 @@ type ReconnectPolicy struct {
 	MaxDelayMs *int32 `json:"maxDelayMs,omitempty"`
 
 	// MaxAttempts is the budget of consecutive failed attempts per outage.
+	// Every attempt that does not end in a stable connection counts: one
+	// that fails (the first connection at startup included) and one whose
+	// connection is lost within maxDelayMs. A loss after a stable connection
+	// starts a fresh budget. When it is spent, the tools are unregistered and
+	// the phase is Failed (ReconnectExhausted) until a hot swap.
 	// +optional
 	// +kubebuilder:default=10
 	// +kubebuilder:validation:Minimum=1

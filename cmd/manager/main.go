@@ -107,7 +107,7 @@ func setupControllers(mgr ctrl.Manager, opts *options) (*controller.Supervisors,
 	if opts.gatewayAuth == gatewayAuthToken {
 		gw.Auth = &gateway.Authorizer{Client: mgr.GetClient()}
 	}
-	if err := gw.AddToManager(mgr, opts.gatewayAddr); err != nil {
+	if err := gw.AddToManager(mgr, gateway.ListenWhenServing(opts.gatewayAddr)); err != nil {
 		return nil, fmt.Errorf("set up the gateway: %w", err)
 	}
 	sups := &controller.Supervisors{Registry: registry, Log: ctrl.Log.WithName("supervisor")}

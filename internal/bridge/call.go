@@ -12,7 +12,8 @@ import (
 
 // CallTool sends tools/call with the raw name upstream, bounded by
 // toolCallTimeoutMs and by the caller's ctx. A server that is not connected
-// fails at once with the reason (§6).
+// fails at once with the reason.
+// See docs/design.md, "Tool calls".
 func (s *Supervisor) CallTool(ctx context.Context, rawName string, args any) (res *mcp.CallToolResult, err error) {
 	start := time.Now()
 	defer func() { s.observer.ToolCall(callOutcome(res, err), time.Since(start)) }()
@@ -61,7 +62,7 @@ func (s *Supervisor) callFailed(ctx, cctx context.Context, g *generation, err er
 	case errors.Is(cctx.Err(), context.DeadlineExceeded):
 		err = fmt.Errorf("the tool call timed out after %dms", s.p.ToolCallTimeout.Milliseconds())
 	case isSessionLost(err):
-		g.markLost(&StageError{Stage: StageToolsCall, Err: err})
+		g.lose(StageToolsCall, err)
 	case isTransportFailure(err):
 		kick(g.probe)
 	}
@@ -89,8 +90,9 @@ func (s *Supervisor) liveGeneration() (*generation, string) {
 	}
 }
 
-// RenderText is the text rendering of a result (§6): text blocks joined by
+// RenderText is the text rendering of a result: text blocks joined by
 // newlines, every other block a short placeholder.
+// See docs/design.md, "Tool calls".
 func RenderText(res *mcp.CallToolResult) string {
 	parts := make([]string, 0, len(res.Content))
 	for _, c := range res.Content {
@@ -119,7 +121,8 @@ func renderBlock(c mcp.Content) string {
 	}
 }
 
-// ToolError is a result with isError set, as an error (§6).
+// ToolError is a result with isError set, as an error.
+// See docs/design.md, "Tool calls".
 type ToolError struct{ Result *mcp.CallToolResult }
 
 func (e *ToolError) Error() string { return "the tool reported an error: " + RenderText(e.Result) }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	. "github.com/onsi/gomega"
 
 	"github.com/mcpbridge/operator/internal/policy"
 )
@@ -25,10 +26,11 @@ import (
 func TestCrashReconnectCyclesLeaveNoLeak(t *testing.T) {
 	const cycles = 200
 	p := stdioPolicy("--tools=3")
-	// The stability window of §4.2 is maxDelay (2 ms): a connection that
+	// The stability window is maxDelay (2 ms): a connection that
 	// lives through a pid call and a kill usually outlasts it and resets the
 	// budget. Should none, the delay is still capped at 2 ms and 1000
 	// attempts outlast 200 losses, so the budget cannot run out either way.
+	// See docs/design.md, "Backoff and the attempt budget".
 	p.Reconnect = policy.Reconnect{Enabled: true, InitialDelay: time.Millisecond, MaxDelay: 2 * time.Millisecond, MaxAttempts: 1000}
 
 	// Children of this process that predate the supervisor (another test's,
@@ -137,17 +139,11 @@ func TestCrashReconnectCyclesLeaveNoLeak(t *testing.T) {
 	}
 
 	// Goroutines: back to the count before Start.
-	deadline := time.Now().Add(5 * time.Second)
-	n := runtime.NumGoroutine()
-	for n > baseline && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-		n = runtime.NumGoroutine()
-	}
-	if n > baseline {
+	NewWithT(t).Eventually(runtime.NumGoroutine, 5*time.Second, 10*time.Millisecond).Should(BeNumerically("<=", baseline), func() string {
 		buf := make([]byte, 1<<20)
 		buf = buf[:runtime.Stack(buf, true)]
-		t.Errorf("%d goroutines 5s after dispose, %d before start:\n%s", n, baseline, buf)
-	}
+		return fmt.Sprintf("goroutines 5s after dispose, %d before start:\n%s", baseline, buf)
+	})
 }
 
 type cycleProc struct {

@@ -1,10 +1,113 @@
 // Package bridge owns the live side of the operator: one connection
-// supervisor per MCP server (generations, backoff with a per-outage attempt
-// budget, one total connection deadline, two-phase tool sync, loss detection
-// and health checks, tool calls), the per-namespace tool registry those
-// supervisors publish into, and the public tool-name function.
+// supervisor per MCP server, the per-namespace tool registry the supervisors
+// publish into, and the public tool-name function.
 //
 // It never talks to the Kubernetes apiserver: the controller drives a
-// Supervisor with a resolved policy and turns its change signal and
-// snapshots into status.
+// Supervisor with a resolved policy and turns its change signal, snapshots
+// and events into status and Kubernetes events.
+//
+// # Usage
+//
+// New builds a Supervisor from a policy.Policy; Start runs it until Dispose
+// or the end of its context. Changes signals (coalesced, never blocking)
+// that Snapshot or DrainEvents have something new. CallTool and
+// CallToolJSON forward a tools/call to the live generation; the Registry
+// hands out the Supervisor as the Caller of each published tool.
+//
+// # States
+//
+// The snapshot's Phase moves only in machine.go:
+//
+//	Pending ──Start──▶ Connecting ──connected──▶ Ready
+//	Connecting ──attempt failed──▶ Connecting (retry scheduled, Attempt n)
+//	Ready ──lost──▶ Reconnecting ──connected──▶ Ready
+//	Reconnecting ──attempt failed──▶ Reconnecting (retry scheduled)
+//	any ──budget spent / failOnStartupError / reconnect disabled /
+//	       close barrier passed──▶ Failed (Reason says which)
+//
+// Failed is final for the Supervisor; the controller builds a new one on a
+// hot swap. A retry scheduled while the server has never been Ready keeps
+// the phase Connecting, as the first attempt had it.
+//
+// # One run goroutine
+//
+// Supervisor.run is the supervisor's only long-lived goroutine. Per
+// generation it calls attempt, which calls connect (beginGeneration, open:
+// dial the link and start the MCP session; then the first tool sync, all
+// under one connectionTimeoutMs context), then connected (the generation
+// becomes live and its background goroutines start), then serve (wait for a
+// loss, the stability window or the end), then closeGeneration (close the
+// link and session, wait for the close signal up to the close barrier). run
+// then asks the outage (outage.go) whether the attempt budget allows
+// another attempt and with which delay.
+//
+// # Who raises a loss
+//
+// A loss is raised only through generation.lose, once per generation, and
+// serve is the only receiver. The goroutines that raise one:
+//
+//   - watch (loss.go): the MCP session ended by itself (sess.Wait returned),
+//     or an exitReporter link reported that the server process exited.
+//   - the HTTP transport's round trips (http.go, through the dialer's onLost):
+//     a 404 to a request that carried the session id.
+//   - a caller of CallTool or CallToolJSON (call.go): the call failed with an
+//     error that proves the session gone (EOF, ErrSessionMissing,
+//     ErrConnectionClosed).
+//   - healthLoop (health.go): two periodic probes failed in a row, or one
+//     probe requested by a call that saw a transport failure.
+//   - resyncLoop (toolsync.go): a list_changed re-sync ran out of its
+//     connectionTimeoutMs budget.
+//
+// A loss raised while the supervisor itself closes the generation is
+// ignored: nothing was lost.
+//
+// # Closing and disposal
+//
+// A generation is closed by closeGeneration, which waits for its down signal
+// (session ended, link closed, its goroutines returned) at most the close
+// barrier, on real time. When the barrier passes while the supervisor runs,
+// it stops with Failed/CloseTimeout rather than start a second server
+// process. Dispose cancels run and waits at most the barrier too; when the
+// last generation has not closed by then it returns an error wrapping
+// ErrCloseTimeout. run itself ends only once that generation is down, and
+// then closes Closed: the controller keeps a disposed supervisor registered
+// until Closed, so that a replacement never overlaps a live server.
+//
+// # The stability window
+//
+// A connection that stays up for reconnect.maxDelayMs ends its outage.
+// serve starts the window's timer when a generation becomes live and tells
+// the outage how long the connection has been up when the timer fires and
+// when the connection is lost (outage.upFor); the outage alone decides.
+//
+// # Files
+//
+//   - supervisor.go: the Supervisor type, Options, Start, Dispose, snapshots.
+//   - machine.go: the state machine (run → attempt → connect → connected →
+//     serve → closeGeneration).
+//   - generation.go: one generation's state, lose and shutdown.
+//   - outage.go: the attempt budget, backoff delays and the stability window.
+//   - loss.go, health.go: detecting a lost connection.
+//   - toolsync.go, tasks.go: fetching, publishing and re-syncing tools.
+//   - call.go: tool calls through the SDK; rawcall.go and rawcall_response.go:
+//     tool calls posted over HTTP by ourselves and the reader of their answer.
+//   - transport.go: the dialer and link a transport implements; stdio.go and
+//     http.go are the two transports.
+//   - registry.go, naming.go: the tool registry and public names.
+//   - snapshot.go, events.go, observer.go, errors.go: what the supervisor
+//     reports.
+//
+// # Considerations
+//
+//   - One goroutine moves the phase, so transitions need no coordination
+//     beyond the snapshot's mutex; every other goroutine only raises a loss,
+//     re-syncs, or reads the live generation.
+//   - The close barrier runs on real time, not the injected clock: it guards
+//     real processes; so do the deadlines of requests. Backoff, the stability
+//     window and the health-check interval use the clock.
+//   - Syncs of one server are serialized (syncMu), so a re-sync and a retried
+//     publish never interleave.
+//
+// The contract this implements is in docs/design.md, "The connection
+// supervisor".
 package bridge

@@ -1,9 +1,7 @@
 package bridge
 
-import "time"
-
 // Event is a transition worth telling a user about; the controller turns
-// it into a Kubernetes event. Reasons follow SPEC §3.
+// it into a Kubernetes event. Reasons are the API's (v1alpha1.Reason*).
 type Event struct {
 	Warning bool
 	Reason  string
@@ -15,7 +13,6 @@ const maxPendingEvents = 64
 
 // emit queues an event for the next DrainEvents and signals a change.
 func (s *Supervisor) emit(warning bool, reason, message string) {
-	message = clipMessage(message)
 	s.mu.Lock()
 	if len(s.events) == maxPendingEvents {
 		s.events = s.events[1:]
@@ -32,28 +29,4 @@ func (s *Supervisor) DrainEvents() []Event {
 	out := s.events
 	s.events = nil
 	return out
-}
-
-// Observer receives measurements for metrics; implementations must not block.
-type Observer interface {
-	// ToolCall reports one tools/call: outcome is "success", "tool_error"
-	// (isError), "error" or "unavailable".
-	ToolCall(outcome string, d time.Duration)
-	// ToolSync reports one fetch-and-swap; ok is false when it failed.
-	ToolSync(ok bool, d time.Duration)
-}
-
-type nopObserver struct{}
-
-func (nopObserver) ToolCall(string, time.Duration) {}
-func (nopObserver) ToolSync(bool, time.Duration)   {}
-
-// maxEventMessage fits the apiserver's limit on an event's note (1 KiB).
-const maxEventMessage = 1000
-
-func clipMessage(m string) string {
-	if len(m) <= maxEventMessage {
-		return m
-	}
-	return clip(m, maxEventMessage-3) + "..."
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	. "github.com/onsi/gomega"
 
 	"github.com/mcpbridge/operator/internal/policy"
 )
@@ -27,7 +29,8 @@ import (
 // See test/node/README.md for how it is started.
 
 // everythingEntry is server-everything's entry point; a missing Node or
-// package fails the test: these tests are part of the contract (SPEC §9).
+// package fails the test: these tests are part of the contract.
+// See docs/design.md, "How it is tested".
 func everythingEntry(t *testing.T) (node, entry string) {
 	t.Helper()
 	_, self, _, _ := runtime.Caller(0)
@@ -254,23 +257,21 @@ func everythingStartHTTP(t *testing.T, node, entry string, port int) *everything
 	t.Cleanup(p.kill)
 
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	deadline := time.Now().Add(eventually)
-	for {
+	NewWithT(t).Eventually(func() error {
+		select {
+		case <-p.exited:
+			return StopTrying(fmt.Sprintf("server-everything exited before listening on %s: %v\n%s", addr, p.cmd.ProcessState, p))
+		default:
+		}
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			_ = c.Close()
-			return p
 		}
-		select {
-		case <-p.exited:
-			t.Fatalf("server-everything exited before listening on %s: %v\n%s", addr, p.cmd.ProcessState, p)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server-everything does not accept connections on %s: %v\n%s", addr, err, p)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err
+	}, eventually, 20*time.Millisecond).Should(Succeed(), func() string {
+		return fmt.Sprintf("server-everything does not accept connections on %s\n%s", addr, p)
+	})
+	return p
 }
 
 // server-everything over Streamable HTTP (2025-11-25 with a session):
@@ -301,8 +302,9 @@ func TestEverythingStreamableHTTPConnectsListsCallsAndRecoversAfterRestart(t *te
 	killed := time.Now()
 	lost := waitFor(t, s, "the loss to be noticed", func(sn Snapshot) bool { return sn.Phase != PhaseReady })
 	t.Logf("loss noticed %v after the kill: %v", time.Since(killed), lost.LastError)
-	// SPEC §4.5: with healthCheckIntervalMs set, two failed probes (about
+	// With healthCheckIntervalMs set, two failed probes (about
 	// 2×200ms here) are the loss; the SDK's own SSE retries take seconds.
+	// See docs/design.md, "Detecting loss".
 	if lost.LastError == nil || lost.LastError.Stage != StageHealthCheck {
 		t.Errorf("the loss was not found by the health check: %v", lost.LastError)
 	}

@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -15,6 +16,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/funcr"
+	. "github.com/onsi/gomega"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/mcpbridge/operator/internal/policy"
 	"github.com/mcpbridge/operator/test/fixture"
@@ -55,9 +58,10 @@ func faultsCallLoop(s *Supervisor, stop <-chan struct{}) (wait func() (ok, faile
 	}
 }
 
-// §4.5: the child dies while a call is in flight (the crash tool exits
+// The child dies while a call is in flight (the crash tool exits
 // mid-call, and other calls keep writing to its stdin): the calls fail
 // with an error, nothing panics, and the server reconnects.
+// See docs/design.md, "Detecting loss".
 func TestFaultChildDyingMidCallFailsTheCallAndReconnects(t *testing.T) {
 	ev := eventsPath(t)
 	s, _ := startSupervisor(t, stdioPolicy("--events-file="+ev))
@@ -95,10 +99,11 @@ func TestFaultChildDyingMidCallFailsTheCallAndReconnects(t *testing.T) {
 	}
 }
 
-// §4.5: children that die while list_changed notifications and re-syncs are
+// Children that die while list_changed notifications and re-syncs are
 // in flight, at staggered moments of their connection, over several
 // generations, while calls keep writing to them: no panic, and the server
 // recovers once a child stays up.
+// See docs/design.md, "Detecting loss".
 func TestFaultChildDyingDuringNotificationsAndResyncRecovers(t *testing.T) {
 	dir := t.TempDir()
 	counter := filepath.Join(dir, "count")
@@ -146,26 +151,20 @@ func TestFaultInvalidJSONFromServerNeverCrashesOrHangs(t *testing.T) {
 	waitFor(t, s, "Ready", isReady)
 	rec := stdioRecord(t, s)
 	// Well past the garbage line: calls keep working, or the connection is
-	// replaced and they work again.
-	deadline := time.Now().Add(1500 * time.Millisecond)
+	// replaced and they work again; no call hangs, every error says why.
 	calls, fails := 0, 0
-	for time.Now().Before(deadline) {
+	NewWithT(t).Consistently(func(g Gomega) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
 		start := time.Now()
 		_, err := s.CallTool(ctx, "echo", map[string]any{"text": "x"})
-		cancel()
-		if el := time.Since(start); el > 2*time.Second {
-			t.Fatalf("a call hung for %v after invalid JSON", el)
-		}
+		g.Expect(time.Since(start)).To(BeNumerically("<=", 2*time.Second), "a call hung after invalid JSON")
 		calls++
 		if err != nil {
 			fails++
-			if err.Error() == "" {
-				t.Errorf("an error without a message")
-			}
+			g.Expect(err.Error()).NotTo(BeEmpty(), "an error without a message")
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	}, 1500*time.Millisecond, 10*time.Millisecond).Should(Succeed())
 	sn := waitFor(t, s, "Ready", isReady)
 	rec.close()
 	t.Logf("%d calls, %d failed; generation %d", calls, fails, sn.Generation)
@@ -190,8 +189,9 @@ func TestFaultInvalidJSONFromServerNeverCrashesOrHangs(t *testing.T) {
 	}
 }
 
-// §4.4: a raw name listed twice rejects the fetch with a message naming the
+// A raw name listed twice rejects the fetch with a message naming the
 // tool; nothing is registered.
+// See docs/design.md, "Tool sync".
 func TestFaultDuplicateRawNameRejectsTheFetch(t *testing.T) {
 	p := stdioPolicy("--duplicate-name")
 	p.Reconnect.MaxAttempts = 1
@@ -228,12 +228,13 @@ func TestFaultTenThousandToolsAllPublished(t *testing.T) {
 	// Listing 10,000 tools takes seconds under -race on a loaded machine:
 	// a longer bound than waitFor's.
 	var sn Snapshot
-	for sn = s.Snapshot(); sn.Phase != PhaseReady; sn = s.Snapshot() {
-		if sn.LastError != nil || time.Since(start) > 90*time.Second {
-			t.Fatalf("not Ready: %+v", sn)
+	NewWithT(t).Eventually(func() (Phase, error) {
+		sn = s.Snapshot()
+		if sn.LastError != nil {
+			return sn.Phase, StopTrying(fmt.Sprintf("not Ready: %+v", sn))
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return sn.Phase, nil
+	}, 90*time.Second, 20*time.Millisecond).Should(Equal(PhaseReady))
 	t.Logf("10,008 tools over 11 pages published in %v", time.Since(start))
 	want := 10000 + len(fixture.BuiltinTools)
 	if len(sn.Tools) != want {
@@ -278,26 +279,29 @@ func TestFaultHugeSchemasPublishedWhole(t *testing.T) {
 	}
 }
 
-// §4.5: a stopped (SIGSTOP) child answers nothing; the health check finds
-// it (stage health-check) and the server reconnects to a new child.
+// A stopped (SIGSTOP) child answers nothing; the health check finds it
+// (stage health-check) and the server reconnects to a new child. The
+// probes run on the supervisor's clock, stepped here one interval at a time.
 func TestFaultHealthCheckDetectsStoppedChild(t *testing.T) {
+	g := NewWithT(t)
+	const interval = time.Second // on the fake clock; a probe may take half of it, in real time
 	p := stdioPolicy()
-	p.HealthCheckInterval = 200 * time.Millisecond
-	s, _ := startSupervisor(t, p, func(o *Options) { o.TerminateGrace = 200 * time.Millisecond })
+	p.HealthCheckInterval = interval
+	fc := clocktesting.NewFakeClock(time.Now())
+	s, _ := startSupervisor(t, p, func(o *Options) { o.TerminateGrace = 200 * time.Millisecond; o.Clock = fc })
 	waitFor(t, s, "Ready", isReady)
 	pid := stdioCallPID(t, s)
 	t.Cleanup(func() { stdioKillQuietly(pid) })
-	// A healthy idle connection survives several probes.
-	time.Sleep(700 * time.Millisecond)
-	if sn := s.Snapshot(); sn.Generation != 1 || sn.Phase != PhaseReady {
-		t.Fatalf("a healthy child was replaced: %+v", sn)
-	}
 	rec := stdioRecord(t, s)
 	stoppedAt := time.Now()
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	sn := waitFor(t, s, "generation 2 Ready", func(sn Snapshot) bool { return sn.Generation == 2 && sn.Phase == PhaseReady })
+	g.Expect(syscall.Kill(pid, syscall.SIGSTOP)).To(Succeed())
+	// Each poll steps one interval: a probe, and once the loss is seen the
+	// backoff delay too.
+	g.Eventually(func() Snapshot {
+		fc.Step(interval)
+		return s.Snapshot()
+	}, eventually, 50*time.Millisecond).Should(SatisfyAll(
+		HaveField("Generation", BeEquivalentTo(2)), HaveField("Phase", PhaseReady)))
 	t.Logf("stopped child replaced after %v", time.Since(stoppedAt))
 	rec.close()
 	sawHealth := false
@@ -306,21 +310,63 @@ func TestFaultHealthCheckDetectsStoppedChild(t *testing.T) {
 			sawHealth = true
 		}
 	}
-	if !sawHealth {
-		t.Errorf("the loss was not attributed to the health check")
-	}
-	if newPID := stdioCallPID(t, s); newPID == pid {
-		t.Errorf("still talking to pid %d", pid)
-	}
-	if !stdioGone(pid) {
-		st, ppid, _ := stdioProcStat(pid)
-		t.Errorf("the stopped child %d was not killed and reaped before the next generation: state %c ppid %d", pid, st, ppid)
-	}
-	_ = sn
+	g.Expect(sawHealth).To(BeTrue(), "the loss was not attributed to the health check")
+	g.Expect(stdioCallPID(t, s)).NotTo(Equal(pid), "still talking to the stopped child")
+	g.Expect(stdioGone(pid)).To(BeTrue(), "the stopped child was not killed and reaped before the next generation")
 }
 
-// §4.7: a stopped child can neither see its stdin close nor handle SIGTERM,
+// Health probes run on the supervisor's clock: none while it stands still,
+// one per interval stepped. A healthy idle connection survives them; one
+// failed probe is not a loss, two in a row are.
+func TestHealthChecksRunOnTheSupervisorsClock(t *testing.T) {
+	g := NewWithT(t)
+	const interval = time.Second // a probe's own deadline is half of it, in real time
+	fs := stdioNewFakeServer(t, "alpha")
+	d := &stdioFakeDialer{srv: fs.srv}
+	p := stdioPolicy()
+	p.HealthCheckInterval = interval
+	fc := clocktesting.NewFakeClock(time.Now())
+	s, _ := startSupervisor(t, p, stdioWithDialer(d), func(o *Options) { o.Clock = fc })
+	t.Cleanup(d.release)
+	waitFor(t, s, "Ready", isReady)
+	probes := fs.listRequests.Load // on 2026-07-28 a probe is a tools/list
+	base := probes()
+	g.Consistently(probes, 3*time.Second/2, 20*time.Millisecond).Should(Equal(base), "a probe ran while the clock stood still")
+	for i := int64(1); i <= 3; i++ {
+		fc.Step(interval)
+		g.Eventually(probes, eventually).Should(Equal(base + i))
+	}
+	ready := SatisfyAll(HaveField("Generation", BeEquivalentTo(1)), HaveField("Phase", PhaseReady))
+	failOne := func() {
+		fs.stallNextList.Store(true)
+		fc.Step(interval)
+		g.Eventually(fs.listStalled, eventually).Should(Receive())
+		// The stalled probe fails at its half-interval deadline; alone it
+		// is no loss.
+		g.Consistently(s.Snapshot, interval, 50*time.Millisecond).Should(ready)
+	}
+	failOne()
+	fc.Step(interval) // a probe that succeeds resets the count
+	g.Eventually(probes, eventually).Should(Equal(base + 5))
+	failOne()
+	fs.stallNextList.Store(true)
+	fc.Step(interval)
+	g.Eventually(func() string {
+		fc.Step(p.Reconnect.InitialDelay) // the retry, once the loss is seen
+		if le := s.Snapshot().LastError; le != nil {
+			return le.Stage
+		}
+		return ""
+	}, eventually, 50*time.Millisecond).Should(Equal(StageHealthCheck))
+	g.Eventually(func() int {
+		fc.Step(p.Reconnect.InitialDelay)
+		return d.dialCount()
+	}, eventually, 50*time.Millisecond).Should(Equal(2))
+}
+
+// A stopped child can neither see its stdin close nor handle SIGTERM,
 // so disposal kills it at once instead of waiting out both graces.
+// See docs/design.md, "Hot swap and disposal".
 func TestFaultDisposeKillsStoppedChildAtOnce(t *testing.T) {
 	const grace = 2 * time.Second
 	s, _ := startSupervisor(t, stdioPolicy(), func(o *Options) { o.TerminateGrace = grace; o.CloseBarrier = 3 * grace })
@@ -330,13 +376,8 @@ func TestFaultDisposeKillsStoppedChildAtOnce(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(eventually)
-	for st, _, _ := stdioProcStat(pid); st != 'T'; st, _, _ = stdioProcStat(pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("pid %d never showed as stopped (state %c)", pid, st)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	NewWithT(t).Eventually(func() byte { st, _, _ := stdioProcStat(pid); return st }, eventually, 10*time.Millisecond).
+		Should(Equal(byte('T')), "pid %d never showed as stopped", pid)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*grace)
 	defer cancel()
 	start := time.Now()
@@ -351,8 +392,9 @@ func TestFaultDisposeKillsStoppedChildAtOnce(t *testing.T) {
 	}
 }
 
-// §4.8: the child gets the allowlisted variables and the spec's env, never
+// The child gets the allowlisted variables and the spec's env, never
 // the manager's credentials or KUBERNETES_*.
+// See docs/design.md, "stdio children".
 func TestFaultChildEnvironmentIsScrubbed(t *testing.T) {
 	t.Setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
 	t.Setenv("KUBERNETES_PORT", "tcp://10.0.0.1:443")
@@ -394,10 +436,11 @@ func TestFaultChildEnvironmentIsScrubbed(t *testing.T) {
 	}
 }
 
-// §4.8: closing a generation signals the whole process group, and nothing
+// Closing a generation signals the whole process group, and nothing
 // is left behind: after Dispose the child is reaped at once, and its
 // grandchild (which the child does not end itself) is gone too, not left
 // running nor as a zombie.
+// See docs/design.md, "stdio children".
 func TestFaultDisposeLeavesNeitherChildNorGrandchild(t *testing.T) {
 	ev := eventsPath(t)
 	s, _ := startSupervisor(t, stdioPolicy("--spawn-grandchild", "--events-file="+ev))
@@ -421,20 +464,18 @@ func TestFaultDisposeLeavesNeitherChildNorGrandchild(t *testing.T) {
 		st, ppid, _ := stdioProcStat(child)
 		t.Errorf("child %d not reaped when Dispose returned: state %c ppid %d", child, st, ppid)
 	}
-	deadline := time.Now().Add(eventually)
 	zombieLogged := false
-	for !stdioGone(grand) {
-		st, ppid, _ := stdioProcStat(grand)
-		if st == 'Z' && !zombieLogged {
+	NewWithT(t).Eventually(func() bool {
+		if st, ppid, _ := stdioProcStat(grand); st == 'Z' && !zombieLogged {
 			// Orphans go to PID 1 (or the nearest subreaper), which must reap them.
 			t.Logf("grandchild %d is a zombie of pid %d", grand, ppid)
 			zombieLogged = true
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("grandchild %d left behind after Dispose: state %c, parent %d (this process is %d)", grand, st, ppid, os.Getpid())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return stdioGone(grand)
+	}, eventually, 5*time.Millisecond).Should(BeTrue(), func() string {
+		st, ppid, _ := stdioProcStat(grand)
+		return fmt.Sprintf("grandchild %d left behind after Dispose: state %c, parent %d (this process is %d)", grand, st, ppid, os.Getpid())
+	})
 }
 
 func faultsDispose(t *testing.T, s *Supervisor) time.Duration {
@@ -448,8 +489,9 @@ func faultsDispose(t *testing.T, s *Supervisor) time.Duration {
 	return time.Since(start)
 }
 
-// §4.8: a child that ignores stdin EOF and SIGTERM is ended by SIGKILL
+// A child that ignores stdin EOF and SIGTERM is ended by SIGKILL
 // within the close barrier.
+// See docs/design.md, "stdio children".
 func TestFaultDisposeKillsChildIgnoringSIGTERM(t *testing.T) {
 	const grace = 200 * time.Millisecond
 	p := stdioPolicy()
@@ -482,8 +524,9 @@ func TestFaultDisposeKillsChildIgnoringSIGTERM(t *testing.T) {
 	}
 }
 
-// §4.8: the child's stderr is logged line by line, with the resource, and
+// The child's stderr is logged line by line, with the resource, and
 // rate-limited per child.
+// See docs/design.md, "stdio children".
 func TestFaultChildStderrIsLoggedLineByLine(t *testing.T) {
 	var mu sync.Mutex
 	var lines []string
@@ -497,10 +540,13 @@ func TestFaultChildStderrIsLoggedLineByLine(t *testing.T) {
 	s, _ := startSupervisor(t, p, func(o *Options) { o.Log = log })
 	waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
 	re := regexp.MustCompile(`"msg"="stderr".*"pid"=(\d+).*"line"="(.*)"$`)
-	deadline := time.Now().Add(eventually)
-	for {
+	var got []string
+	// Each logged line must be one line with the resource, within the rate
+	// limit, at every moment (StopTrying fails at once); the usage line must
+	// show up.
+	NewWithT(t).Eventually(func() (bool, error) {
 		mu.Lock()
-		got := slices.Clone(lines)
+		got = slices.Clone(lines)
 		mu.Unlock()
 		perPID := map[string]int{}
 		found := false
@@ -510,11 +556,11 @@ func TestFaultChildStderrIsLoggedLineByLine(t *testing.T) {
 				continue
 			}
 			if !strings.Contains(l, `"mcpserver"="ns/srv"`) {
-				t.Fatalf("stderr log without the resource: %s", l)
+				return false, StopTrying("stderr log without the resource: " + l)
 			}
 			perPID[m[1]]++
 			if strings.Contains(m[2], `\n`) {
-				t.Fatalf("a log entry holds several lines: %s", l)
+				return false, StopTrying("a log entry holds several lines: " + l)
 			}
 			if strings.Contains(m[2], "flag provided but not defined: -no-such-flag") {
 				found = true
@@ -522,15 +568,11 @@ func TestFaultChildStderrIsLoggedLineByLine(t *testing.T) {
 		}
 		for pid, n := range perPID {
 			if n > stderrLinesPerSecond {
-				t.Fatalf("child %s: %d stderr lines logged, over the %d/s limit", pid, n, stderrLinesPerSecond)
+				return false, StopTrying(fmt.Sprintf("child %s: %d stderr lines logged, over the %d/s limit", pid, n, stderrLinesPerSecond))
 			}
 		}
-		if found {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("stderr line not logged; log: %s", strings.Join(got, "\n"))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return found, nil
+	}, eventually, 10*time.Millisecond).Should(BeTrue(), func() string {
+		return "stderr line not logged; log: " + strings.Join(got, "\n")
+	})
 }

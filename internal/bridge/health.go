@@ -2,19 +2,11 @@ package bridge
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"time"
-
-	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// sessionlessProtocol is the first protocol version without ping.
-const sessionlessProtocol = "2026-07-28"
-
-// healthFailures in a row make a loss (§4.5).
+// healthFailures in a row make a loss.
 const healthFailures = 2
 
 // demandProbeTimeout bounds a probe triggered by a failed call when no
@@ -24,21 +16,30 @@ const demandProbeTimeout = 5 * time.Second
 // healthLoop probes the connection every healthCheckIntervalMs, each probe
 // bounded by half the interval; two failures in a row are a loss. A probe
 // requested by a failed call runs at once, and one failure of it is a loss.
+// With the interval at 0 only requested probes run, each bounded by
+// demandProbeTimeout. The interval runs on the supervisor's clock; a
+// probe's own deadline on real time, like every request's.
+// See docs/design.md, "Detecting loss".
 func (s *Supervisor) healthLoop(g *generation) {
 	interval := s.p.HealthCheckInterval
-	ticker := time.NewTicker(interval)
-	defer ticker.Stop()
+	var tick <-chan time.Time
+	timeout := demandProbeTimeout
+	if interval > 0 {
+		ticker := s.clock.NewTicker(interval)
+		defer ticker.Stop()
+		tick, timeout = ticker.C(), interval/2
+	}
 	failures := 0
 	for {
 		onDemand := false
 		select {
 		case <-g.ctx.Done():
 			return
-		case <-ticker.C:
+		case <-tick:
 		case <-g.probe:
 			onDemand = true
 		}
-		err := probe(g, interval/2)
+		err := probe(g, timeout)
 		switch {
 		case err == nil:
 			failures = 0
@@ -47,25 +48,9 @@ func (s *Supervisor) healthLoop(g *generation) {
 		default:
 			failures++
 			if onDemand || failures >= healthFailures {
-				g.markLost(&StageError{Stage: StageHealthCheck, Err: err})
+				g.lose(StageHealthCheck, err)
 				return
 			}
-		}
-	}
-}
-
-// probeOnDemand serves probes requested by failed calls when the periodic
-// health check is disabled.
-func (s *Supervisor) probeOnDemand(g *generation) {
-	for {
-		select {
-		case <-g.ctx.Done():
-			return
-		case <-g.probe:
-		}
-		if err := probe(g, demandProbeTimeout); err != nil && g.ctx.Err() == nil {
-			g.markLost(&StageError{Stage: StageHealthCheck, Err: err})
-			return
 		}
 	}
 }
@@ -80,7 +65,7 @@ func probe(g *generation, timeout time.Duration) error {
 	var err error
 	hl, isHTTP := g.link.(*httpLink)
 	switch {
-	case g.sess.InitializeResult().ProtocolVersion < sessionlessProtocol:
+	case g.sess.InitializeResult().ProtocolVersion < SessionlessProtocol:
 		err = g.sess.Ping(ctx, nil)
 	case isHTTP:
 		err = g.listProbe(ctx, hl)
@@ -96,29 +81,4 @@ func probe(g *generation, timeout time.Duration) error {
 		return fmt.Errorf("no answer to a health probe within %dms", timeout.Milliseconds())
 	}
 	return err
-}
-
-// isSessionLost: the connection is certainly gone.
-func isSessionLost(err error) bool {
-	return errors.Is(err, mcp.ErrSessionMissing) || errors.Is(err, mcp.ErrConnectionClosed) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
-}
-
-// isTransportFailure: the request may not have reached the server, so the
-// connection deserves a probe. A JSON-RPC error came from the server itself.
-func isTransportFailure(err error) bool {
-	if isServerAnswer(err) {
-		return false
-	}
-	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
-}
-
-// codeRejected is the JSON-RPC code the SDK gives a request that the
-// transport rejected (connection refused, 5xx): not an answer of the server.
-const codeRejected = -32005
-
-// isServerAnswer: the error is a JSON-RPC error the server itself sent.
-func isServerAnswer(err error) bool {
-	var wire *jsonrpc.Error
-	return errors.As(err, &wire) && wire.Code != codeRejected
 }

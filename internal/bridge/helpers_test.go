@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr/testr"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	. "github.com/onsi/gomega"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/policy"
@@ -58,23 +60,17 @@ func startSupervisor(t *testing.T, p *policy.Policy, mutate ...func(*Options)) (
 	return s, reg
 }
 
-// waitFor polls the snapshot until cond holds.
+// waitFor waits until the snapshot satisfies cond, and returns it.
 func waitFor(t *testing.T, s *Supervisor, what string, cond func(Snapshot) bool) Snapshot {
 	t.Helper()
-	deadline := time.Now().Add(eventually)
-	for {
-		sn := s.Snapshot()
-		if cond(sn) {
-			return sn
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s; last snapshot: %+v", what, sn)
-		}
-		select {
-		case <-s.Changes():
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	var sn Snapshot
+	NewWithT(t).Eventually(func() bool {
+		sn = s.Snapshot()
+		return cond(sn)
+	}, eventually, 5*time.Millisecond).Should(BeTrue(), func() string {
+		return fmt.Sprintf("waiting for %s; last snapshot: %+v", what, sn)
+	})
+	return sn
 }
 
 func isReady(sn Snapshot) bool { return sn.Phase == PhaseReady }

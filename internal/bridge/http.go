@@ -112,7 +112,8 @@ const sessionDeleteTimeout = time.Second
 
 // sessionTransport adds the configured headers and reports session loss: a
 // 404 to a request that carries a session id means the server forgot the
-// session, whatever the body says (SPEC §4.5).
+// session, whatever the body says.
+// See docs/design.md, "Detecting loss".
 type sessionTransport struct {
 	base    http.RoundTripper
 	headers []policy.Header

@@ -5,7 +5,8 @@ import (
 	"encoding/hex"
 )
 
-// Limits of the public tool name (SPEC §5).
+// Limits of the public tool name.
+// See docs/design.md, "Tool registry and names".
 const (
 	// publicNameMaxLen is the longest public name; longer candidates are hashed.
 	publicNameMaxLen = 64
@@ -16,7 +17,7 @@ const (
 )
 
 // PublicName returns the name under which the tool rawName of the server
-// serverName is published by the gateway (SPEC §5).
+// serverName is published by the gateway.
 //
 // The candidate is "mcp__" + serverName + "__" + rawName. Every byte outside
 // [A-Za-z0-9_-] is replaced with '_'. The unit is the byte, not the rune: a
@@ -32,6 +33,7 @@ const (
 // registry refuses the second registration. The NUL separator in the hash
 // input is unambiguous because a valid serverName (^[A-Za-z0-9_-]{1,32}$)
 // never contains NUL.
+// See docs/design.md, "Tool registry and names".
 func PublicName(serverName, rawName string) string {
 	total := len("mcp__") + len(serverName) + len("__") + len(rawName)
 	// Only the first publicNameMaxLen bytes can end up in the result; the

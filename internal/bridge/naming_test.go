@@ -25,8 +25,8 @@ func publicNameTestNeedsHash(serverName, rawName string) bool {
 	return false
 }
 
-// publicNameTestOracle is an independent implementation of SPEC §5 used to
-// check PublicName.
+// publicNameTestOracle is an independent implementation of the public name,
+// to check PublicName. See docs/design.md, "Tool registry and names".
 func publicNameTestOracle(serverName, rawName string) string {
 	cand := []byte("mcp__" + serverName + "__" + rawName)
 	if !publicNameTestNeedsHash(serverName, rawName) {
@@ -119,7 +119,8 @@ func TestPublicNameHashSeparatesNamesWithTheSamePrefix(t *testing.T) {
 	}
 }
 
-// FuzzPublicName checks the invariants of SPEC §5 on arbitrary input:
+// FuzzPublicName checks the invariants of the public name on arbitrary
+// input (docs/design.md, "Tool registry and names"):
 //
 //	go test -run '^$' -fuzz FuzzPublicName -fuzztime 60s ./internal/bridge/
 func FuzzPublicName(f *testing.F) {

@@ -193,7 +193,7 @@ func rawLive(t *testing.T, s *Supervisor) *generation {
 	return s.live
 }
 
-// rawNotLost fails the test if g was reported lost. markLost runs inside
+// rawNotLost fails the test if g was reported lost. lose runs inside
 // the call that fails, so right after it returns the answer is final.
 func rawNotLost(t *testing.T, g *generation, after string) {
 	t.Helper()

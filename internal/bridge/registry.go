@@ -43,9 +43,10 @@ func (e *ConflictError) Error() string {
 	return fmt.Sprintf("tool %q would be published as %q, already held by %s", e.RawName, e.PublicName, e.HeldBy)
 }
 
-// Registry is the per-namespace tool registry (SPEC §5). It is safe for
+// Registry is the per-namespace tool registry. It is safe for
 // concurrent use. Readers receive immutable snapshots and hold no lock once a
 // method returns.
+// See docs/design.md, "Tool registry and names".
 type Registry struct {
 	mu         sync.RWMutex
 	namespaces map[string]*regNamespace

@@ -245,8 +245,9 @@ func TestRegistrySwapDetectsEveryPublishedDifference(t *testing.T) {
 	}
 }
 
-// TestRegistryConflictRefusesNewOwner is the SPEC §5 example: serverName a__b
-// with tool c, then serverName a with tool b__c.
+// TestRegistryConflictRefusesNewOwner is the example of docs/design.md,
+// "Tool registry and names": serverName a__b with tool c, then serverName a
+// with tool b__c.
 func TestRegistryConflictRefusesNewOwner(t *testing.T) {
 	r := NewRegistry()
 	sub := r.Subscribe()

@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -13,10 +14,12 @@ type Snapshot struct {
 	Message string
 	// Generation numbers the latest connection generation started.
 	Generation int64
-	// FailedAttempts counts consecutive failed attempts in this outage.
+	// FailedAttempts counts the consecutive failed attempts of the current
+	// outage, at most MaxAttempts (see outage.go for what counts).
 	FailedAttempts int
-	// Attempt is the reconnect attempt scheduled or running, from 1; 0
-	// when no outage is open.
+	// Attempt numbers the scheduled or running retry within its outage,
+	// counting the failed attempts before it: FailedAttempts+1 once a retry
+	// is scheduled; 0 while connected and before the first retry.
 	Attempt     int
 	MaxAttempts int
 	// RetryDelay and NextRetry describe the scheduled attempt.
@@ -50,4 +53,17 @@ func (s Snapshot) clone() Snapshot {
 		s.LastError = &le
 	}
 	return s
+}
+
+// maxInfoLen bounds what a server may say about itself in our status.
+const maxInfoLen = 256
+
+// Truncate cuts s to at most n bytes without splitting a character; a cut
+// string ends in "...". What a server says reaches status, events and error
+// messages through it, so that a server cannot bloat them.
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n-3], "") + "..."
 }

@@ -21,8 +21,9 @@ import (
 	"github.com/mcpbridge/operator/internal/policy"
 )
 
-// envAllowlist are the manager variables a child inherits (§4.8); anything
+// envAllowlist are the manager variables a child inherits; anything
 // else, credentials and KUBERNETES_* included, never reaches it.
+// See docs/design.md, "stdio children".
 var envAllowlist = []string{"PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "TZ", "TMPDIR"}
 
 // scrubbedEnv is the allowlisted part of base plus the spec's variables,

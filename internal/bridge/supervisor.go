@@ -2,7 +2,6 @@ package bridge
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -24,16 +23,9 @@ const (
 	PhaseFailed       Phase = "Failed"
 )
 
-// Reasons a supervisor stops for good (until a hot swap).
-const (
-	ReasonReconnectExhausted = "ReconnectExhausted"
-	ReasonReconnectDisabled  = "ReconnectDisabled"
-	ReasonStartupFailed      = "StartupFailed"
-	ReasonCloseTimeout       = "CloseTimeout"
-)
-
 // DefaultCloseBarrier is how long a generation may take to report closed
-// before the supervisor refuses to start another (§4.1).
+// before the supervisor refuses to start another.
+// See docs/design.md, "Generations and the close barrier".
 const DefaultCloseBarrier = 5 * time.Second
 
 // Options build a Supervisor.
@@ -46,8 +38,10 @@ type Options struct {
 	// BaseGeneration continues connection-generation numbering from a
 	// previous supervisor of the same resource.
 	BaseGeneration int64
-	// Clock times backoff and the stability window; nil is the real clock.
-	Clock clock.Clock
+	// Clock times backoff, the stability window and the health checks; nil
+	// is the real clock. The close barrier and the deadlines of requests
+	// always run on real time.
+	Clock clock.WithTicker
 	// CloseBarrier defaults to DefaultCloseBarrier.
 	CloseBarrier time.Duration
 	// Observer receives call and sync measurements; nil discards them.
@@ -66,7 +60,7 @@ type Supervisor struct {
 	owner    string
 	registry *Registry
 	log      logr.Logger
-	clock    clock.Clock
+	clock    clock.WithTicker
 	barrier  time.Duration
 	dialer   dialer
 	changes  chan struct{}
@@ -78,11 +72,12 @@ type Supervisor struct {
 	mu     sync.Mutex
 	snap   Snapshot
 	live   *generation // the connected generation, nil while down
+	last   *generation // the latest generation started, live or not
 	events []Event
 
 	lifeMu sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	cancel context.CancelFunc // nil until Start (or Dispose)
+	closed chan struct{}      // see Closed
 }
 
 // New builds a Supervisor; it does nothing until Start.
@@ -98,6 +93,7 @@ func New(o Options) *Supervisor {
 		dialer:   o.dialer,
 		observer: o.Observer,
 		changes:  make(chan struct{}, 1),
+		closed:   make(chan struct{}),
 		snap:     Snapshot{Phase: PhasePending, Generation: o.BaseGeneration, MaxAttempts: o.Policy.Reconnect.MaxAttempts},
 	}
 	if s.clock == nil {
@@ -110,7 +106,11 @@ func New(o Options) *Supervisor {
 		s.barrier = DefaultCloseBarrier
 	}
 	if s.dialer == nil {
-		s.dialer = newDialer(o.Policy, s.log, positiveOr(o.TerminateGrace, s.barrier/3), s.tasks.sniff)
+		grace := o.TerminateGrace
+		if grace <= 0 {
+			grace = s.barrier / 3
+		}
+		s.dialer = newDialer(o.Policy, s.log, grace, s.tasks.sniff)
 	}
 	return s
 }
@@ -122,51 +122,66 @@ func newDialer(p *policy.Policy, log logr.Logger, grace time.Duration, sniff fun
 	return &httpDialer{spec: p.HTTP, sniff: sniff}
 }
 
-// positiveOr is v when it is set (positive), else def.
-func positiveOr(v, def time.Duration) time.Duration {
-	if v > 0 {
-		return v
-	}
-	return def
-}
-
-// Start runs the supervisor until ctx ends or Dispose; a second Start does
-// nothing.
+// Start runs the supervisor until ctx ends or Dispose; a second Start, or a
+// Start after Dispose, does nothing.
 func (s *Supervisor) Start(ctx context.Context) {
 	s.lifeMu.Lock()
 	defer s.lifeMu.Unlock()
-	if s.done != nil {
+	if s.cancel != nil {
 		return
 	}
 	ctx, s.cancel = context.WithCancel(ctx)
-	s.done = make(chan struct{})
 	go s.run(ctx)
 }
 
 // Dispose cancels a pending reconnect, aborts an in-flight connect, closes
-// the live generation, waits for its close barrier and unregisters the
-// server's tools. It returns early with ctx's error if ctx ends first.
+// the live generation, waits for its close signal and unregisters the
+// server's tools. It waits at most the close barrier: when the last
+// generation has not closed by then (a child that outlives SIGTERM and
+// SIGKILL's grace, a link that never reports closed) it returns an error
+// that wraps ErrCloseTimeout, and Closed tells when it finally has. It
+// returns early with ctx's error if ctx ends first. The tools leave the
+// registry in every case.
+// See docs/design.md, "Hot swap and disposal".
 func (s *Supervisor) Dispose(ctx context.Context) error {
 	s.lifeMu.Lock()
-	cancel, done := s.cancel, s.done
+	if s.cancel == nil { // never started: nothing runs, and nothing will
+		s.cancel = func() {}
+		close(s.closed)
+	}
+	cancel := s.cancel
 	s.lifeMu.Unlock()
-	if done != nil {
-		cancel()
-		select {
-		case <-done:
-		case <-ctx.Done():
-			// Its tools must not outlive the resource, even if the
-			// generation is still closing.
-			s.registry.Remove(s.ns, s.owner)
-			return fmt.Errorf("dispose %s: %w", s.owner, ctx.Err())
-		}
+	cancel()
+	// Real time, not s.clock: the barrier guards real processes.
+	timer := time.NewTimer(s.barrier)
+	defer timer.Stop()
+	var err error
+	select {
+	case <-s.closed:
+	case <-timer.C:
+		err = fmt.Errorf("dispose %s: %w", s.owner, ErrCloseTimeout)
+	case <-ctx.Done():
+		err = fmt.Errorf("dispose %s: %w", s.owner, ctx.Err())
 	}
 	// Only here: a supervisor that stopped for good (ReconnectDisabled,
 	// StartupFailed, CloseTimeout) keeps its last tools until disposed.
+	// They must not outlive the resource, even while a generation closes.
 	s.registry.Remove(s.ns, s.owner)
-	s.update(func(sn *Snapshot) { sn.Tools = nil })
-	return nil
+	if err == nil {
+		s.update(func(sn *Snapshot) { sn.Tools = nil })
+	}
+	return err
 }
+
+// Closed is closed once the supervisor has stopped (disposed, or failed for
+// good) and the last generation it started has closed, however long after
+// the close barrier that was: from then on no process, request or goroutine
+// of it remains, and another supervisor of the same server may start.
+func (s *Supervisor) Closed() <-chan struct{} { return s.closed }
+
+// CloseBarrier is how long the supervisor waits for a generation to close:
+// Dispose takes at most about that long.
+func (s *Supervisor) CloseBarrier() time.Duration { return s.barrier }
 
 // Changes receives a value whenever the snapshot changed since the last
 // receive; sends never block and coalesce.
@@ -192,127 +207,4 @@ func (s *Supervisor) signal() {
 	case s.changes <- struct{}{}:
 	default:
 	}
-}
-
-// run is the supervisor's only long-lived goroutine: connect, serve until
-// lost, back off, repeat, until the budget is spent or ctx ends.
-func (s *Supervisor) run(ctx context.Context) {
-	defer close(s.done)
-	o := outage{policy: s.p.Reconnect}
-	everConnected := false
-	for {
-		err := s.attempt(ctx, &o, &everConnected)
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			s.stop(err)
-			return
-		}
-		n, delay, ok := o.next()
-		if !ok {
-			s.registry.Remove(s.ns, s.owner)
-			s.stop(&stopError{reason: ReasonReconnectExhausted,
-				msg: fmt.Sprintf("Gave up after %d consecutive failed attempts (reconnect.maxAttempts is %d); tools unregistered",
-					o.failed, s.p.Reconnect.MaxAttempts)})
-			return
-		}
-		s.scheduleRetry(n, delay, o.failed, everConnected)
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.clock.After(delay):
-		}
-	}
-}
-
-// stopError ends the supervisor in PhaseFailed with a reason.
-type stopError struct {
-	reason string
-	msg    string
-}
-
-func (e *stopError) Error() string { return e.msg }
-
-// attempt runs one generation from connect to loss. A nil error means
-// "back off and try again"; a *stopError means stop for good.
-func (s *Supervisor) attempt(ctx context.Context, o *outage, everConnected *bool) error {
-	g, err := s.connect(ctx, *everConnected)
-	if ctx.Err() != nil {
-		if g != nil { // connected just as the supervisor was disposed
-			_ = s.closeGeneration(g)
-		}
-		return nil
-	}
-	if errors.Is(err, ErrCloseTimeout) {
-		return &stopError{reason: ReasonCloseTimeout, msg: "The previous connection did not close within " +
-			s.barrier.String() + "; reconnecting was stopped to avoid two live server processes"}
-	}
-	if err != nil {
-		o.failedAttempt()
-		s.update(func(sn *Snapshot) { sn.FailedAttempts = o.failed })
-		if !*everConnected && s.p.FailOnStartupError {
-			return &stopError{reason: ReasonStartupFailed, msg: "The first connection attempt failed and failOnStartupError is set: " + err.Error()}
-		}
-		if !s.p.Reconnect.Enabled {
-			return &stopError{reason: ReasonReconnectDisabled, msg: "The connection failed and reconnect is disabled: " + err.Error()}
-		}
-		return nil
-	}
-	*everConnected = true
-	up := s.clock.Now()
-	lossErr := s.serve(ctx, g, o)
-	if ctx.Err() != nil {
-		return nil
-	}
-	o.lost(g.lostAt.Sub(up))
-	s.update(func(sn *Snapshot) { sn.FailedAttempts = o.failed })
-	if errors.Is(lossErr, ErrCloseTimeout) {
-		return &stopError{reason: ReasonCloseTimeout, msg: "The lost connection did not close within " +
-			s.barrier.String() + "; reconnecting was stopped to avoid two live server processes"}
-	}
-	if !s.p.Reconnect.Enabled {
-		return &stopError{reason: ReasonReconnectDisabled,
-			msg: "The connection was lost and reconnect is disabled; its tools stay registered but fail: " + lossErr.Error()}
-	}
-	return nil
-}
-
-// stop records a final failure; the tools stay as the caller left them.
-func (s *Supervisor) stop(err error) {
-	var se *stopError
-	if !errors.As(err, &se) {
-		se = &stopError{reason: ReasonReconnectExhausted, msg: err.Error()}
-	}
-	s.log.Error(nil, "connection supervisor stopped", "reason", se.reason, "message", se.msg)
-	s.emit(true, se.reason, se.msg)
-	s.update(func(sn *Snapshot) {
-		sn.Phase, sn.Reason, sn.Message = PhaseFailed, se.reason, se.msg
-		sn.NextRetry, sn.RetryDelay, sn.Attempt = time.Time{}, 0, 0
-		sn.Tools = s.registry.Owned(s.ns, s.owner)
-	})
-}
-
-func (s *Supervisor) scheduleRetry(n int, delay time.Duration, failed int, everConnected bool) {
-	s.log.Info("reconnecting", "attempt", n, "maxAttempts", s.p.Reconnect.MaxAttempts, "delay", delay.String())
-	s.emit(true, "Reconnecting", fmt.Sprintf("Reconnecting in %dms (attempt %d/%d)%s",
-		delay.Milliseconds(), n, s.p.Reconnect.MaxAttempts, s.lastErrorSuffix()))
-	s.update(func(sn *Snapshot) {
-		sn.Phase = PhaseReconnecting
-		if !everConnected {
-			sn.Phase = PhaseConnecting
-		}
-		sn.Attempt, sn.RetryDelay, sn.FailedAttempts = n, delay, failed
-		sn.NextRetry = s.clock.Now().Add(delay)
-	})
-}
-
-// lastErrorSuffix is ": <last error>" for event messages, or nothing.
-func (s *Supervisor) lastErrorSuffix() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.snap.LastError == nil {
-		return ""
-	}
-	return ": " + s.snap.LastError.Error()
 }

@@ -20,7 +20,9 @@ import (
 
 	"github.com/go-logr/logr/funcr"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	. "github.com/onsi/gomega"
 
+	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/policy"
 	"github.com/mcpbridge/operator/test/fixture"
 )
@@ -203,34 +205,30 @@ func httpForEachProtocol(t *testing.T, fn func(t *testing.T, stateless bool)) {
 	}
 }
 
-// httpWaitEvent polls the fixture's events file until an event matches.
+// httpWaitEvent waits until an event of the fixture's events file matches.
 func httpWaitEvent(t *testing.T, path, what string, match func(fixture.Event) bool) fixture.Event {
 	t.Helper()
-	deadline := time.Now().Add(eventually)
-	for {
-		events, _ := fixture.ReadEvents(path)
+	var events []fixture.Event
+	var found fixture.Event
+	NewWithT(t).Eventually(func() bool {
+		events, _ = fixture.ReadEvents(path)
 		for _, ev := range events {
 			if match(ev) {
-				return ev
+				found = ev
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for fixture event %s; events: %+v", what, events)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return false
+	}, eventually, 10*time.Millisecond).Should(BeTrue(), func() string {
+		return fmt.Sprintf("waiting for fixture event %s; events: %+v", what, events)
+	})
+	return found
 }
 
-// httpPoll polls cond until it holds, at most 20 s.
+// httpPoll waits until cond holds.
 func httpPoll(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(eventually)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	NewWithT(t).Eventually(cond, eventually, 5*time.Millisecond).Should(BeTrue(), "waiting for %s", what)
 }
 
 // httpSilentListener accepts TCP connections on 127.0.0.1 and never answers
@@ -309,9 +307,10 @@ func TestHTTPNegotiatesProtocolVersionOfStatefulAndStatelessHandlers(t *testing.
 	})
 }
 
-// SPEC §4.5: a 404 to a request carrying the session id is a session loss,
+// A 404 to a request carrying the session id is a session loss,
 // whatever the body. The supervisor reconnects with a new session and
 // republishes an identical tool set without disturbing registry readers.
+// See docs/design.md, "Detecting loss".
 func TestHTTPSessionLossReconnectsWithNewSessionAndIdenticalTools(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -375,8 +374,9 @@ func TestHTTPSessionLossReconnectsWithNewSessionAndIdenticalTools(t *testing.T) 
 	}
 }
 
-// SPEC §4.5: a transport failure (5xx) makes the supervisor probe; a failed
+// A transport failure (5xx) makes the supervisor probe; a failed
 // probe is a connection loss. Once the server answers again, it recovers.
+// See docs/design.md, "Detecting loss".
 func TestHTTP5xxIsDetectedAndRecoversWhenServerAnswersAgain(t *testing.T) {
 	run := func(t *testing.T, stateless bool, interval time.Duration, callFirst bool) {
 		up := httpServe(t, httpFixture(t, fixture.Options{Stateless: stateless, Fail5xxAfter: 500 * time.Millisecond}))
@@ -403,7 +403,8 @@ func TestHTTP5xxIsDetectedAndRecoversWhenServerAnswersAgain(t *testing.T) {
 		// ... and the supervisor notices that the server is gone.
 		lost := waitFor(t, s, "Reconnecting", func(sn Snapshot) bool { return sn.Phase == PhaseReconnecting })
 		t.Logf("loss: %v", lost.LastError)
-		// SPEC §4.2: once a reconnect is scheduled, calls fail fast and say so.
+		// Once a reconnect is scheduled, calls fail fast and say so.
+		// See docs/design.md, "Backoff and the attempt budget".
 		waitFor(t, s, "a scheduled reconnect", func(sn Snapshot) bool { return sn.Phase == PhaseReconnecting && sn.Attempt > 0 })
 		_, err := s.CallTool(httpCtx(t), fixture.ToolEcho, map[string]any{"text": "x"})
 		if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "reconnecting (attempt") {
@@ -427,10 +428,11 @@ func TestHTTP5xxIsDetectedAndRecoversWhenServerAnswersAgain(t *testing.T) {
 	t.Run("idle-health-check/stateless", func(t *testing.T) { run(t, true, 200*time.Millisecond, false) })
 }
 
-// SPEC §4.5: a silently dead upstream (requests never answered) is found by
+// A silently dead upstream (requests never answered) is found by
 // the health check: two probes that time out after half the interval are a
 // loss, and the supervisor keeps reconnecting (nothing of an HTTP generation
 // can outlive the close barrier).
+// See docs/design.md, "Detecting loss".
 func TestHTTPHangIsDetectedByHealthCheck(t *testing.T) {
 	httpForEachProtocol(t, func(t *testing.T, stateless bool) {
 		up := httpServe(t, httpFixture(t, fixture.Options{Stateless: stateless, HangAfter: 500 * time.Millisecond}))
@@ -461,8 +463,9 @@ func TestHTTPHangIsDetectedByHealthCheck(t *testing.T) {
 	})
 }
 
-// SPEC §4.7: disposal takes at most the close barrier even when the server
+// Disposal takes at most the close barrier even when the server
 // hangs; here, well under it: nothing of an HTTP generation needs to wait.
+// See docs/design.md, "Hot swap and disposal".
 func TestHTTPDisposeIsPromptWhileRequestsHang(t *testing.T) {
 	httpForEachProtocol(t, func(t *testing.T, stateless bool) {
 		const hangAfter = 500 * time.Millisecond
@@ -502,9 +505,10 @@ func TestHTTPDisposeIsPromptWhileRequestsHang(t *testing.T) {
 	})
 }
 
-// SPEC §4.3/§4.6: an endpoint that accepts and never answers spends the
+// An endpoint that accepts and never answers spends the
 // whole connectionTimeoutMs budget in initialize; with failOnStartupError
 // that first failure is final.
+// See docs/design.md, "The connection budget" and "Startup".
 func TestHTTPUnresponsiveEndpointFailsAtConnectionBudgetInInitialize(t *testing.T) {
 	t.Run("failOnStartupError", func(t *testing.T) {
 		addr, accepted := httpSilentListener(t)
@@ -517,8 +521,8 @@ func TestHTTPUnresponsiveEndpointFailsAtConnectionBudgetInInitialize(t *testing.
 		took := time.Since(start)
 		t.Logf("failed after %v (%d connections accepted): %v", took, accepted.Load(), sn.LastError)
 
-		if sn.Reason != ReasonStartupFailed {
-			t.Errorf("reason %q, want %q", sn.Reason, ReasonStartupFailed)
+		if sn.Reason != v1alpha1.ReasonStartupFailed {
+			t.Errorf("reason %q, want %q", sn.Reason, v1alpha1.ReasonStartupFailed)
 		}
 		if sn.LastError == nil || sn.LastError.Stage != StageInitialize {
 			t.Fatalf("last error %v, want stage %s", sn.LastError, StageInitialize)
@@ -545,9 +549,10 @@ func TestHTTPUnresponsiveEndpointFailsAtConnectionBudgetInInitialize(t *testing.
 			t.Errorf("tools published: %v", toolNames(tools))
 		}
 	})
-	// SPEC §4.7/§10: disposal aborts the hung connect at once instead of
+	// Disposal aborts the hung connect at once instead of
 	// waiting for the budget (here 10 s) or anything else. What the SDK does
 	// on cancellation is racy, so the scenario is repeated.
+	// See docs/design.md, "Hot swap and disposal" and "How it is tested".
 	t.Run("dispose-aborts-the-hung-connect", func(t *testing.T) {
 		for i := range 10 {
 			addr, accepted := httpSilentListener(t)
@@ -567,12 +572,13 @@ func TestHTTPUnresponsiveEndpointFailsAtConnectionBudgetInInitialize(t *testing.
 				t.Fatal(err)
 			}
 			if took >= time.Second {
-				t.Fatalf("round %d: dispose during a hung connect took %v, want well under 1s (SPEC §10: 200ms)", i+1, took)
+				t.Fatalf("round %d: dispose during a hung connect took %v, want well under 1s (design target: 200ms)", i+1, took)
 			}
 		}
 	})
-	// SPEC §4.3/§10: the expiry is acted on at once (target: within 150ms),
+	// The expiry is acted on at once (target: within 150ms),
 	// here within a generous second. Repeated, like the disposal above.
+	// See docs/design.md, "The connection budget" and "How it is tested".
 	t.Run("budget-expiry-is-acted-on-promptly", func(t *testing.T) {
 		for i := range 10 {
 			addr, _ := httpSilentListener(t)
@@ -602,8 +608,9 @@ func TestHTTPUnresponsiveEndpointFailsAtConnectionBudgetInInitialize(t *testing.
 	})
 }
 
-// SPEC §2/§8: configured headers go on every request of every session, and
+// Configured headers go on every request of every session, and
 // their values (secrets) never show in errors, status or logs.
+// See docs/design.md, "The McpServer resource" and "Operations".
 func TestHTTPHeadersReachEveryRequestAndNeverLeak(t *testing.T) {
 	const (
 		authValue = "Bearer tok-SECRETVALUE-1a2b3c"
@@ -688,8 +695,9 @@ func TestHTTPHeadersReachEveryRequestAndNeverLeak(t *testing.T) {
 	}
 }
 
-// SPEC §6: toolCallTimeoutMs bounds every call over HTTP, the upstream
+// ToolCallTimeoutMs bounds every call over HTTP, the upstream
 // handler is cancelled, and the connection stays up.
+// See docs/design.md, "Tool calls".
 func TestHTTPToolCallTimeoutIsEnforcedAndCancelsUpstream(t *testing.T) {
 	httpForEachProtocol(t, func(t *testing.T, stateless bool) {
 		events := eventsPath(t)
@@ -719,8 +727,9 @@ func TestHTTPToolCallTimeoutIsEnforcedAndCancelsUpstream(t *testing.T) {
 	})
 }
 
-// SPEC §6: the caller's cancellation reaches the server (2025-11-25: the SDK
+// The caller's cancellation reaches the server (2025-11-25: the SDK
 // sends notifications/cancelled; 2026-07-28: the request is abandoned).
+// See docs/design.md, "Tool calls".
 func TestHTTPToolCallCallerCancellationReachesServer(t *testing.T) {
 	httpForEachProtocol(t, func(t *testing.T, stateless bool) {
 		events := eventsPath(t)
@@ -759,7 +768,8 @@ func TestHTTPToolCallCallerCancellationReachesServer(t *testing.T) {
 	})
 }
 
-// SPEC §6: structuredContent comes back whole over HTTP.
+// StructuredContent comes back whole over HTTP.
+// See docs/design.md, "Tool calls".
 func TestHTTPToolCallKeepsStructuredContentWhole(t *testing.T) {
 	httpForEachProtocol(t, func(t *testing.T, stateless bool) {
 		up := httpServe(t, httpFixture(t, fixture.Options{Stateless: stateless}))
@@ -790,7 +800,8 @@ func TestHTTPToolCallKeepsStructuredContentWhole(t *testing.T) {
 	})
 }
 
-// SPEC §6: isError: true is a tool error, not a success.
+// IsError: true is a tool error, not a success.
+// See docs/design.md, "Tool calls".
 func TestHTTPToolCallIsErrorBecomesToolError(t *testing.T) {
 	httpForEachProtocol(t, func(t *testing.T, stateless bool) {
 		up := httpServe(t, httpFixture(t, fixture.Options{Stateless: stateless}))
@@ -815,9 +826,10 @@ func TestHTTPToolCallIsErrorBecomesToolError(t *testing.T) {
 	})
 }
 
-// SPEC §4.4: list_changed over HTTP (2025-11-25, standalone SSE stream)
+// List_changed over HTTP (2025-11-25, standalone SSE stream)
 // re-syncs; a re-sync that fails keeps the last good set, and the next
 // change is synced again.
+// See docs/design.md, "Tool sync".
 func TestHTTPListChangedResyncsAndFailedResyncKeepsLastGoodTools(t *testing.T) {
 	h := httpFixture(t, fixture.Options{ListChangedAfter: time.Second})
 	up := httpServe(t, h)
@@ -913,9 +925,10 @@ func httpAddRawTool(srv *mcp.Server, name string) {
 		})
 }
 
-// SPEC §4.4/§5: a re-sync whose swap collides with another server's public
+// A re-sync whose swap collides with another server's public
 // name is refused: the previous set stays (never empty), the conflict is
 // reported, and the pending set is published once the holder goes away.
+// See docs/design.md, "Tool sync" and "Tool registry and names".
 func TestHTTPResyncConflictKeepsPreviousSetAndPublishesWhenHolderLeaves(t *testing.T) {
 	reg := NewRegistry()
 	_, upA := httpSDKServer(t, "server-a", "c")

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,8 +21,10 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	. "github.com/onsi/gomega"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/policy"
 	"github.com/mcpbridge/operator/test/fixture"
 )
@@ -48,23 +51,21 @@ func stdioLog(t *testing.T) logr.Logger {
 	}, funcr.Options{Verbosity: 1})
 }
 
-// stdioEvents polls the fixture's events file until cond holds.
+// stdioEvents waits until the fixture's events file satisfies cond.
 func stdioEvents(t *testing.T, path, what string, cond func([]fixture.Event) bool) []fixture.Event {
 	t.Helper()
-	deadline := time.Now().Add(eventually)
-	for {
-		evs, err := fixture.ReadEvents(path)
+	var evs []fixture.Event
+	NewWithT(t).Eventually(func() (bool, error) {
+		var err error
+		evs, err = fixture.ReadEvents(path)
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			t.Fatalf("read events: %v", err)
+			return false, StopTrying("read events").Wrap(err)
 		}
-		if cond(evs) {
-			return evs
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s; events: %+v", what, evs)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return cond(evs), nil
+	}, eventually, 5*time.Millisecond).Should(BeTrue(), func() string {
+		return fmt.Sprintf("waiting for %s; events: %+v", what, evs)
+	})
+	return evs
 }
 
 func stdioCount(evs []fixture.Event, kind, tool string) int {
@@ -95,14 +96,10 @@ func stdioGone(pid int) bool {
 // stdioWaitGone waits until pid is reaped.
 func stdioWaitGone(t *testing.T, pid int, what string) {
 	t.Helper()
-	deadline := time.Now().Add(eventually)
-	for !stdioGone(pid) {
-		if time.Now().After(deadline) {
-			st, ppid, _ := stdioProcStat(pid)
-			t.Fatalf("%s (pid %d) still exists: state %c, ppid %d", what, pid, st, ppid)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	NewWithT(t).Eventually(func() bool { return stdioGone(pid) }, eventually, 5*time.Millisecond).Should(BeTrue(), func() string {
+		st, ppid, _ := stdioProcStat(pid)
+		return fmt.Sprintf("%s (pid %d) still exists: state %c, ppid %d", what, pid, st, ppid)
+	})
 }
 
 // stdioProcStat reads the state letter and parent of pid from /proc.
@@ -392,93 +389,6 @@ func stdioWithDialer(d dialer) func(*Options) {
 	return func(o *Options) { o.dialer = d }
 }
 
-// stdioChildWatch polls this process's direct children and records the
-// largest number of this test's children (those whose environment carries
-// marker) that existed, reaped or not, at the same moment.
-type stdioChildWatch struct {
-	marker string
-	known  map[int]bool
-	seen   []int
-	max    int
-	stop   chan struct{}
-	done   chan struct{}
-	mu     sync.Mutex
-	worst  []int
-}
-
-func stdioWatchChildren(t *testing.T, marker string) *stdioChildWatch {
-	w := &stdioChildWatch{marker: marker, known: map[int]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(w.done)
-		for {
-			w.poll()
-			select {
-			case <-w.stop:
-				return
-			case <-time.After(time.Millisecond):
-			}
-		}
-	}()
-	t.Cleanup(w.close)
-	return w
-}
-
-// close stops the watch and kills whichever of the test's children still
-// exists, so that a failing test leaves no SIGTERM-proof sleeper behind.
-func (w *stdioChildWatch) close() {
-	select {
-	case <-w.stop:
-	default:
-		close(w.stop)
-	}
-	<-w.done
-	for _, pid := range w.seen {
-		if _, ppid, ok := stdioProcStat(pid); ok && ppid == os.Getpid() {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-	}
-}
-
-func (w *stdioChildWatch) poll() {
-	children := map[int]bool{}
-	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", os.Getpid()))
-	for _, f := range tasks {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		for _, s := range strings.Fields(string(b)) {
-			if pid, err := strconv.Atoi(s); err == nil {
-				children[pid] = true
-			}
-		}
-	}
-	var ours []int
-	for pid := range children {
-		if !w.known[pid] {
-			env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-			if err != nil || !bytes.Contains(env, []byte(w.marker)) {
-				continue
-			}
-			w.known[pid] = true
-			w.seen = append(w.seen, pid)
-		}
-		ours = append(ours, pid)
-	}
-	w.mu.Lock()
-	if len(ours) > w.max {
-		w.max = len(ours)
-		w.worst = ours
-	}
-	w.mu.Unlock()
-}
-
-func (w *stdioChildWatch) result() (maxAlive int, worst []int, distinct int) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.max, slices.Clone(w.worst), len(w.seen)
-}
-
 // stdioStalledPolicy is a fixture that never answers initialize, with a
 // connectionTimeoutMs budget.
 func stdioStalledPolicy(budget time.Duration, args ...string) *policy.Policy {
@@ -488,7 +398,8 @@ func stdioStalledPolicy(budget time.Duration, args ...string) *policy.Policy {
 }
 
 // ---------------------------------------------------------------------------
-// §4.3: one connectionTimeoutMs budget.
+// One connectionTimeoutMs budget.
+// See docs/design.md, "The connection budget".
 
 // Seed matrix "Transport/connect never settles" + "Initialize stalls": the
 // deadline aborts the attempt, names the budget and the stage, publishes
@@ -501,7 +412,7 @@ func TestStdioStalledInitializeFailsAfterConnectionBudgetWithStage(t *testing.T)
 	s, reg := startSupervisor(t, p)
 	sn := waitFor(t, s, "the first attempt to fail", func(sn Snapshot) bool { return sn.LastError != nil })
 	elapsed := time.Since(start)
-	t.Logf("stalled initialize: attempt failed %v after Start (budget 300ms; SPEC §10 target: acted on within 150ms of expiry)", elapsed)
+	t.Logf("stalled initialize: attempt failed %v after Start (budget 300ms; design target: acted on within 150ms of expiry)", elapsed)
 	if sn.LastError.Stage != StageInitialize {
 		t.Errorf("stage = %q, want %q", sn.LastError.Stage, StageInitialize)
 	}
@@ -557,10 +468,11 @@ func TestStdioStalledListPageTwoFailsAndPublishesNothing(t *testing.T) {
 	}
 }
 
-// §4.3: one deadline covers every page of tools/list; it is not reset per
+// One deadline covers every page of tools/list; it is not reset per
 // page. Five pages of 150ms each under a 500ms budget must fail in a later
 // page, though each page alone is well within the budget; with a budget
 // that covers them all, the same server publishes.
+// See docs/design.md, "The connection budget".
 func TestStdioConnectionBudgetSpansAllToolsListPages(t *testing.T) {
 	newServer := func() *mcp.Server {
 		srv := mcp.NewServer(&mcp.Implementation{Name: "paged", Version: "1.0.0"}, &mcp.ServerOptions{PageSize: 1})
@@ -622,8 +534,8 @@ func TestStdioInitialTimeoutWithFailOnStartupErrorIsFinal(t *testing.T) {
 	p.FailOnStartupError = true
 	s, reg := startSupervisor(t, p)
 	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
-	if sn.Reason != ReasonStartupFailed {
-		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, ReasonStartupFailed, sn.Message)
+	if sn.Reason != v1alpha1.ReasonStartupFailed {
+		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, v1alpha1.ReasonStartupFailed, sn.Message)
 	}
 	if !strings.Contains(sn.Message, "timed out after 200ms") {
 		t.Errorf("message %q does not carry the timeout as cause", sn.Message)
@@ -631,18 +543,17 @@ func TestStdioInitialTimeoutWithFailOnStartupErrorIsFinal(t *testing.T) {
 	if sn.LastError == nil || sn.LastError.Stage != StageInitialize {
 		t.Errorf("lastError = %v, want stage %s", sn.LastError, StageInitialize)
 	}
-	// The supervisor stopped: give a retry (20ms delay) ample time to show.
-	time.Sleep(300 * time.Millisecond)
-	if sn := s.Snapshot(); sn.Generation != 1 || sn.Phase != PhaseFailed {
-		t.Fatalf("after StartupFailed: generation %d, phase %s; want 1, Failed", sn.Generation, sn.Phase)
-	}
+	// The supervisor stopped: a retry (20ms delay) would show.
+	NewWithT(t).Consistently(s.Snapshot, 300*time.Millisecond, 10*time.Millisecond).Should(SatisfyAll(
+		HaveField("Generation", BeEquivalentTo(1)), HaveField("Phase", PhaseFailed)), "a retry after StartupFailed")
 	if len(reg.Tools("ns")) != 0 {
 		t.Errorf("tools registered after StartupFailed")
 	}
 }
 
-// §4.6: failOnStartupError only concerns the first attempt: a connection
+// FailOnStartupError only concerns the first attempt: a connection
 // that was up once reconnects normally after a loss.
+// See docs/design.md, "Startup".
 func TestStdioFailOnStartupErrorDoesNotStopLaterReconnects(t *testing.T) {
 	p := stdioPolicy()
 	p.FailOnStartupError = true
@@ -659,8 +570,9 @@ func TestStdioFailOnStartupErrorDoesNotStopLaterReconnects(t *testing.T) {
 	}
 }
 
-// §4.4: a reconnect that recovers an unchanged tool list changes nothing in
+// A reconnect that recovers an unchanged tool list changes nothing in
 // the registry: no change signal, identical entries.
+// See docs/design.md, "Tool sync".
 func TestStdioReconnectWithUnchangedToolsLeavesRegistryUntouched(t *testing.T) {
 	s, reg := startSupervisor(t, stdioPolicy("--tools=5"))
 	waitFor(t, s, "Ready", isReady)
@@ -695,7 +607,7 @@ func TestStdioInitialTimeoutWithoutFailOnStartupErrorRetries(t *testing.T) {
 	if sn.Generation < 3 {
 		t.Fatalf("supervisor stopped after an initial timeout: %+v", sn)
 	}
-	if sn.Phase == PhaseFailed && sn.Reason == ReasonStartupFailed {
+	if sn.Phase == PhaseFailed && sn.Reason == v1alpha1.ReasonStartupFailed {
 		t.Fatalf("StartupFailed with failOnStartupError=false")
 	}
 	if sn.FailedAttempts < 2 {
@@ -710,21 +622,23 @@ func TestStdioEveryReconnectGenerationGetsAFreshBudget(t *testing.T) {
 	const budget = 300 * time.Millisecond
 	p := stdioStalledPolicy(budget)
 	p.Reconnect = policy.Reconnect{Enabled: true, InitialDelay: 10 * time.Millisecond, MaxDelay: 20 * time.Millisecond, MaxAttempts: 3}
+	started := time.Now() // generation 1 starts before the recorder can see it
 	s, _ := startSupervisor(t, p)
 	rec := stdioRecord(t, s)
 	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
 	rec.close()
-	if sn.Reason != ReasonReconnectExhausted {
-		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, ReasonReconnectExhausted, sn.Message)
+	if sn.Reason != v1alpha1.ReasonReconnectExhausted {
+		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, v1alpha1.ReasonReconnectExhausted, sn.Message)
 	}
-	if sn.Generation != 4 {
-		t.Errorf("generations = %d, want 4 (initial + maxAttempts 3)", sn.Generation)
+	if sn.Generation != 3 {
+		t.Errorf("generations = %d, want 3 (maxAttempts 3, the first attempt included)", sn.Generation)
 	}
-	if sn.FailedAttempts != 4 {
-		t.Errorf("failedAttempts = %d, want 4", sn.FailedAttempts)
+	if sn.FailedAttempts != 3 {
+		t.Errorf("failedAttempts = %d, want 3", sn.FailedAttempts)
 	}
 	starts := rec.generationStarts()
-	for g := int64(1); g < 4; g++ {
+	starts[1] = started
+	for g := int64(1); g < 3; g++ {
 		a, ok1 := starts[g]
 		b, ok2 := starts[g+1]
 		if !ok1 || !ok2 {
@@ -750,9 +664,10 @@ func TestStdioEveryReconnectGenerationGetsAFreshBudget(t *testing.T) {
 	}
 }
 
-// §4.4: list_changed triggers a re-sync that publishes the new tool; the
+// List_changed triggers a re-sync that publishes the new tool; the
 // previous set stays published while the fetch runs (no empty moment), and
 // the connection is not replaced.
+// See docs/design.md, "Tool sync".
 func TestStdioListChangedResyncPublishesNewToolWithoutDroppingOld(t *testing.T) {
 	p := stdioPolicy("--tools=3", "--list-changed-after=1500ms")
 	var watch *stdioRegistryWatch
@@ -870,10 +785,9 @@ func stdioDisposeDuringStall(t *testing.T, args []string) {
 	evs := stdioEvents(t, ev, "the child to start", func(e []fixture.Event) bool { return len(stdioStarts(e)) == 1 })
 	pid := stdioStarts(evs)[0]
 	t.Cleanup(func() { stdioKillQuietly(pid) })
-	time.Sleep(50 * time.Millisecond) // let the client's first request reach the child
-	if sn := s.Snapshot(); sn.Phase != PhaseConnecting || sn.LastError != nil {
-		t.Fatalf("not stalled in connect: %+v", sn)
-	}
+	// Stalled in connect: still connecting, nothing failed.
+	NewWithT(t).Consistently(s.Snapshot, 50*time.Millisecond, 5*time.Millisecond).Should(SatisfyAll(
+		HaveField("Phase", PhaseConnecting), HaveField("LastError", BeNil())), "not stalled in connect")
 	dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer dcancel()
 	start := time.Now()
@@ -881,7 +795,7 @@ func stdioDisposeDuringStall(t *testing.T, args []string) {
 		t.Fatalf("dispose: %v", err)
 	}
 	elapsed := time.Since(start)
-	t.Logf("dispose during a connect stalled in %s (budget 60s) returned after %v (SPEC §10 target 200ms)", strings.Join(args, " "), elapsed)
+	t.Logf("dispose during a connect stalled in %s (budget 60s) returned after %v (design target 200ms)", strings.Join(args, " "), elapsed)
 	if elapsed > time.Second {
 		t.Errorf("dispose took %v, want < 1s", elapsed)
 	}
@@ -889,10 +803,8 @@ func stdioDisposeDuringStall(t *testing.T, args []string) {
 		st, ppid, _ := stdioProcStat(pid)
 		t.Errorf("child %d still exists after Dispose: state %c, ppid %d", pid, st, ppid)
 	}
-	time.Sleep(200 * time.Millisecond)
-	if sn := s.Snapshot(); sn.Generation != 1 {
-		t.Errorf("generation %d after dispose: a retry was started", sn.Generation)
-	}
+	NewWithT(t).Consistently(func() int64 { return s.Snapshot().Generation }, 200*time.Millisecond, 10*time.Millisecond).
+		Should(BeEquivalentTo(1), "a retry was started after dispose")
 	if n := len(stdioStarts(mustEvents(t, ev))); n != 1 {
 		t.Errorf("%d children started, want 1", n)
 	}
@@ -908,7 +820,8 @@ func mustEvents(t *testing.T, path string) []fixture.Event {
 }
 
 // ---------------------------------------------------------------------------
-// §4.2: backoff and the attempt budget over real children.
+// Backoff and the attempt budget over real children.
+// See docs/design.md, "Backoff and the attempt budget".
 
 // A crash-looping server whose connects succeed briefly spends its budget;
 // its tools are then unregistered.
@@ -921,11 +834,12 @@ func TestStdioCrashLoopWithBriefConnectsExhaustsBudgetAndUnregisters(t *testing.
 	rec := stdioRecord(t, s)
 	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
 	rec.close()
-	if sn.Reason != ReasonReconnectExhausted {
-		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, ReasonReconnectExhausted, sn.Message)
+	if sn.Reason != v1alpha1.ReasonReconnectExhausted {
+		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, v1alpha1.ReasonReconnectExhausted, sn.Message)
 	}
-	if sn.Generation != 5 {
-		t.Errorf("generations = %d, want 5 (initial + maxAttempts 4)", sn.Generation)
+	if sn.Generation != 4 || sn.FailedAttempts != 4 {
+		t.Errorf("generation %d, failedAttempts %d; want 4, 4: every brief connection is a failed attempt, the first included",
+			sn.Generation, sn.FailedAttempts)
 	}
 	if got := reg.Tools("ns"); len(got) != 0 {
 		t.Errorf("tools still registered after ReconnectExhausted: %v", toolNames(got))
@@ -943,24 +857,24 @@ func TestStdioCrashLoopWithBriefConnectsExhaustsBudgetAndUnregisters(t *testing.
 		t.Errorf("no generation ever connected: not a crash loop of brief connects")
 	}
 	_, err := s.CallTool(context.Background(), "echo", nil)
-	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), ReasonReconnectExhausted) {
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), v1alpha1.ReasonReconnectExhausted) {
 		t.Errorf("call after exhaustion: %v", err)
 	}
 }
 
 // A command that cannot start fails in stage transport-start and exhausts
-// the budget after maxAttempts reconnect attempts.
+// the budget after maxAttempts attempts, the first one included.
 func TestStdioCommandThatCannotStartExhaustsBudget(t *testing.T) {
 	p := stdioPolicy()
 	p.Stdio.Command = filepath.Join(t.TempDir(), "no-such-server")
 	p.Reconnect.MaxAttempts = 3
 	s, reg := startSupervisor(t, p)
 	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
-	if sn.Reason != ReasonReconnectExhausted {
-		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, ReasonReconnectExhausted, sn.Message)
+	if sn.Reason != v1alpha1.ReasonReconnectExhausted {
+		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, v1alpha1.ReasonReconnectExhausted, sn.Message)
 	}
-	if sn.Generation != 4 || sn.FailedAttempts != 4 {
-		t.Errorf("generation %d, failedAttempts %d; want 4, 4", sn.Generation, sn.FailedAttempts)
+	if sn.Generation != 3 || sn.FailedAttempts != 3 {
+		t.Errorf("generation %d, failedAttempts %d; want 3, 3", sn.Generation, sn.FailedAttempts)
 	}
 	if sn.LastError == nil || sn.LastError.Stage != StageTransportStart || !strings.Contains(sn.LastError.Message(), "no-such-server") {
 		t.Errorf("lastError = %v, want stage %s naming the command", sn.LastError, StageTransportStart)
@@ -968,13 +882,14 @@ func TestStdioCommandThatCannotStartExhaustsBudget(t *testing.T) {
 	if len(reg.Tools("ns")) != 0 {
 		t.Errorf("tools registered")
 	}
-	if !strings.Contains(sn.Message, "3") {
-		t.Errorf("message %q does not say how many attempts were made", sn.Message)
+	if want := "Gave up after 3 consecutive failed attempts (reconnect.maxAttempts is 3)"; !strings.HasPrefix(sn.Message, want) {
+		t.Errorf("message %q, want it to start with %q", sn.Message, want)
 	}
 }
 
-// §4.2 reconnect.enabled=false: a lost connection keeps the tools registered
+// Reconnect.enabled=false: a lost connection keeps the tools registered
 // but failing, phase Failed / ReconnectDisabled; calls fail fast.
+// See docs/design.md, "Backoff and the attempt budget".
 func TestStdioReconnectDisabledKeepsToolsRegisteredButFailing(t *testing.T) {
 	p := stdioPolicy("--tools=2")
 	p.Reconnect.Enabled = false
@@ -986,13 +901,11 @@ func TestStdioReconnectDisabledKeepsToolsRegisteredButFailing(t *testing.T) {
 		t.Fatal(err)
 	}
 	sn = waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
-	if sn.Reason != ReasonReconnectDisabled {
-		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, ReasonReconnectDisabled, sn.Message)
+	if sn.Reason != v1alpha1.ReasonReconnectDisabled {
+		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, v1alpha1.ReasonReconnectDisabled, sn.Message)
 	}
-	time.Sleep(100 * time.Millisecond) // the supervisor has nothing left to do
-	if got := toolNames(reg.Tools("ns")); !slices.Equal(got, published) {
-		t.Errorf("registry after a loss with reconnect disabled = %v, want the last good tools %v", got, published)
-	}
+	NewWithT(t).Consistently(func() []string { return toolNames(reg.Tools("ns")) }, 100*time.Millisecond, 10*time.Millisecond).
+		Should(Equal(published), "the registry after a loss with reconnect disabled keeps the last good tools")
 	if got := toolNames(s.Snapshot().Tools); !slices.Equal(got, published) {
 		t.Errorf("snapshot tools = %v, want %v", got, published)
 	}
@@ -1004,7 +917,7 @@ func TestStdioReconnectDisabledKeepsToolsRegisteredButFailing(t *testing.T) {
 	if el := time.Since(start); el > time.Second {
 		t.Errorf("call took %v, want fail-fast", el)
 	}
-	if !strings.Contains(err.Error(), ReasonReconnectDisabled) {
+	if !strings.Contains(err.Error(), v1alpha1.ReasonReconnectDisabled) {
 		t.Errorf("call error %q does not give the reason", err)
 	}
 	if g := s.Snapshot().Generation; g != 1 {
@@ -1012,52 +925,51 @@ func TestStdioReconnectDisabledKeepsToolsRegisteredButFailing(t *testing.T) {
 	}
 }
 
-// §4.2 through the supervisor: the delay before reconnect attempt n is
-// min(max, initial*2^(n-1)), on the injected clock, and the budget ends it.
+// Through the supervisor: the failed first connection is attempt 1 of the
+// outage; the delay before reconnect k (attempt k+1) is
+// min(max, initial*2^(k-1)), on the injected clock; the budget ends it.
 func TestStdioBackoffDelaySequenceOnFakeClock(t *testing.T) {
 	ms := time.Millisecond
 	p := stdioPolicy("--no-such-flag") // a real child that exits at once
 	p.Reconnect = policy.Reconnect{Enabled: true, InitialDelay: 20 * ms, MaxDelay: 200 * ms, MaxAttempts: 7}
 	fc := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
 	s, reg := startSupervisor(t, p, func(o *Options) { o.Clock = fc })
-	want := []time.Duration{20 * ms, 40 * ms, 80 * ms, 160 * ms, 200 * ms, 200 * ms, 200 * ms}
+	g := NewWithT(t)
+	want := []time.Duration{20 * ms, 40 * ms, 80 * ms, 160 * ms, 200 * ms, 200 * ms}
 	for i, w := range want {
-		n := i + 1
-		deadline := time.Now().Add(eventually)
+		n := i + 2 // the attempt within the outage
 		var sn Snapshot
-		for {
+		g.Eventually(func() (bool, error) {
 			sn = s.Snapshot()
-			if fc.HasWaiters() && sn.Attempt == n {
-				break
+			if sn.Phase == PhaseFailed {
+				return false, StopTrying("the supervisor stopped")
 			}
-			if sn.Phase == PhaseFailed || time.Now().After(deadline) {
-				t.Fatalf("waiting for reconnect attempt %d to be scheduled: %+v", n, sn)
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
+			return fc.HasWaiters() && sn.Attempt == n, nil
+		}, eventually, 2*time.Millisecond).Should(BeTrue(), func() string {
+			return fmt.Sprintf("waiting for attempt %d to be scheduled: %+v", n, sn)
+		})
 		if sn.RetryDelay != w {
 			t.Errorf("attempt %d: delay %v, want %v", n, sn.RetryDelay, w)
 		}
 		if !sn.NextRetry.Equal(fc.Now().Add(w)) {
 			t.Errorf("attempt %d: nextRetry %v, want now+%v", n, sn.NextRetry, w)
 		}
-		if sn.Generation != int64(n) || sn.FailedAttempts != n {
-			t.Errorf("attempt %d: generation %d, failedAttempts %d; want %d, %d", n, sn.Generation, sn.FailedAttempts, n, n)
+		if sn.Generation != int64(n-1) || sn.FailedAttempts != n-1 {
+			t.Errorf("attempt %d: generation %d, failedAttempts %d; want %d, %d", n, sn.Generation, sn.FailedAttempts, n-1, n-1)
 		}
 		if sn.Phase != PhaseConnecting && sn.Phase != PhaseReconnecting {
 			t.Errorf("attempt %d: phase %s", n, sn.Phase)
 		}
 		// A step short of the delay must not start the attempt.
 		fc.Step(w - time.Millisecond)
-		time.Sleep(20 * time.Millisecond)
-		if g := s.Snapshot().Generation; g != int64(n) {
-			t.Fatalf("attempt %d started before its delay elapsed (generation %d)", n, g)
-		}
+		g.Consistently(func() int64 { return s.Snapshot().Generation }, 20*time.Millisecond, 2*time.Millisecond).
+			Should(BeEquivalentTo(n-1), "attempt %d started before its delay elapsed", n)
 		fc.Step(time.Millisecond)
 	}
 	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
-	if sn.Reason != ReasonReconnectExhausted || sn.Generation != 8 {
-		t.Fatalf("after the budget: %s/%s generation %d, want Failed/%s generation 8", sn.Phase, sn.Reason, sn.Generation, ReasonReconnectExhausted)
+	if sn.Reason != v1alpha1.ReasonReconnectExhausted || sn.Generation != 7 || sn.FailedAttempts != 7 {
+		t.Fatalf("after the budget: %s/%s generation %d, failedAttempts %d; want Failed/%s, 7, 7",
+			sn.Phase, sn.Reason, sn.Generation, sn.FailedAttempts, v1alpha1.ReasonReconnectExhausted)
 	}
 	if fc.HasWaiters() {
 		t.Errorf("a retry is still scheduled after ReconnectExhausted")
@@ -1067,9 +979,100 @@ func TestStdioBackoffDelaySequenceOnFakeClock(t *testing.T) {
 	}
 }
 
-// §4.2 stability window with a real clock: a server that stays up longer
+// The attempt budget says one thing everywhere: maxAttempts consecutive
+// failed attempts per outage, the first connection at startup included and
+// a connection lost inside the stability window counted as one. Snapshot,
+// events and the final message agree, and failedAttempts never exceeds
+// maxAttempts, for an outage that starts at startup and one that starts
+// with the loss of a stable connection, dead or crash-looping.
+func TestStdioAttemptBudgetIsTheSameInSnapshotEventsAndMessage(t *testing.T) {
+	const maxAttempts = 2
+	for _, tc := range []struct {
+		name string
+		// first is the fixture's argument on the first start, later on
+		// every later one; empty first means later from the start.
+		first, later string
+		wantGen      int64
+		wantAttempts []string // the attempt n/max of each Reconnecting event
+	}{
+		{"dead from startup", "", "--no-such-flag", 2, []string{"2/2"}},
+		{"crash loop from startup", "", "--crash-after-initialize", 2, []string{"2/2"}},
+		{"dead after a stable connection", "--exit-after=1500ms", "--no-such-flag", 3, []string{"1/2", "2/2"}},
+		{"crash loop after a stable connection", "--exit-after=1500ms", "--crash-after-initialize", 3, []string{"1/2", "2/2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			counter := filepath.Join(t.TempDir(), "count")
+			first := tc.first
+			if first == "" {
+				first = tc.later
+			}
+			script := `n=$(cat "` + counter + `" 2>/dev/null || echo 0); echo $((n+1)) > "` + counter + `"
+if [ "$n" -eq 0 ]; then exec "$0" ` + first + `; fi
+exec "$0" ` + tc.later
+			p := stdioPolicy()
+			p.Stdio.Command, p.Stdio.Args = "/bin/sh", []string{"-c", script, fixtureBin}
+			// The stability window (maxDelay) is far shorter than the first
+			// connection's 1.5 s and far longer than a crashing child's life.
+			p.Reconnect = policy.Reconnect{Enabled: true, InitialDelay: 10 * time.Millisecond, MaxDelay: 300 * time.Millisecond, MaxAttempts: maxAttempts}
+			s, reg := startSupervisor(t, p)
+			rec := stdioRecord(t, s)
+			sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
+			rec.close()
+			if sn.Reason != v1alpha1.ReasonReconnectExhausted {
+				t.Fatalf("reason %q, want %q (%s)", sn.Reason, v1alpha1.ReasonReconnectExhausted, sn.Message)
+			}
+			if sn.FailedAttempts != maxAttempts || sn.Generation != tc.wantGen {
+				t.Errorf("failedAttempts %d, generation %d; want %d, %d", sn.FailedAttempts, sn.Generation, maxAttempts, tc.wantGen)
+			}
+			want := "Gave up after 2 consecutive failed attempts (reconnect.maxAttempts is 2); tools unregistered"
+			if sn.Message != want {
+				t.Errorf("message %q, want %q", sn.Message, want)
+			}
+			for _, st := range rec.history() {
+				if st.sn.FailedAttempts > maxAttempts {
+					t.Errorf("generation %d: failedAttempts %d over maxAttempts %d", st.sn.Generation, st.sn.FailedAttempts, maxAttempts)
+				}
+				// A scheduled retry is the attempt after the failed ones (a
+				// running one may already be counted as failed).
+				if st.sn.RetryDelay > 0 && st.sn.Attempt != st.sn.FailedAttempts+1 {
+					t.Errorf("generation %d: attempt %d scheduled after %d failed attempts", st.sn.Generation, st.sn.Attempt, st.sn.FailedAttempts)
+				}
+				if st.sn.Attempt > st.sn.FailedAttempts+1 {
+					t.Errorf("generation %d: attempt %d after only %d failed attempts", st.sn.Generation, st.sn.Attempt, st.sn.FailedAttempts)
+				}
+			}
+			var attempts []string
+			exhausted := ""
+			for _, e := range s.DrainEvents() {
+				switch e.Reason {
+				case v1alpha1.ReasonReconnecting:
+					m := regexp.MustCompile(`\(attempt (\d+/\d+)\)`).FindStringSubmatch(e.Message)
+					if m == nil {
+						t.Errorf("Reconnecting event without attempt n/max: %q", e.Message)
+						continue
+					}
+					attempts = append(attempts, m[1])
+				case v1alpha1.ReasonReconnectExhausted:
+					exhausted = e.Message
+				}
+			}
+			if !slices.Equal(attempts, tc.wantAttempts) {
+				t.Errorf("Reconnecting events numbered %v, want %v", attempts, tc.wantAttempts)
+			}
+			if exhausted != want {
+				t.Errorf("ReconnectExhausted event %q, want %q", exhausted, want)
+			}
+			if len(reg.Tools("ns")) != 0 {
+				t.Errorf("tools still registered after ReconnectExhausted")
+			}
+		})
+	}
+}
+
+// Stability window with a real clock: a server that stays up longer
 // than maxDelay and then dies starts a fresh budget every time; it never
 // exhausts even after more losses than maxAttempts.
+// See docs/design.md, "Backoff and the attempt budget".
 func TestStdioStableConnectionsStartAFreshBudgetEachLoss(t *testing.T) {
 	p := stdioPolicy("--exit-after=700ms")
 	p.Reconnect = policy.Reconnect{Enabled: true, InitialDelay: 20 * time.Millisecond, MaxDelay: 200 * time.Millisecond, MaxAttempts: 2}
@@ -1095,10 +1098,11 @@ func TestStdioStableConnectionsStartAFreshBudgetEachLoss(t *testing.T) {
 	}
 }
 
-// §3/§4.2: failedAttempts counts the failed attempts of the current
+// FailedAttempts counts the failed attempts of the current
 // outage, and a connection that stays up maxDelay closes the outage. After
 // a recovery that then stays up well past maxDelay there is no outage any
 // more, so a Ready server must not keep reporting failed attempts.
+// See docs/design.md, "Status and conditions" and "Backoff and the attempt budget".
 func TestStdioFailedAttemptsClearedOnceRecoveredConnectionIsStable(t *testing.T) {
 	counter := filepath.Join(t.TempDir(), "count")
 	// Start 0 behaves; starts 1 and 2 fail at once (bad flag); later ones behave.
@@ -1116,23 +1120,20 @@ exec "$0" "$@"`
 	}
 	sn := waitFor(t, s, "generation 4 Ready", func(sn Snapshot) bool { return sn.Generation == 4 && sn.Phase == PhaseReady })
 	t.Logf("recovered in generation %d with failedAttempts %d", sn.Generation, sn.FailedAttempts)
-	readyAt := time.Now()
-	// Stable for far longer than maxDelay (200ms).
-	deadline := readyAt.Add(5 * time.Second)
-	for sn = s.Snapshot(); sn.FailedAttempts != 0; sn = s.Snapshot() {
+	// Stable for far longer than maxDelay (200ms), the outage is closed.
+	NewWithT(t).Eventually(func() (int, error) {
+		sn = s.Snapshot()
 		if sn.Generation != 4 || sn.Phase != PhaseReady {
-			t.Fatalf("connection not stable: %+v", sn)
+			return 0, StopTrying(fmt.Sprintf("connection not stable: %+v", sn))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Ready and stable for %v (maxDelay 200ms) but failedAttempts is still %d: the closed outage is still reported",
-				time.Since(readyAt).Round(time.Millisecond), sn.FailedAttempts)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return sn.FailedAttempts, nil
+	}, 5*time.Second, 20*time.Millisecond).Should(BeZero(),
+		"Ready and stable for 5s (maxDelay 200ms) but the closed outage's failed attempts are still reported")
 }
 
-// §4.1 close barrier: a timed-out generation that never reports closed
+// Close barrier: a timed-out generation that never reports closed
 // stops the supervisor (Failed / CloseTimeout) instead of starting another.
+// See docs/design.md, "Generations and the close barrier".
 func TestStdioCloseTimeoutStopsReconnecting(t *testing.T) {
 	fs := stdioNewFakeServer(t, "alpha")
 	fs.stallInit.Store(true)
@@ -1144,8 +1145,8 @@ func TestStdioCloseTimeoutStopsReconnecting(t *testing.T) {
 	t.Cleanup(d.release)
 	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
 	t.Logf("CloseTimeout after %v (budget 200ms + barrier 500ms)", time.Since(start))
-	if sn.Reason != ReasonCloseTimeout {
-		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, ReasonCloseTimeout, sn.Message)
+	if sn.Reason != v1alpha1.ReasonCloseTimeout {
+		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, v1alpha1.ReasonCloseTimeout, sn.Message)
 	}
 	if sn.LastError == nil || sn.LastError.Stage != StageClose {
 		t.Errorf("lastError = %v, want stage %s", sn.LastError, StageClose)
@@ -1153,10 +1154,8 @@ func TestStdioCloseTimeoutStopsReconnecting(t *testing.T) {
 	if el := time.Since(start); el < 700*time.Millisecond {
 		t.Errorf("CloseTimeout after %v, before budget+barrier", el)
 	}
-	time.Sleep(300 * time.Millisecond)
-	if n := d.dialCount(); n != 1 {
-		t.Errorf("%d dials: a new generation was started while the previous one had not closed", n)
-	}
+	NewWithT(t).Consistently(d.dialCount, 300*time.Millisecond, 10*time.Millisecond).
+		Should(Equal(1), "a new generation was started while the previous one had not closed")
 	if g := s.Snapshot().Generation; g != 1 {
 		t.Errorf("generation %d, want 1", g)
 	}
@@ -1168,9 +1167,10 @@ func TestStdioCloseTimeoutStopsReconnecting(t *testing.T) {
 	}
 }
 
-// §4.1 close barrier on the loss path: a connection that is lost and whose
+// Close barrier on the loss path: a connection that is lost and whose
 // transport never reports closed stops the supervisor with CloseTimeout; no
 // second generation is dialled.
+// See docs/design.md, "Generations and the close barrier".
 func TestStdioLostGenerationThatNeverClosesStopsWithCloseTimeout(t *testing.T) {
 	fs := stdioNewFakeServer(t, "alpha")
 	d := &stdioFakeDialer{srv: fs.srv, neverClosed: true}
@@ -1182,22 +1182,77 @@ func TestStdioLostGenerationThatNeverClosesStopsWithCloseTimeout(t *testing.T) {
 	d.mu.Unlock()
 	_ = ss.Close() // the server hangs up; the link still never reports closed
 	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
-	if sn.Reason != ReasonCloseTimeout {
-		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, ReasonCloseTimeout, sn.Message)
+	if sn.Reason != v1alpha1.ReasonCloseTimeout {
+		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, v1alpha1.ReasonCloseTimeout, sn.Message)
 	}
-	time.Sleep(200 * time.Millisecond)
-	if n := d.dialCount(); n != 1 {
-		t.Errorf("%d dials after a generation that never closed", n)
-	}
+	NewWithT(t).Consistently(d.dialCount, 200*time.Millisecond, 10*time.Millisecond).
+		Should(Equal(1), "dials after a generation that never closed")
 	if g := s.Snapshot().Generation; g != 1 {
 		t.Errorf("generation %d, want 1", g)
 	}
 }
 
-// §4.1: a new child is started only after the previous one was reaped. The
+// Dispose reports a generation that outlives the close barrier instead of
+// returning as if it had closed, and Closed tells when it finally has: here
+// a child that ignores SIGTERM (the fixture exits on stdin EOF, its shell
+// then sleeps with SIGTERM ignored) lives until SIGKILL, two graces of
+// 600ms after the close began, well past a 300ms barrier.
+func TestStdioDisposeReturnsCloseTimeoutWhileTheChildOutlivesTheBarrier(t *testing.T) {
+	g := NewWithT(t)
+	p := stdioPolicy()
+	p.Stdio.Command = "/bin/sh"
+	p.Stdio.Args = []string{"-c", `trap "" TERM; "$0" "$@"; exec sleep 3600`, fixtureBin, "--ignore-sigterm"}
+	reg := NewRegistry()
+	s := New(Options{Namespace: "ns", Name: "srv", Policy: p, Registry: reg, Log: stdioLog(t),
+		CloseBarrier: 300 * time.Millisecond, TerminateGrace: 600 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s.Start(ctx)
+	waitFor(t, s, "Ready", isReady)
+	_, shell, ok := stdioProcStat(stdioCallPID(t, s))
+	g.Expect(ok).To(BeTrue(), "the fixture's parent shell")
+	t.Cleanup(func() { stdioKillQuietly(shell) })
+
+	start := time.Now()
+	err := s.Dispose(context.Background())
+	took := time.Since(start)
+	t.Logf("dispose returned after %v: %v", took, err)
+	g.Expect(err).To(MatchError(ErrCloseTimeout))
+	g.Expect(took).To(BeNumerically(">=", 300*time.Millisecond))
+	g.Expect(took).To(BeNumerically("<", time.Second), "dispose waits the barrier, not the child")
+	g.Expect(stdioGone(shell)).To(BeFalse(), "the child must still live when the barrier passed")
+	g.Expect(s.Closed()).NotTo(BeClosed())
+	g.Expect(reg.Tools("ns")).To(BeEmpty(), "tools outlived the disposal")
+
+	g.Eventually(s.Closed(), eventually).Should(BeClosed())
+	g.Expect(stdioGone(shell)).To(BeTrue(), "Closed before the child was reaped")
+	t.Logf("closed %v after the dispose began", time.Since(start))
+	g.Expect(s.Dispose(context.Background())).To(Succeed(), "a second Dispose finds it closed")
+}
+
+// The same with a link that never reports closed: Dispose times out at the
+// barrier, and Closed waits for the link.
+func TestDisposeOfALinkThatNeverClosesReturnsCloseTimeout(t *testing.T) {
+	g := NewWithT(t)
+	fs := stdioNewFakeServer(t, "alpha")
+	d := &stdioFakeDialer{srv: fs.srv, neverClosed: true}
+	reg := NewRegistry()
+	s := New(Options{Namespace: "ns", Name: "srv", Policy: stdioPolicy(), Registry: reg, Log: stdioLog(t),
+		CloseBarrier: 200 * time.Millisecond, dialer: d})
+	t.Cleanup(d.release)
+	s.Start(context.Background())
+	waitFor(t, s, "Ready", isReady)
+	g.Expect(s.Dispose(context.Background())).To(MatchError(ErrCloseTimeout))
+	g.Consistently(s.Closed(), 200*time.Millisecond).ShouldNot(BeClosed())
+	d.release()
+	g.Eventually(s.Closed(), eventually).Should(BeClosed())
+}
+
+// A new child is started only after the previous one was reaped. The
 // children here outlive their close by a while (they ignore stdin EOF's
 // effect and SIGTERM until SIGKILL), so starting the next one early would
 // be seen.
+// See docs/design.md, "Generations and the close barrier".
 func TestStdioNeverTwoChildrenAliveAtOnce(t *testing.T) {
 	marker := fmt.Sprintf("STDIO_TEST_MARK=%d-%d", os.Getpid(), time.Now().UnixNano())
 	name, value, _ := strings.Cut(marker, "=")
@@ -1210,7 +1265,8 @@ func TestStdioNeverTwoChildrenAliveAtOnce(t *testing.T) {
 	p.Stdio.Env = []policy.EnvVar{{Name: name, Value: value}}
 	p.ConnectionTimeout = 150 * time.Millisecond
 	p.Reconnect = policy.Reconnect{Enabled: true, InitialDelay: time.Millisecond, MaxDelay: 2 * time.Millisecond, MaxAttempts: 100}
-	w := stdioWatchChildren(t, marker)
+	w := fixture.WatchChildren(marker)
+	t.Cleanup(w.Stop)
 	s, _ := startSupervisor(t, p, func(o *Options) { o.TerminateGrace = 100 * time.Millisecond })
 	waitFor(t, s, "generation 5", func(sn Snapshot) bool { return sn.Generation >= 5 || sn.Phase == PhaseFailed })
 	dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -1218,8 +1274,8 @@ func TestStdioNeverTwoChildrenAliveAtOnce(t *testing.T) {
 	if err := s.Dispose(dctx); err != nil {
 		t.Fatal(err)
 	}
-	w.close()
-	maxAlive, worst, distinct := w.result()
+	w.Stop()
+	maxAlive, worst, distinct := w.Result()
 	t.Logf("%d children observed, at most %d at once", distinct, maxAlive)
 	if distinct < 4 {
 		t.Fatalf("observed only %d children; the watch did not work", distinct)
@@ -1232,8 +1288,9 @@ func TestStdioNeverTwoChildrenAliveAtOnce(t *testing.T) {
 	}
 }
 
-// §4.1 with orderly exits: the fixture lifetimes in the events file never
+// With orderly exits: the fixture lifetimes in the events file never
 // overlap across a loop of quickly dying children.
+// See docs/design.md, "Generations and the close barrier".
 func TestStdioExitLoopChildLifetimesNeverOverlap(t *testing.T) {
 	ev := eventsPath(t)
 	p := stdioPolicy("--exit-after=50ms", "--events-file="+ev)
@@ -1266,7 +1323,8 @@ func TestStdioExitLoopChildLifetimesNeverOverlap(t *testing.T) {
 }
 
 // ---------------------------------------------------------------------------
-// §6: tool calls over a real child.
+// Tool calls over a real child.
+// See docs/design.md, "Tool calls".
 
 func TestStdioCallToolSendsTheRawNameUpstream(t *testing.T) {
 	ev := eventsPath(t)
@@ -1405,9 +1463,10 @@ func TestStdioMediaResultKeepsBlocksAndRendersPlaceholders(t *testing.T) {
 	}
 }
 
-// §4.2/§6: while reconnecting, calls fail at once with ErrUnavailable and
+// While reconnecting, calls fail at once with ErrUnavailable and
 // the attempt; the last good tools stay registered; Dispose cancels the
 // pending reconnect without waiting for its delay.
+// See docs/design.md, "Backoff and the attempt budget" and "Tool calls".
 func TestStdioCallToDownServerFailsFastWithReconnectAttempt(t *testing.T) {
 	p := stdioPolicy("--tools=1")
 	p.Reconnect.InitialDelay, p.Reconnect.MaxDelay = 30*time.Second, 30*time.Second
@@ -1422,7 +1481,9 @@ func TestStdioCallToDownServerFailsFastWithReconnectAttempt(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, s, "reconnect attempt 1 scheduled", func(sn Snapshot) bool { return sn.Phase == PhaseReconnecting && sn.Attempt == 1 })
+	// Lost inside its 30s stability window, the first connection is the
+	// outage's failed attempt 1; the retry is attempt 2.
+	waitFor(t, s, "attempt 2 scheduled", func(sn Snapshot) bool { return sn.Phase == PhaseReconnecting && sn.Attempt == 2 })
 	start := time.Now()
 	_, err := s.CallTool(context.Background(), "echo", map[string]any{"text": "x"})
 	if el := time.Since(start); el > time.Second {
@@ -1431,8 +1492,8 @@ func TestStdioCallToDownServerFailsFastWithReconnectAttempt(t *testing.T) {
 	if !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("err = %v, want ErrUnavailable", err)
 	}
-	if !strings.Contains(err.Error(), "reconnecting (attempt 1 of 5)") {
-		t.Errorf("err %q does not say the server is reconnecting (attempt 1 of 5)", err)
+	if !strings.Contains(err.Error(), "reconnecting (attempt 2 of 5)") {
+		t.Errorf("err %q does not say the server is reconnecting (attempt 2 of 5)", err)
 	}
 	if got := toolNames(reg.Tools("ns")); !slices.Equal(got, published) {
 		t.Errorf("during the outage the registry holds %v, want the last good tools %v", got, published)
@@ -1455,7 +1516,8 @@ func TestStdioCallToDownServerFailsFastWithReconnectAttempt(t *testing.T) {
 }
 
 // A connection that never failed has nothing to clear when it becomes
-// stable (§4.2): no change signal, so an idle fleet costs no reconciles.
+// stable: no change signal, so an idle fleet costs no reconciles.
+// See docs/design.md, "Backoff and the attempt budget".
 func TestStdioStableFirstConnectionSignalsNoChange(t *testing.T) {
 	p := stdioPolicy()
 	p.Reconnect.MaxDelay = time.Second // the stability window

@@ -9,10 +9,11 @@ import (
 
 // Tools that require task-based execution (MCP 2025-11-25
 // execution.taskSupport "required") cannot be called with a plain
-// tools/call, and §6 asks for a clear refusal. go-sdk v1.8.0 drops the
+// tools/call, and such a call must be refused clearly. go-sdk v1.8.0 drops the
 // execution field when it decodes a tool, so the supervisor reads it off
 // the wire: every line the server sends passes a sniffer that parses only
 // the lines mentioning taskSupport.
+// See docs/design.md, "Tool calls".
 
 var taskSupportKey = []byte(`"taskSupport"`)
 

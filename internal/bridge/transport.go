@@ -6,20 +6,43 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// dialer starts the transport of one generation. onLost is called (from any
-// goroutine, possibly more than once) when the transport itself learns that
-// the connection is gone, e.g. an HTTP 404 for the session.
+// The supervisor reaches a server through a dialer, which builds one link
+// per generation. Everything above the link (the MCP session, the one
+// connection budget, tool sync, health checks, calls, the close barrier) is
+// the same for every transport; a new transport is a new dialer and link.
+//
+// Two exist: stdioDialer (stdio.go) starts a child process and speaks MCP on
+// its pipes; httpDialer (http.go) speaks Streamable HTTP. A transport that
+// carries a child's stdio over some other byte stream (a tunnel to the
+// server's Pod) reuses the stdio shape: an mcp.IOTransport over the stream,
+// closed() once the far side confirms the child was reaped, and
+// exitReporter so that the child's exit is a loss like a local child's.
+
+// dialer starts the transport of one generation. onLost may be called, from
+// any goroutine and more than once, when the transport itself learns that the
+// connection is gone (an HTTP 404 for the session); the first call counts.
+// dial must honour ctx: it runs under the generation's connection budget.
 type dialer interface {
 	dial(ctx context.Context, onLost func(error)) (link, error)
 }
 
-// link is one generation's transport, single use.
+// link is one generation's transport, used once.
 type link interface {
 	// transport is what the MCP client connects over.
 	transport() mcp.Transport
 	// close starts closing; it returns at once.
 	close()
 	// closed is the close signal: closed once nothing of the generation
-	// runs any more (for stdio: the child has been reaped).
+	// runs any more (for stdio: the child has been reaped). The close
+	// barrier waits for it.
 	closed() <-chan struct{}
+}
+
+// exitReporter is a link whose closed signal can also come first, from the
+// server's side: the server process exited by itself. The supervisor then
+// treats closed() as a loss and reports exitError, which says how the process
+// ended; it is valid once closed() is closed.
+type exitReporter interface {
+	link
+	exitError() error
 }

@@ -2,6 +2,15 @@
 // resource's spec, runs one connection supervisor per resource, and writes
 // status from the supervisor's snapshots. The RBAC the manager needs is
 // declared here, next to the code that uses it.
+//
+// Supervisors (supervisors.go) is the registry of running supervisors,
+// keyed by resource, in the manner of Cluster API's clustercache: it
+// starts, swaps and disposes them, never writes to the apiserver, and feeds
+// their change signals back to the reconciler through a source.Channel. A
+// supervisor that is replaced or deleted stays registered until its last
+// server process has closed, even past its close barrier, so that a hot
+// swap or a re-created resource never runs two servers at once; status
+// says CloseTimeout meanwhile.
 package controller
 
 // +kubebuilder:rbac:groups=mcpbridge.dev,resources=mcpservers,verbs=get;list;watch

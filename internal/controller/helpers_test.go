@@ -6,11 +6,13 @@ import (
 	"strings"
 	"time"
 
+	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -151,4 +153,30 @@ func metricValue(metric, ns, name string) (float64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// watchMcpServers watches the McpServers of ns for the rest of the spec:
+// every status the apiserver stores arrives as an event.
+func watchMcpServers(ns string) watch.Interface {
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	Expect(err).NotTo(HaveOccurred())
+	w, err := wc.Watch(context.Background(), &v1alpha1.McpServerList{}, client.InNamespace(ns))
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(w.Stop)
+	return w
+}
+
+// untilPhase hands every event of w to seen until one carries phase.
+func untilPhase(w watch.Interface, phase v1alpha1.Phase, seen func(watch.Event)) {
+	Eventually(func() v1alpha1.Phase {
+		select {
+		case ev := <-w.ResultChan():
+			seen(ev)
+			if m, ok := ev.Object.(*v1alpha1.McpServer); ok {
+				return m.Status.Phase
+			}
+		case <-time.After(50 * time.Millisecond):
+		}
+		return ""
+	}, eventuallyTimeout, time.Millisecond).Should(Equal(phase))
 }

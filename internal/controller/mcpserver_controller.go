@@ -71,19 +71,19 @@ func (r *McpServerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	if err := r.APIReader.Get(ctx, req.NamespacedName, obj); err != nil {
 		if apierrors.IsNotFound(err) {
 			recordGauges(req.Namespace, req.Name, nil)
-			return ctrl.Result{}, r.Supervisors.Stop(ctx, req.NamespacedName)
+			return ctrl.Result{}, stopped(r.Supervisors.Stop(ctx, req.NamespacedName))
 		}
 		return ctrl.Result{}, err
 	}
 	if obj.DeletionTimestamp != nil {
-		return ctrl.Result{}, r.Supervisors.Stop(ctx, req.NamespacedName)
+		return ctrl.Result{}, stopped(r.Supervisors.Stop(ctx, req.NamespacedName))
 	}
 	orig := obj.DeepCopy()
 	v, err := r.decide(ctx, obj)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	applyStatus(obj, effectiveServerName(obj), v)
+	applyStatus(obj, serverNameOf(obj), v)
 	r.emitEvents(obj, &orig.Status, v)
 	recordGauges(obj.Namespace, obj.Name, v.snap)
 	if equality.Semantic.DeepEqual(orig.Status, obj.Status) {
@@ -103,7 +103,7 @@ func (r *McpServerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 // Every verdict without a running supervisor stops the old one first.
 func (r *McpServerReconciler) decide(ctx context.Context, obj *v1alpha1.McpServer) (verdict, error) {
 	key := client.ObjectKeyFromObject(obj)
-	serverName := effectiveServerName(obj)
+	serverName := serverNameOf(obj)
 	holder, err := serverNameHolder(ctx, r.Client, obj.Namespace, serverName)
 	if err != nil {
 		return verdict{}, err
@@ -133,6 +133,13 @@ func (r *McpServerReconciler) decide(ctx context.Context, obj *v1alpha1.McpServe
 		BaseGeneration: obj.Status.ConnectionGeneration,
 		Log:            ctrl.LoggerFrom(ctx), Observer: observer{ns: obj.Namespace, name: obj.Name},
 	})
+	if errors.Is(err, bridge.ErrCloseTimeout) {
+		// The previous supervisor's server outlived its close barrier: no
+		// second one starts until it is gone; Supervisors reconciles this
+		// resource again then.
+		return verdict{phase: v1alpha1.PhaseFailed, reason: v1alpha1.ReasonCloseTimeout,
+			message: "The previous connection did not close within its close barrier; the new one starts once it has"}, nil
+	}
 	if err != nil {
 		return verdict{}, err
 	}
@@ -143,11 +150,22 @@ func (r *McpServerReconciler) decide(ctx context.Context, obj *v1alpha1.McpServe
 
 // halt stops the supervisor (its tools leave the registry) and returns v.
 func (r *McpServerReconciler) halt(ctx context.Context, key client.ObjectKey, v verdict) (verdict, error) {
-	return v, r.Supervisors.Stop(ctx, key)
+	return v, stopped(r.Supervisors.Stop(ctx, key))
 }
 
-// swapKey changes exactly when §4.7 asks for a hot swap: a new spec
+// stopped treats a supervisor that is still closing past its close barrier
+// as stopped: its tools are gone, Supervisors keeps it from being replaced
+// until it has closed, and reconciles the resource again then.
+func stopped(err error) error {
+	if errors.Is(err, bridge.ErrCloseTimeout) {
+		return nil
+	}
+	return err
+}
+
+// swapKey changes exactly when a hot swap is due: a new spec
 // generation, a new restartedAt annotation, or a changed resolved value.
+// See docs/design.md, "Hot swap and disposal".
 func swapKey(obj *v1alpha1.McpServer, p *policy.Policy) string {
 	return strconv.FormatInt(obj.Generation, 10) + "/" + obj.Annotations[v1alpha1.RestartedAtAnnotation] + "/" + p.Fingerprint()
 }

@@ -53,11 +53,15 @@ var _ = Describe("McpServer lifecycle", func() {
 
 	It("reconnects after the server is killed, with the next generation and identical tools", func() {
 		events := filepath.Join(GinkgoT().TempDir(), "events")
-		Expect(k8s.Create(ctx, stdioServer(ns, "fx", "--events-file="+events))).To(Succeed())
+		obj := stdioServer(ns, "fx", "--events-file="+events)
+		// Killed well inside its stability window, the first connection is
+		// the outage's failed attempt 1, so the retry is attempt 2.
+		obj.Spec.Reconnect.MaxDelayMs = ptr32(60000)
+		Expect(k8s.Create(ctx, obj)).To(Succeed())
 		before := readyAt(ns, "fx", 1)
 		pid := lifetimes(events)[0].PID
 		Expect(syscall.Kill(pid, syscall.SIGKILL)).To(Succeed())
-		Eventually(hasEvent(ns, "fx", "Reconnecting", "attempt 1/4"), eventuallyTimeout, poll).Should(BeTrue())
+		Eventually(hasEvent(ns, "fx", "Reconnecting", "in 50ms (attempt 2/4)"), eventuallyTimeout, poll).Should(BeTrue())
 		after := readyAt(ns, "fx", before.Status.ConnectionGeneration+1)
 		Expect(after.Status.ConnectionGeneration).To(Equal(before.Status.ConnectionGeneration + 1))
 		Expect(toolNames(after)).To(Equal(toolNames(before)))
@@ -77,6 +81,10 @@ var _ = Describe("McpServer lifecycle", func() {
 		failed := get(ns, "loop")
 		ready := meta(failed, v1alpha1.ConditionReady)
 		Expect(ready.Reason).To(Equal(v1alpha1.ReasonReconnectExhausted))
+		// Every brief connection was a failed attempt, the first included.
+		Expect(failed.Status.FailedAttempts).To(BeEquivalentTo(4))
+		Expect(failed.Status.ConnectionGeneration).To(BeEquivalentTo(4))
+		Expect(ready.Message).To(HavePrefix("Gave up after 4 consecutive failed attempts (reconnect.maxAttempts is 4)"))
 		Expect(failed.Status.Tools).To(BeEmpty())
 		Expect(registry.Tools(ns)).To(BeEmpty())
 		Expect(kstatusOf(failed)).To(Equal(status.FailedStatus))

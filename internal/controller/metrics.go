@@ -9,7 +9,8 @@ import (
 	"github.com/mcpbridge/operator/internal/bridge"
 )
 
-// Metrics of SPEC §8, labelled by namespace and name; never a secret.
+// Metrics, labelled by namespace and name; never a secret.
+// See docs/design.md, "Metrics".
 var (
 	connectionUp = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "mcpbridge_connection_up", Help: "1 while the McpServer is connected with its tools published.",

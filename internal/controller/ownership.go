@@ -10,28 +10,25 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
+	"github.com/mcpbridge/operator/internal/policy"
 )
 
 // indexServerName indexes McpServers by their effective serverName.
 const indexServerName = "mcpbridge.dev/serverName"
 
-// effectiveServerName is spec.serverName, or metadata.name when unset.
-func effectiveServerName(m *v1alpha1.McpServer) string {
-	if m.Spec.ServerName != "" {
-		return m.Spec.ServerName
-	}
-	return m.Name
-}
+// serverNameOf is the effective serverName of m, as the resolve step has it.
+func serverNameOf(m *v1alpha1.McpServer) string { return policy.ServerName(m.Name, &m.Spec) }
 
 func indexServerNameFunc(obj client.Object) []string {
 	if m, ok := obj.(*v1alpha1.McpServer); ok {
-		return []string{effectiveServerName(m)}
+		return []string{serverNameOf(m)}
 	}
 	return nil
 }
 
 // serverNameHolder returns the McpServer that holds serverName in ns: the
-// oldest (creationTimestamp, then name) that is not being deleted (§5).
+// oldest (creationTimestamp, then name) that is not being deleted.
+// See docs/design.md, "Tool registry and names".
 func serverNameHolder(ctx context.Context, c client.Reader, ns, serverName string) (*v1alpha1.McpServer, error) {
 	list := &v1alpha1.McpServerList{}
 	if err := c.List(ctx, list, client.InNamespace(ns), client.MatchingFields{indexServerName: serverName}); err != nil {
@@ -40,7 +37,7 @@ func serverNameHolder(ctx context.Context, c client.Reader, ns, serverName strin
 	var holder *v1alpha1.McpServer
 	for i := range list.Items {
 		m := &list.Items[i]
-		if m.DeletionTimestamp != nil || effectiveServerName(m) != serverName {
+		if m.DeletionTimestamp != nil || serverNameOf(m) != serverName {
 			continue
 		}
 		if holder == nil || olderThan(m, holder) {
@@ -69,7 +66,7 @@ func peersHandler(c client.Reader) handler.TypedEventHandler[client.Object, reco
 		}
 		list := &v1alpha1.McpServerList{}
 		if err := c.List(ctx, list, client.InNamespace(m.Namespace),
-			client.MatchingFields{indexServerName: effectiveServerName(m)}); err != nil {
+			client.MatchingFields{indexServerName: serverNameOf(m)}); err != nil {
 			return
 		}
 		for i := range list.Items {
@@ -84,7 +81,7 @@ func peersHandler(c client.Reader) handler.TypedEventHandler[client.Object, reco
 		},
 		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			o, n := e.ObjectOld.(*v1alpha1.McpServer), e.ObjectNew.(*v1alpha1.McpServer)
-			if effectiveServerName(o) != effectiveServerName(n) || (o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil) {
+			if serverNameOf(o) != serverNameOf(n) || (o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil) {
 				enqueue(ctx, q, e.ObjectOld)
 				enqueue(ctx, q, e.ObjectNew)
 			}

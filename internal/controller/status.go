@@ -2,7 +2,6 @@ package controller
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -27,7 +26,8 @@ func verdictFromSnapshot(sn bridge.Snapshot) verdict {
 	switch sn.Phase {
 	case bridge.PhaseReady:
 		if sn.SyncConflict != "" && len(sn.Tools) == 0 {
-			// Connected, but none of its tools could be published (§5).
+			// Connected, but none of its tools could be published.
+			// See docs/design.md, "Tool registry and names".
 			v.phase, v.reason = v1alpha1.PhaseConflict, v1alpha1.ReasonServerNameConflict
 			v.message = "Connected, but no tool could be published: " + sn.SyncConflict
 			break
@@ -104,22 +104,16 @@ func applySnapshot(st *v1alpha1.McpServerStatus, sn bridge.Snapshot) {
 		st.NextRetryTime = statusTime(sn.NextRetry)
 	}
 	if le := sn.LastError; le != nil {
-		st.LastError = &v1alpha1.LastError{Stage: le.Stage, Message: truncate(le.Message(), maxMessage)}
+		st.LastError = &v1alpha1.LastError{Stage: le.Stage, Message: bridge.Truncate(le.Message(), maxMessage)}
 	}
 }
 
 // maxMessage keeps messages from upstream servers from bloating status.
 const maxMessage = 1024
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n-3], "") + "..."
-}
-
 // maxToolBytes keeps status.tools, and so the whole status, under 64 KiB
-// (§3) even when raw names are long.
+// even when raw names are long.
+// See docs/design.md, "Status and conditions".
 const maxToolBytes = 48 << 10
 
 // statusTools lists tools sorted by name, at most MaxStatusTools of them and
@@ -127,7 +121,7 @@ const maxToolBytes = 48 << 10
 func statusTools(tools []bridge.Tool) (out []v1alpha1.ToolStatus, truncated bool) {
 	size := 0
 	for i, t := range tools {
-		ts := v1alpha1.ToolStatus{Name: t.Name, RawName: truncate(t.RawName, 256)}
+		ts := v1alpha1.ToolStatus{Name: t.Name, RawName: bridge.Truncate(t.RawName, 256)}
 		size += len(ts.Name) + len(ts.RawName) + 32 // JSON keys and quotes
 		if i == v1alpha1.MaxStatusTools || size > maxToolBytes {
 			return out, true
@@ -149,24 +143,31 @@ func statusTime(t time.Time) *metav1.Time {
 
 // setConditions stamps Ready, Reconciling and Stalled (kstatus) with the
 // observed generation; a transition time moves only when a status flips.
+// Ready is always there; Reconciling and Stalled only while they hold, and
+// removed otherwise, as Flux's conditions do (kstatus reads a missing one
+// as False).
 func setConditions(obj *v1alpha1.McpServer, v verdict) {
 	progressing := v.phase == v1alpha1.PhasePending || v.phase == v1alpha1.PhaseConnecting || v.phase == v1alpha1.PhaseReconnecting
-	// A missing Secret heals by itself: progressing, not stalled (§3).
+	// A missing Secret heals by itself: progressing, not stalled.
 	stalled := v.phase == v1alpha1.PhaseFailed || v.phase == v1alpha1.PhaseInvalid || v.phase == v1alpha1.PhaseConflict
-	msg := truncate(v.message, maxMessage)
-	set := func(t string, on bool) {
+	msg := bridge.Truncate(v.message, maxMessage)
+	set := func(t string, status metav1.ConditionStatus) {
 		meta.SetStatusCondition(&obj.Status.Conditions, metav1.Condition{
-			Type: t, Status: condStatus(on), Reason: v.reason, Message: msg, ObservedGeneration: obj.Generation,
+			Type: t, Status: status, Reason: v.reason, Message: msg, ObservedGeneration: obj.Generation,
 		})
 	}
-	set(v1alpha1.ConditionReady, v.phase == v1alpha1.PhaseReady)
-	set(v1alpha1.ConditionReconciling, progressing && !stalled)
-	set(v1alpha1.ConditionStalled, stalled)
-}
-
-func condStatus(on bool) metav1.ConditionStatus {
-	if on {
-		return metav1.ConditionTrue
+	mark := func(t string, on bool) {
+		if on {
+			set(t, metav1.ConditionTrue)
+		} else {
+			meta.RemoveStatusCondition(&obj.Status.Conditions, t)
+		}
 	}
-	return metav1.ConditionFalse
+	ready := metav1.ConditionFalse
+	if v.phase == v1alpha1.PhaseReady {
+		ready = metav1.ConditionTrue
+	}
+	set(v1alpha1.ConditionReady, ready)
+	mark(v1alpha1.ConditionReconciling, progressing && !stalled)
+	mark(v1alpha1.ConditionStalled, stalled)
 }

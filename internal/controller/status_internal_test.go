@@ -75,7 +75,7 @@ func TestVerdictAndConditions(t *testing.T) {
 			v1alpha1.PhaseConflict, v1alpha1.ReasonServerNameConflict, false, false, true},
 		{"reconnecting", verdictFromSnapshot(bridge.Snapshot{Phase: bridge.PhaseReconnecting, Attempt: 1, MaxAttempts: 3}),
 			v1alpha1.PhaseReconnecting, v1alpha1.ReasonReconnecting, false, true, false},
-		{"exhausted", verdictFromSnapshot(bridge.Snapshot{Phase: bridge.PhaseFailed, Reason: bridge.ReasonReconnectExhausted}),
+		{"exhausted", verdictFromSnapshot(bridge.Snapshot{Phase: bridge.PhaseFailed, Reason: v1alpha1.ReasonReconnectExhausted}),
 			v1alpha1.PhaseFailed, v1alpha1.ReasonReconnectExhausted, false, false, true},
 		{"a missing Secret is progressing, not stalled",
 			verdict{phase: v1alpha1.PhasePending, reason: v1alpha1.ReasonSecretNotFound, message: "Waiting"},
@@ -89,16 +89,52 @@ func TestVerdictAndConditions(t *testing.T) {
 			if obj.Status.Phase != tc.phase {
 				t.Fatalf("phase %s, want %s", obj.Status.Phase, tc.phase)
 			}
+			// Ready is always present; Reconciling and Stalled only when
+			// True (kstatus, Flux): the opposite one is removed.
+			if got := findCondition(obj, v1alpha1.ConditionReady); got == nil || (got.Status == "True") != tc.ready ||
+				got.ObservedGeneration != 4 || got.Reason != tc.reason {
+				t.Fatalf("Ready = %+v, want True=%v reason %s at generation 4", got, tc.ready, tc.reason)
+			}
 			for _, c := range []struct {
 				typ string
 				on  bool
-			}{{v1alpha1.ConditionReady, tc.ready}, {v1alpha1.ConditionReconciling, tc.reconciling}, {v1alpha1.ConditionStalled, tc.stalledOn}} {
+			}{{v1alpha1.ConditionReconciling, tc.reconciling}, {v1alpha1.ConditionStalled, tc.stalledOn}} {
 				got := findCondition(obj, c.typ)
-				if got == nil || (got.Status == "True") != c.on || got.ObservedGeneration != 4 || got.Reason != tc.reason {
-					t.Fatalf("%s = %+v, want on=%v reason %s at generation 4", c.typ, got, c.on, tc.reason)
+				if !c.on {
+					if got != nil {
+						t.Fatalf("%s = %+v, want it absent", c.typ, got)
+					}
+					continue
+				}
+				if got == nil || got.Status != "True" || got.ObservedGeneration != 4 || got.Reason != tc.reason {
+					t.Fatalf("%s = %+v, want True reason %s at generation 4", c.typ, got, tc.reason)
 				}
 			}
 		})
+	}
+}
+
+// A resource that leaves a terminal or progressing phase loses the
+// condition that said so, instead of keeping it as False.
+func TestConditionsOfAPhaseThatEndedAreRemoved(t *testing.T) {
+	obj := &v1alpha1.McpServer{}
+	applyStatus(obj, "a", verdictFromSnapshot(bridge.Snapshot{Phase: bridge.PhaseFailed, Reason: v1alpha1.ReasonReconnectExhausted}))
+	if findCondition(obj, v1alpha1.ConditionStalled) == nil {
+		t.Fatal("Failed without Stalled")
+	}
+	applyStatus(obj, "a", verdictFromSnapshot(bridge.Snapshot{Phase: bridge.PhaseConnecting}))
+	if c := findCondition(obj, v1alpha1.ConditionStalled); c != nil {
+		t.Fatalf("Stalled kept after the resource left Failed: %+v", c)
+	}
+	if c := findCondition(obj, v1alpha1.ConditionReconciling); c == nil || c.Status != metav1.ConditionTrue {
+		t.Fatalf("Reconciling = %+v while connecting", c)
+	}
+	applyStatus(obj, "a", verdictFromSnapshot(bridge.Snapshot{Phase: bridge.PhaseReady}))
+	if c := findCondition(obj, v1alpha1.ConditionReconciling); c != nil {
+		t.Fatalf("Reconciling kept after Ready: %+v", c)
+	}
+	if len(obj.Status.Conditions) != 1 {
+		t.Fatalf("conditions %+v, want Ready alone", obj.Status.Conditions)
 	}
 }
 

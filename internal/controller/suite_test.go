@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,7 +37,6 @@ var (
 	registry   *bridge.Registry
 	sups       *controller.Supervisors
 	gatewayURL string
-	gatewayLn  net.Listener
 )
 
 func TestController(t *testing.T) {
@@ -81,6 +81,11 @@ func startManager() {
 		Tune: func(o *bridge.Options) {
 			o.CloseBarrier = 3 * time.Second
 			o.TerminateGrace = 500 * time.Millisecond
+			if strings.HasPrefix(o.Name, slowClosePrefix) {
+				// A child that ignores SIGTERM lives until SIGKILL, two
+				// graces (3 s) after its close began: far past the barrier.
+				o.CloseBarrier, o.TerminateGrace = 300*time.Millisecond, 1500*time.Millisecond
+			}
 		}}
 	r := &controller.McpServerReconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
@@ -98,18 +103,16 @@ func startManager() {
 }
 
 // addGateway serves the gateway with token authentication on a free
-// loopback port, as the manager binary does.
+// loopback port, as the manager binary does. Each manager gets its own
+// listener (the manager closes it when it stops), so gatewayURL changes on
+// a restart.
 func addGateway(mgr ctrl.Manager) {
-	if gatewayLn == nil {
-		var err error
-		gatewayLn, err = net.Listen("tcp", "127.0.0.1:0")
-		Expect(err).NotTo(HaveOccurred())
-		gatewayURL = "http://" + gatewayLn.Addr().String()
-		Expect(gatewayLn.Close()).To(Succeed()) // the manager binds it again
-	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	Expect(err).NotTo(HaveOccurred())
+	gatewayURL = "http://" + ln.Addr().String()
 	gw := &gateway.Gateway{Registry: registry, Log: ctrl.Log.WithName("gateway"),
 		Auth: &gateway.Authorizer{Client: mgr.GetClient(), TTL: 2 * time.Second, DenyTTL: time.Second}}
-	Expect(gw.AddToManager(mgr, gatewayLn.Addr().String())).To(Succeed())
+	Expect(gw.AddToManager(mgr, ln)).To(Succeed())
 }
 
 func stopManager() {

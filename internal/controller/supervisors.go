@@ -2,7 +2,9 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -16,7 +18,8 @@ import (
 )
 
 // shutdownTimeout bounds disposing every supervisor when the manager stops
-// (SPEC §8: graceful shutdown within 30 s).
+// (graceful shutdown within 30 s).
+// See docs/design.md, "Operations".
 const shutdownTimeout = 25 * time.Second
 
 // Supervisors runs one bridge.Supervisor per McpServer, keyed by name. It is
@@ -42,6 +45,15 @@ type supervisorEntry struct {
 	sup    *bridge.Supervisor
 	key    string // what the supervisor was built from; a new key is a hot swap
 	cancel context.CancelFunc
+
+	// Stopping: the first Stop disposes, concurrent ones wait for it.
+	stopOnce sync.Once
+	stopping atomic.Bool
+	// stillClosing is what Stop returns while the supervisor's last
+	// generation outlives its close barrier; the entry stays until it has
+	// closed, so that no new supervisor of the same resource starts a second
+	// server process meanwhile.
+	stillClosing error
 }
 
 func (s *Supervisors) init() {
@@ -74,12 +86,13 @@ func (s *Supervisors) Start(ctx context.Context) error {
 	return nil
 }
 
-// Get returns the supervisor running for key, if any.
+// Get returns the supervisor running for key, if any; not one being
+// disposed.
 func (s *Supervisors) Get(key types.NamespacedName) *bridge.Supervisor {
 	s.init()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e := s.entries[key]; e != nil {
+	if e := s.entries[key]; e != nil && !e.stopping.Load() {
 		return e.sup
 	}
 	return nil
@@ -87,7 +100,11 @@ func (s *Supervisors) Get(key types.NamespacedName) *bridge.Supervisor {
 
 // Ensure runs a supervisor for key built from specKey. An unchanged specKey
 // keeps the running one; a new one disposes it first (waiting for its close
-// barrier, no lock held) and continues its generation numbering.
+// barrier, no lock held) and continues its generation numbering. While a
+// disposed supervisor of key is still closing, Ensure starts nothing and
+// returns an error that wraps bridge.ErrCloseTimeout; once it has closed, key
+// is reconciled again through Source.
+// See docs/design.md, "Generations and the close barrier".
 func (s *Supervisors) Ensure(ctx context.Context, key types.NamespacedName, specKey string, opts bridge.Options) (*bridge.Supervisor, error) {
 	s.init()
 	select {
@@ -98,12 +115,12 @@ func (s *Supervisors) Ensure(ctx context.Context, key types.NamespacedName, spec
 	s.mu.Lock()
 	old := s.entries[key]
 	s.mu.Unlock()
-	if old != nil && old.key == specKey {
+	if old != nil && old.key == specKey && !old.stopping.Load() {
 		return old.sup, nil
 	}
 	if old != nil {
 		opts.BaseGeneration = max(opts.BaseGeneration, old.sup.Snapshot().Generation)
-		if err := s.Stop(ctx, key); err != nil {
+		if err := s.stop(ctx, key, old); err != nil {
 			return nil, err
 		}
 	}
@@ -147,19 +164,74 @@ func (s *Supervisors) forward(ctx context.Context, key types.NamespacedName, sup
 }
 
 // Stop disposes key's supervisor, if any, and waits for its close barrier.
+// The entry stays until the supervisor has closed: when its last generation
+// outlives the barrier, Stop returns an error that wraps
+// bridge.ErrCloseTimeout and the entry is removed, and key reconciled again,
+// only once the generation has closed.
 func (s *Supervisors) Stop(ctx context.Context, key types.NamespacedName) error {
 	s.init()
 	s.mu.Lock()
 	e := s.entries[key]
-	delete(s.entries, key)
 	s.mu.Unlock()
 	if e == nil {
 		return nil
 	}
-	defer e.cancel()
-	dctx, cancel := context.WithTimeout(ctx, bridge.DefaultCloseBarrier+2*time.Second)
-	defer cancel()
-	return e.sup.Dispose(dctx)
+	return s.stop(ctx, key, e)
+}
+
+// disposeSlack is what Stop allows a supervisor beyond its own close
+// barrier before it stops waiting; Dispose itself returns at the barrier.
+const disposeSlack = 2 * time.Second
+
+func (s *Supervisors) stop(ctx context.Context, key types.NamespacedName, e *supervisorEntry) error {
+	e.stopOnce.Do(func() {
+		e.stopping.Store(true)
+		dctx, cancel := context.WithTimeout(ctx, e.sup.CloseBarrier()+disposeSlack)
+		defer cancel()
+		err := e.sup.Dispose(dctx)
+		if err == nil {
+			s.remove(key, e)
+			return
+		}
+		e.stillClosing = fmt.Errorf("the previous connection of %s is still closing: %w", key, err)
+		s.Log.Info("disposed supervisor still closing; it stays registered until it has closed",
+			"mcpserver", key.String(), "closeBarrier", e.sup.CloseBarrier().String(), "error", err.Error())
+		go s.awaitClosed(key, e)
+	})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.entries[key] != e {
+		return nil // closed meanwhile
+	}
+	return e.stillClosing
+}
+
+// awaitClosed removes a disposed supervisor's entry once its last
+// generation has closed and asks for key to be reconciled, so that a
+// waiting hot swap or re-creation proceeds.
+func (s *Supervisors) awaitClosed(key types.NamespacedName, e *supervisorEntry) {
+	select {
+	case <-e.sup.Closed():
+	case <-s.ctx.Done():
+		return
+	}
+	s.remove(key, e)
+	obj := &v1alpha1.McpServer{}
+	obj.Namespace, obj.Name = key.Namespace, key.Name
+	select {
+	case s.events <- event.TypedGenericEvent[*v1alpha1.McpServer]{Object: obj}:
+	case <-s.ctx.Done():
+	}
+}
+
+// remove drops e, if it is still key's entry, and ends its forwarding.
+func (s *Supervisors) remove(key types.NamespacedName, e *supervisorEntry) {
+	s.mu.Lock()
+	if s.entries[key] == e {
+		delete(s.entries, key)
+	}
+	s.mu.Unlock()
+	e.cancel()
 }
 
 // DisposeAll disposes every supervisor; the manager binary calls it again

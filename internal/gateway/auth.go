@@ -11,27 +11,27 @@ import (
 
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
+	"k8s.io/apimachinery/pkg/util/cache"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // Authorizer answers "may this bearer token use namespace ns's tools?" with
 // a TokenReview and a SubjectAccessReview, and remembers answers briefly so
-// that a call does not cost two apiserver round trips.
+// that a call does not cost two apiserver round trips. The zero value with
+// a Client works.
 type Authorizer struct {
 	Client client.Client
 	// TTL of a remembered allow; denials are remembered for DenyTTL.
 	TTL, DenyTTL time.Duration
-	// MaxEntries bounds the memory; past it the oldest half is dropped.
+	// MaxEntries bounds the memory; past it the least recently used answer
+	// is dropped.
 	MaxEntries int
+	// Clock times the remembered answers; nil is the real clock.
+	Clock clock.PassiveClock
 
-	mu    sync.Mutex
-	cache map[[sha256.Size]byte]decision
-}
-
-// decision is a remembered answer: an HTTP status (200, 401 or 403).
-type decision struct {
-	status  int
-	expires time.Time
+	once    sync.Once
+	answers *cache.LRUExpireCache // sha256(ns, token) -> HTTP status (200, 401 or 403)
 }
 
 // Defaults for a zero Authorizer.
@@ -84,14 +84,25 @@ func (a *Authorizer) review(ctx context.Context, token, ns string) (int, error) 
 	return http.StatusOK, nil
 }
 
+// cache is the bounded store of remembered answers, built on first use so
+// that a literal Authorizer works.
+func (a *Authorizer) cache() *cache.LRUExpireCache {
+	a.once.Do(func() {
+		var clk clock.PassiveClock = clock.RealClock{}
+		if a.Clock != nil {
+			clk = a.Clock
+		}
+		a.answers = cache.NewLRUExpireCacheWithClock(positiveOr(a.MaxEntries, defaultMaxEntries), clk)
+	})
+	return a.answers
+}
+
 func (a *Authorizer) cached(key [sha256.Size]byte) (int, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	d, ok := a.cache[key]
-	if !ok || time.Now().After(d.expires) {
+	st, ok := a.cache().Get(key)
+	if !ok {
 		return 0, false
 	}
-	return d.status, true
+	return st.(int), true
 }
 
 func (a *Authorizer) remember(key [sha256.Size]byte, status int) {
@@ -99,47 +110,7 @@ func (a *Authorizer) remember(key [sha256.Size]byte, status int) {
 	if status != http.StatusOK {
 		ttl = positiveOr(a.DenyTTL, defaultDenyTTL)
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.cache == nil {
-		a.cache = map[[sha256.Size]byte]decision{}
-	}
-	if len(a.cache) >= positiveOr(a.MaxEntries, defaultMaxEntries) {
-		a.evictLocked()
-	}
-	a.cache[key] = decision{status: status, expires: time.Now().Add(ttl)}
-}
-
-// evictLocked drops expired answers, then the older half if still full.
-func (a *Authorizer) evictLocked() {
-	now := time.Now()
-	var oldest []time.Time
-	for k, d := range a.cache {
-		if now.After(d.expires) {
-			delete(a.cache, k)
-		} else {
-			oldest = append(oldest, d.expires)
-		}
-	}
-	limit := positiveOr(a.MaxEntries, defaultMaxEntries)
-	if len(a.cache) < limit {
-		return
-	}
-	cut := meanTime(oldest)
-	for k, d := range a.cache {
-		if !d.expires.After(cut) {
-			delete(a.cache, k)
-		}
-	}
-}
-
-// meanTime is a rough middle of the expiries: enough to halve the cache.
-func meanTime(ts []time.Time) time.Time {
-	var sum int64
-	for _, t := range ts {
-		sum += t.UnixNano() / int64(len(ts))
-	}
-	return time.Unix(0, sum)
+	a.cache().Add(key, status, ttl)
 }
 
 // positiveOr is v when it is set (positive), else def.

@@ -38,7 +38,7 @@ const (
 	regionPublic = "mcp__fx__regional"
 
 	statefulProto    = "2025-11-25"
-	sessionlessProto = sessionlessProtocol
+	sessionlessProto = bridge.SessionlessProtocol
 )
 
 // waitLimit bounds every wait on something the test expects to happen soon;
@@ -180,7 +180,7 @@ func (e *testEnv) agent(proto string) *mcp.ClientSession {
 		_ = cs.Close()
 		e.t.Fatalf("negotiated %s, want %s", got, proto)
 	}
-	if proto < sessionlessProtocol && cs.ID() == "" {
+	if proto < bridge.SessionlessProtocol && cs.ID() == "" {
 		_ = cs.Close()
 		e.t.Fatalf("a %s agent got no session id", proto)
 	}

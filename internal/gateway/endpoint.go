@@ -68,15 +68,12 @@ func (e *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodPost && e.serveFast(w, r) {
 		return
 	}
-	if r.Header.Get("Mcp-Protocol-Version") >= sessionlessProtocol {
+	if r.Header.Get("Mcp-Protocol-Version") >= bridge.SessionlessProtocol {
 		e.sessionless.ServeHTTP(w, r)
 		return
 	}
 	e.sessions.ServeHTTP(w, r)
 }
-
-// sessionlessProtocol is the first protocol version without sessions.
-const sessionlessProtocol = "2026-07-28"
 
 // sync makes the served tools equal to the registry's. The SDK sends
 // notifications/tools/list_changed for every change, debounced.

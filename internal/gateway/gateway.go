@@ -198,19 +198,21 @@ func (g *Gateway) NeedLeaderElection() bool { return true }
 // gatewayShutdown bounds the graceful shutdown of the gateway's listener.
 const gatewayShutdown = 10 * time.Second
 
-// AddToManager serves the gateway on addr from the elected leader only, and
-// keeps its endpoints in step with the registry.
-func (g *Gateway) AddToManager(mgr manager.Manager, addr string) error {
+// AddToManager serves the gateway on ln from the elected leader only, and
+// keeps its endpoints in step with the registry. The manager closes ln when
+// it stops. The manager binary passes ListenWhenServing, so that a replica
+// that is not the leader does not even bind the port.
+func (g *Gateway) AddToManager(mgr manager.Manager, ln net.Listener) error {
 	if err := mgr.Add(g); err != nil {
 		return err
 	}
 	return mgr.Add(&manager.Server{
 		Name: "gateway",
 		Server: &http.Server{
-			Addr:              addr,
 			Handler:           g.Handler(),
 			ReadHeaderTimeout: 10 * time.Second,
 		},
+		Listener:            ln,
 		OnlyServeWhenLeader: true,
 		ShutdownTimeout:     ptr.To(gatewayShutdown),
 	})

@@ -7,8 +7,10 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/mcpbridge/operator/internal/bridge"
 )
@@ -80,11 +82,43 @@ func TestAuthorizerCacheStaysBounded(t *testing.T) {
 	for i := range 1000 {
 		a.remember(sha256.Sum256([]byte(fmt.Sprint(i))), http.StatusOK)
 	}
-	if n := len(a.cache); n > 100 {
+	if n := len(a.cache().Keys()); n > 100 {
 		t.Fatalf("cache holds %d entries, bound is 100", n)
 	}
 	key := sha256.Sum256([]byte("999"))
 	if st, ok := a.cached(key); !ok || st != http.StatusOK {
 		t.Fatalf("the newest answer was evicted")
+	}
+}
+
+// An allow is remembered for TTL and a denial for DenyTTL, on the
+// Authorizer's clock.
+func TestAuthorizerRemembersAllowsLongerThanDenials(t *testing.T) {
+	fc := clocktesting.NewFakePassiveClock(time.Unix(1_700_000_000, 0))
+	a := &Authorizer{TTL: 30 * time.Second, DenyTTL: 5 * time.Second, Clock: fc}
+	allow, deny, unauth := sha256.Sum256([]byte("allow")), sha256.Sum256([]byte("deny")), sha256.Sum256([]byte("unauth"))
+	a.remember(allow, http.StatusOK)
+	a.remember(deny, http.StatusForbidden)
+	a.remember(unauth, http.StatusUnauthorized)
+	for _, step := range []struct {
+		after                        time.Duration
+		allow, deny, unauthenticated bool
+	}{
+		{0, true, true, true},
+		{5 * time.Second, true, true, true},
+		{5*time.Second + time.Nanosecond, true, false, false},
+		{30 * time.Second, true, false, false},
+		{30*time.Second + time.Nanosecond, false, false, false},
+	} {
+		fc.SetTime(time.Unix(1_700_000_000, 0).Add(step.after))
+		for _, c := range []struct {
+			name string
+			key  [sha256.Size]byte
+			want bool
+		}{{"allow", allow, step.allow}, {"deny", deny, step.deny}, {"unauthenticated", unauth, step.unauthenticated}} {
+			if _, ok := a.cached(c.key); ok != c.want {
+				t.Errorf("after %v: %s remembered = %v, want %v", step.after, c.name, ok, c.want)
+			}
+		}
 	}
 }

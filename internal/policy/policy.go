@@ -57,7 +57,8 @@ type Header struct {
 	Value string
 }
 
-// Reconnect is the resolved backoff policy of §4.2.
+// Reconnect is the resolved backoff policy.
+// See docs/design.md, "Backoff and the attempt budget".
 type Reconnect struct {
 	Enabled      bool
 	InitialDelay time.Duration

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"errors"
 	"math"
 	"net/url"
@@ -16,7 +17,8 @@ import (
 	"github.com/mcpbridge/operator/api/v1alpha1"
 )
 
-// Defaults of SPEC §2, applied when a field is unset.
+// Defaults, applied when a field is unset.
+// See docs/design.md, "The McpServer resource".
 const (
 	DefaultToolCallTimeoutMs     = 60000
 	DefaultConnectionTimeoutMs   = 60000
@@ -84,7 +86,7 @@ type resolver struct {
 func (r *resolver) resolve(name string, spec *v1alpha1.McpServerSpec) *Policy {
 	root := field.NewPath("spec")
 	p := &Policy{
-		ServerName:          r.serverName(root.Child("serverName"), spec.ServerName, name),
+		ServerName:          r.serverName(root.Child("serverName"), spec, name),
 		Transport:           spec.Transport,
 		ToolCallTimeout:     r.millis(root.Child("toolCallTimeoutMs"), spec.ToolCallTimeoutMs, DefaultToolCallTimeoutMs, 1),
 		ConnectionTimeout:   r.millis(root.Child("connectionTimeoutMs"), spec.ConnectionTimeoutMs, DefaultConnectionTimeoutMs, 1),
@@ -96,15 +98,21 @@ func (r *resolver) resolve(name string, spec *v1alpha1.McpServerSpec) *Policy {
 	return p
 }
 
-func (r *resolver) serverName(path *field.Path, serverName, name string) string {
-	if serverName == "" {
-		if !serverNameRE.MatchString(name) {
-			r.errs = append(r.errs, field.Required(path,
-				"required when metadata.name does not match "+serverNameRegex))
-		}
-		return name
-	}
-	if !serverNameRE.MatchString(serverName) {
+// ServerName is the effective serverName: spec.serverName, or the resource's
+// metadata.name when unset. Resolve checks it; the controller also needs it
+// before resolving, to find which resource holds a serverName.
+func ServerName(name string, spec *v1alpha1.McpServerSpec) string {
+	return cmp.Or(spec.ServerName, name)
+}
+
+func (r *resolver) serverName(path *field.Path, spec *v1alpha1.McpServerSpec, name string) string {
+	serverName := ServerName(name, spec)
+	switch {
+	case serverNameRE.MatchString(serverName):
+	case spec.ServerName == "":
+		r.errs = append(r.errs, field.Required(path,
+			"required when metadata.name does not match "+serverNameRegex))
+	default:
 		r.errs = append(r.errs, field.Invalid(path, serverName, "must match "+serverNameRegex))
 	}
 	return serverName

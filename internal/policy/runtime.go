@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"path"
 	"slices"
 	"strconv"
@@ -48,22 +49,15 @@ func (c RuntimeConfig) AllowsLocal(namespace string) bool {
 func (c RuntimeConfig) defaultImage(command string) string {
 	switch path.Base(command) {
 	case "npx", "node":
-		return orDefault(c.NodeImage, DefaultNodeImage)
+		return cmp.Or(c.NodeImage, DefaultNodeImage)
 	case "uvx", "uv", "python", "python3":
-		return orDefault(c.PythonImage, DefaultPythonImage)
+		return cmp.Or(c.PythonImage, DefaultPythonImage)
 	}
 	return ""
 }
 
 // defaultImageCommands are the base names defaultImage knows, for messages.
 var defaultImageCommands = []string{"npx", "node", "uvx", "uv", "python", "python3"}
-
-func orDefault(v, def string) string {
-	if v == "" {
-		return def
-	}
-	return v
-}
 
 // Selection is where one stdio server runs.
 type Selection struct {

@@ -1,6 +1,6 @@
 // Command gateway measures tools/call of the fixture's echo tool directly
 // against the fixture and through the MCP gateway (internal/gateway), and
-// prints a markdown table with the command that reproduces it (SPEC §10:
+// prints a markdown table with the command that reproduces it (
 // the gateway adds ≤ 0.5 ms at p50 and keeps ≥ 80% of direct throughput).
 //
 //	go run ./hack/bench/gateway [-duration=5s] [-callers=1,32] [-cpuprofile=FILE]
@@ -10,6 +10,7 @@
 // --gateway-auth=none) and the load-generating clients run in this process.
 // It is a benchmark, not a test: it asserts nothing and exits 0 whether or
 // not a goal is met (exit 1 only when it cannot measure at all).
+// See docs/design.md, "How it is tested".
 package main
 
 import (

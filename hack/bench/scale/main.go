@@ -1,4 +1,4 @@
-// Command scale measures the scale target of SPEC §10 on this machine and
+// Command scale measures the scale target (docs/design.md, "How it is tested") on this machine and
 // prints a markdown table with the command that reproduces it: N McpServers
 // (default 1000) on one manager against loopback Streamable HTTP upstreams
 // all reach Ready within 60 s of creation, the manager's RSS stays ≤ 300 MB,
@@ -72,7 +72,7 @@ const (
 	builtinTools = 8
 	// clkTck is USER_HZ, the unit of utime/stime in /proc/<pid>/stat.
 	clkTck = 100
-	// Goals of SPEC §10.
+	// Goals: docs/design.md, "How it is tested".
 	goalReady  = 60 * time.Second
 	goalRSS    = 300e6 // bytes; MB here are 10^6 bytes
 	goalWrites = 4
@@ -360,7 +360,8 @@ wait:
 			*flagPprof, *flagPprofSecs))
 	}
 
-	// SPEC §8: graceful shutdown within 30 s, here with every supervisor.
+	// Graceful shutdown within 30 s, here with every supervisor.
+	// See docs/design.md, "Operations".
 	fmt.Fprintln(os.Stderr, "stopping the manager ...")
 	t0 := time.Now()
 	b.shutdownErr = b.manager.stop(40 * time.Second)
@@ -1317,7 +1318,7 @@ func (b *bench) print() {
 		row("Apiserver write requests by resource (`apiserver_request_total`), "+idle, fmtCounts(apiWrites(a0, a1)), "", "")
 	}
 	row("McpServer writes between every resource Ready and the idle phase ("+dur(b.idleStart.Sub(b.lastReady))+")", strconv.Itoa(r.settleMod), "", "")
-	row("Manager SIGTERM → exit, with every supervisor running", fmt.Sprintf("%s%s", dur(b.shutdown), errNote(b.shutdownErr)), "≤ 30 s (§8)", report.YesNo(b.shutdownErr == nil && b.shutdown <= 30*time.Second))
+	row("Manager SIGTERM → exit, with every supervisor running", fmt.Sprintf("%s%s", dur(b.shutdown), errNote(b.shutdownErr)), "≤ 30 s", report.YesNo(b.shutdownErr == nil && b.shutdown <= 30*time.Second))
 	row("McpServer writes during the manager's shutdown", strconv.Itoa(r.shutdownMod), "", "")
 	fmt.Println()
 

@@ -1,11 +1,12 @@
 // Command supervisor measures the connection supervisor (internal/bridge)
 // against the real stdio fixture server, run as a child process, and prints
-// a markdown table with the command that reproduces it (SPEC §10).
+// a markdown table with the command that reproduces it.
 //
 //	go run ./hack/bench/supervisor [-kills=50] [-initial-delay=100ms] [-fixture=PATH]
 //
 // It is a benchmark, not a test: it asserts nothing and exits 0 whether or
 // not a goal is met (exit 1 only when it cannot measure at all).
+// See docs/design.md, "How it is tested".
 package main
 
 import (
@@ -324,10 +325,11 @@ func (b *bench) startToReady() error {
 }
 
 // a. SIGKILL the child, time until the next generation is Ready with its
-// tools published. maxDelay (the stability window of §4.2) is twice the
+// tools published. maxDelay (the stability window) is twice the
 // initial delay and each kill waits until the connection has been up longer
 // than that, so every kill opens a fresh outage and waits exactly
 // initialDelay (attempt 1) before reconnecting.
+// See docs/design.md, "Backoff and the attempt budget".
 func (b *bench) recovery() error {
 	initial := *flagInitialDelay
 	p := b.policy(b.toolsArg())
@@ -439,7 +441,7 @@ func (b *bench) stalledInitialize() error {
 				return sn.Phase == bridge.PhaseFailed
 			})
 		}
-		if err == nil && sn.Reason != bridge.ReasonStartupFailed {
+		if err == nil && sn.Reason != v1alpha1.ReasonStartupFailed {
 			err = fmt.Errorf("failed with reason %q: %s", sn.Reason, sn.Message)
 		}
 		if i == 0 && err == nil {
@@ -511,7 +513,7 @@ func (b *bench) disposeStalled(stopped bool) error {
 	}
 	if stopped {
 		b.rows = append(b.rows, row{name: "c2. Dispose during a connect to a SIGSTOPped child (hung: ignores stdin EOF)", samples: disp,
-			goal: "≤ close barrier 5 s (§4.7)", met: maxWithin(disp, bridge.DefaultCloseBarrier)})
+			goal: "≤ close barrier 5 s", met: maxWithin(disp, bridge.DefaultCloseBarrier)})
 		return nil
 	}
 	b.rows = append(b.rows, row{name: "c. Dispose during a stalled connect (connectionTimeoutMs 60000)", samples: disp,

@@ -13,7 +13,7 @@ func backoffTestPolicy(initial, maxDelay time.Duration, maxAttempts int) policy.
 	return policy.Reconnect{Enabled: true, InitialDelay: initial, MaxDelay: maxDelay, MaxAttempts: maxAttempts}
 }
 
-// §4.2: the delay before attempt n is min(maxDelay, initialDelay * 2^(n-1)).
+// The delay before reconnect k is min(maxDelay, initialDelay * 2^(k-1)).
 func TestBackoffDelayDoublesFromInitialAndCapsAtMax(t *testing.T) {
 	ms := time.Millisecond
 	p := backoffTestPolicy(500*ms, 30*time.Second, 10)
@@ -84,83 +84,102 @@ func TestBackoffDelayNeverOverflowsForHugeDurations(t *testing.T) {
 	}
 }
 
-// §4.2: one outage has a budget of maxAttempts reconnect attempts; each
-// scheduled attempt has the next delay; then the budget is spent for good.
-func TestOutageBudgetAllowsMaxAttemptsThenExhausts(t *testing.T) {
+// The budget is maxAttempts consecutive failed attempts per outage, whether
+// the outage opened with a failed first connection at startup (which is its
+// attempt 1, so maxAttempts-1 reconnects follow) or with the loss of a
+// stable connection (not an attempt, so maxAttempts reconnects follow).
+// Reconnect delays double from initialDelay per reconnect of the outage.
+func TestOutageBudgetCountsEveryFailedAttemptOfTheOutage(t *testing.T) {
 	ms := time.Millisecond
 	for _, tc := range []struct {
+		name        string
 		maxAttempts int
-		want        []time.Duration
+		atStartup   bool
+		wantN       []int
+		wantDelay   []time.Duration
 	}{
-		{1, []time.Duration{20 * ms}},
-		{3, []time.Duration{20 * ms, 40 * ms, 80 * ms}},
-		{7, []time.Duration{20 * ms, 40 * ms, 80 * ms, 160 * ms, 200 * ms, 200 * ms, 200 * ms}},
+		{"startup, maxAttempts 1: the failed first connection spends it", 1, true, nil, nil},
+		{"startup, maxAttempts 2", 2, true, []int{2}, []time.Duration{20 * ms}},
+		{"startup, maxAttempts 7", 7, true, []int{2, 3, 4, 5, 6, 7},
+			[]time.Duration{20 * ms, 40 * ms, 80 * ms, 160 * ms, 200 * ms, 200 * ms}},
+		{"after a stable connection, maxAttempts 1", 1, false, []int{1}, []time.Duration{20 * ms}},
+		{"after a stable connection, maxAttempts 3", 3, false, []int{1, 2, 3}, []time.Duration{20 * ms, 40 * ms, 80 * ms}},
 	} {
-		o := outage{policy: backoffTestPolicy(20*ms, 200*ms, tc.maxAttempts)}
-		o.failedAttempt() // the attempt that opened the outage
-		for i, w := range tc.want {
-			n, d, ok := o.next()
-			if !ok || n != i+1 || d != w {
-				t.Fatalf("maxAttempts=%d: next() #%d = (%d, %v, %v), want (%d, %v, true)", tc.maxAttempts, i+1, n, d, ok, i+1, w)
+		t.Run(tc.name, func(t *testing.T) {
+			o := outage{policy: backoffTestPolicy(20*ms, 200*ms, tc.maxAttempts)}
+			if tc.atStartup {
+				o.failedAttempt() // the first connection failed
+			} else if !o.upFor(time.Hour) {
+				t.Fatal("a connection up for an hour did not end the outage")
 			}
-			o.failedAttempt()
-		}
-		for range 3 { // stays exhausted
-			if n, d, ok := o.next(); ok {
-				t.Fatalf("maxAttempts=%d: next() after the budget = (%d, %v, true), want exhausted", tc.maxAttempts, n, d)
+			for i := range tc.wantN {
+				n, d, ok := o.next()
+				if !ok || n != tc.wantN[i] || d != tc.wantDelay[i] {
+					t.Fatalf("next() #%d = (%d, %v, %v), want (%d, %v, true)", i+1, n, d, ok, tc.wantN[i], tc.wantDelay[i])
+				}
+				if o.failed != n-1 {
+					t.Fatalf("attempt %d scheduled with failed = %d, want %d", n, o.failed, n-1)
+				}
+				o.failedAttempt()
 			}
-		}
-		if o.failed != tc.maxAttempts+1 {
-			t.Errorf("maxAttempts=%d: failed = %d, want %d (every failed attempt counted)", tc.maxAttempts, o.failed, tc.maxAttempts+1)
-		}
+			for range 3 { // stays exhausted
+				if n, d, ok := o.next(); ok {
+					t.Fatalf("next() after the budget = (%d, %v, true), want exhausted", n, d)
+				}
+			}
+			if o.failed != tc.maxAttempts {
+				t.Errorf("failed = %d when exhausted, want maxAttempts %d", o.failed, tc.maxAttempts)
+			}
+		})
 	}
 }
 
-// §4.2: a connection that stayed up at least maxDelay closes the outage (the
-// next loss gets a fresh budget); a shorter one is one more failed attempt
-// of the same outage.
+// A connection that stayed up at least maxDelay closes the outage (the next
+// loss gets a fresh budget); a shorter one is one more failed attempt of the
+// same outage, the connection at startup included.
 func TestOutageStabilityWindow(t *testing.T) {
 	ms := time.Millisecond
 	maxDelay := 200 * ms
 	type step struct {
-		lostAfter time.Duration // -1: failedAttempt instead of a loss
-		wantN     int           // 0: want exhausted
-		wantDelay time.Duration
+		lostAfter time.Duration // -1: an attempt that never connected
 		wantFail  int
+		wantN     int // 0: want exhausted
+		wantDelay time.Duration
 	}
 	for _, tc := range []struct {
 		name  string
 		steps []step
 	}{
 		{"up exactly maxDelay resets the budget", []step{
-			{-1, 1, 20 * ms, 1}, {-1, 2, 40 * ms, 2}, {maxDelay, 1, 20 * ms, 0},
+			{-1, 1, 2, 20 * ms}, {-1, 2, 3, 40 * ms}, {maxDelay, 0, 1, 20 * ms},
 		}},
 		{"up longer than maxDelay resets the budget", []step{
-			{-1, 1, 20 * ms, 1}, {-1, 2, 40 * ms, 2}, {-1, 3, 80 * ms, 3}, {time.Hour, 1, 20 * ms, 0},
+			{-1, 1, 2, 20 * ms}, {-1, 2, 3, 40 * ms}, {time.Hour, 0, 1, 20 * ms},
 		}},
 		{"up just under maxDelay continues the outage", []step{
-			{-1, 1, 20 * ms, 1}, {maxDelay - time.Nanosecond, 2, 40 * ms, 2},
+			{-1, 1, 2, 20 * ms}, {maxDelay - time.Nanosecond, 2, 3, 40 * ms},
 		}},
-		{"crash loop of brief connects exhausts the budget", []step{
-			{time.Millisecond, 1, 20 * ms, 1}, {time.Millisecond, 2, 40 * ms, 2}, {time.Millisecond, 3, 80 * ms, 3},
-			{time.Millisecond, 0, 0, 4},
+		{"crash loop from startup: every brief connection is a failed attempt", []step{
+			{time.Millisecond, 1, 2, 20 * ms}, {time.Millisecond, 2, 3, 40 * ms}, {time.Millisecond, 3, 0, 0},
+		}},
+		{"crash loop after a stable connection", []step{
+			{maxDelay, 0, 1, 20 * ms}, {time.Millisecond, 1, 2, 40 * ms}, {time.Millisecond, 2, 3, 80 * ms},
+			{time.Millisecond, 3, 0, 0},
 		}},
 		{"stable connections forever never exhaust", []step{
-			{maxDelay, 1, 20 * ms, 0}, {maxDelay, 1, 20 * ms, 0}, {maxDelay, 1, 20 * ms, 0},
-			{maxDelay, 1, 20 * ms, 0}, {maxDelay, 1, 20 * ms, 0},
+			{maxDelay, 0, 1, 20 * ms}, {maxDelay, 0, 1, 20 * ms}, {maxDelay, 0, 1, 20 * ms},
+			{maxDelay, 0, 1, 20 * ms}, {maxDelay, 0, 1, 20 * ms},
 		}},
 		{"a stable connection after a failed reconnect resets the count", []step{
-			{time.Millisecond, 1, 20 * ms, 1}, {-1, 2, 40 * ms, 2}, {maxDelay, 1, 20 * ms, 0},
-			{time.Millisecond, 2, 40 * ms, 1},
+			{time.Millisecond, 1, 2, 20 * ms}, {-1, 2, 3, 40 * ms}, {maxDelay, 0, 1, 20 * ms},
+			{time.Millisecond, 1, 2, 40 * ms},
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := outage{policy: backoffTestPolicy(20*ms, maxDelay, 3)}
 			for i, st := range tc.steps {
-				if st.lostAfter < 0 {
+				if st.lostAfter < 0 || !o.upFor(st.lostAfter) {
 					o.failedAttempt()
-				} else {
-					o.lost(st.lostAfter)
 				}
 				if o.failed != st.wantFail {
 					t.Fatalf("step %d: failed = %d, want %d", i, o.failed, st.wantFail)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpbridge/operator/api/v1alpha1"
 )
 
 // Limits on what a server may list, so that a hostile server cannot make
@@ -16,9 +18,10 @@ const (
 	maxPages = 10_000
 )
 
-// syncTools is the two-phase sync of §4.4: fetch every page under ctx's
+// syncTools is the two-phase sync: fetch every page under ctx's
 // deadline into a complete set, then swap it into the registry in one step.
 // A failed fetch changes nothing; a refused swap keeps the previous set.
+// See docs/design.md, "Tool sync".
 func (s *Supervisor) syncTools(ctx context.Context, g *generation, stage *string) error {
 	s.syncMu.Lock()
 	defer s.syncMu.Unlock()
@@ -101,12 +104,12 @@ func (s *Supervisor) publish(g *generation, tools []*mcp.Tool) {
 	}
 	if err != nil {
 		s.log.Info("tool set not published: keeping the previous set", "error", err.Error())
-		s.emit(true, "ToolNameConflict", "Kept the previous tool set: "+err.Error())
+		s.emit(true, v1alpha1.ReasonToolNameConflict, "Kept the previous tool set: "+err.Error())
 		return
 	}
 	if changed && len(before) > 0 {
 		added, removed := diffTools(before, owned)
-		s.emit(false, "ToolsChanged", fmt.Sprintf("Tools changed: %d added, %d removed, %d published", added, removed, len(owned)))
+		s.emit(false, v1alpha1.ReasonToolsChanged, fmt.Sprintf("Tools changed: %d added, %d removed, %d published", added, removed, len(owned)))
 	}
 }
 
@@ -126,7 +129,8 @@ func diffTools(before, after []Tool) (added, removed int) {
 }
 
 // resyncLoop re-syncs on list_changed, each time with a fresh budget. A
-// failed re-sync keeps the last good set; a timed-out one is a loss (§4.4).
+// failed re-sync keeps the last good set; a timed-out one is a loss.
+// See docs/design.md, "Tool sync".
 func (s *Supervisor) resyncLoop(g *generation) {
 	for {
 		select {
@@ -148,7 +152,7 @@ func (s *Supervisor) resyncLoop(g *generation) {
 			s.log.Info("tool re-sync failed: keeping the last good tools", "error", se.Error())
 			s.update(func(sn *Snapshot) { sn.LastError = se })
 			if IsDeadline(se) {
-				g.markLost(se)
+				g.lose(se.Stage, se.Err)
 			} else if isTransportFailure(err) {
 				kick(g.probe)
 			}

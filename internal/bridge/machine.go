@@ -1,0 +1,357 @@
+package bridge
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpbridge/operator/api/v1alpha1"
+)
+
+// The connection state machine, in the order a generation lives through it:
+// run → attempt → connect (open, first sync) → connected → serve → close.
+// doc.go draws the map; this file is the only one that moves the phase.
+
+// run is the supervisor's only long-lived goroutine: connect, serve until
+// lost, back off, repeat, until the budget is spent or ctx ends.
+func (s *Supervisor) run(ctx context.Context) {
+	defer s.finish()
+	o := outage{policy: s.p.Reconnect}
+	everConnected := false
+	for {
+		err := s.attempt(ctx, &o, &everConnected)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			s.stop(err)
+			return
+		}
+		n, delay, ok := o.next()
+		if !ok {
+			s.registry.Remove(s.ns, s.owner)
+			s.stop(&stopError{reason: v1alpha1.ReasonReconnectExhausted,
+				msg: fmt.Sprintf("Gave up after %d consecutive failed attempts (reconnect.maxAttempts is %d); tools unregistered",
+					o.failed, s.p.Reconnect.MaxAttempts)})
+			return
+		}
+		s.scheduleRetry(n, delay, o.failed, everConnected)
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.clock.After(delay):
+		}
+	}
+}
+
+// finish closes Closed once the last generation is down. A generation that
+// outlived its close barrier keeps run waiting here, and the supervisor
+// counts as closing, until it is.
+func (s *Supervisor) finish() {
+	s.mu.Lock()
+	g := s.last
+	s.mu.Unlock()
+	if g != nil {
+		<-g.shutdown() // already shut down on every path; shutdown is idempotent
+	}
+	close(s.closed)
+}
+
+// stopError ends the supervisor in PhaseFailed with a reason.
+type stopError struct {
+	reason string
+	msg    string
+}
+
+func (e *stopError) Error() string { return e.msg }
+
+// attempt runs one generation from connect to loss. A nil error means
+// "back off and try again"; a *stopError means stop for good.
+func (s *Supervisor) attempt(ctx context.Context, o *outage, everConnected *bool) error {
+	g, err := s.connect(ctx, *everConnected)
+	if ctx.Err() != nil {
+		if g != nil { // connected just as the supervisor was disposed
+			_ = s.closeGeneration(g)
+		}
+		return nil
+	}
+	if errors.Is(err, ErrCloseTimeout) {
+		return s.closeTimeout("previous")
+	}
+	if err != nil {
+		o.failedAttempt()
+		s.update(func(sn *Snapshot) { sn.FailedAttempts = o.failed })
+		if !*everConnected && s.p.FailOnStartupError {
+			return &stopError{reason: v1alpha1.ReasonStartupFailed, msg: "The first connection attempt failed and failOnStartupError is set: " + err.Error()}
+		}
+		if !s.p.Reconnect.Enabled {
+			return &stopError{reason: v1alpha1.ReasonReconnectDisabled, msg: "The connection failed and reconnect is disabled: " + err.Error()}
+		}
+		return nil
+	}
+	*everConnected = true
+	up := s.clock.Now()
+	lossErr := s.serve(ctx, g, o, up)
+	if ctx.Err() != nil {
+		return nil
+	}
+	if !o.upFor(g.lostAt.Sub(up)) {
+		o.failedAttempt() // lost inside the stability window: the outage goes on
+	}
+	s.update(func(sn *Snapshot) { sn.FailedAttempts = o.failed })
+	if errors.Is(lossErr, ErrCloseTimeout) {
+		return s.closeTimeout("lost")
+	}
+	if !s.p.Reconnect.Enabled {
+		return &stopError{reason: v1alpha1.ReasonReconnectDisabled,
+			msg: "The connection was lost and reconnect is disabled; its tools stay registered but fail: " + lossErr.Error()}
+	}
+	return nil
+}
+
+func (s *Supervisor) closeTimeout(which string) *stopError {
+	return &stopError{reason: v1alpha1.ReasonCloseTimeout, msg: "The " + which + " connection did not close within " +
+		s.barrier.String() + "; reconnecting was stopped to avoid two live server processes"}
+}
+
+// stop records a final failure; the tools stay as the caller left them.
+func (s *Supervisor) stop(err error) {
+	var se *stopError
+	if !errors.As(err, &se) {
+		se = &stopError{reason: v1alpha1.ReasonReconnectExhausted, msg: err.Error()}
+	}
+	s.log.Error(nil, "connection supervisor stopped", "reason", se.reason, "message", se.msg)
+	s.emit(true, se.reason, se.msg)
+	s.update(func(sn *Snapshot) {
+		sn.Phase, sn.Reason, sn.Message = PhaseFailed, se.reason, se.msg
+		sn.NextRetry, sn.RetryDelay, sn.Attempt = time.Time{}, 0, 0
+		sn.Tools = s.registry.Owned(s.ns, s.owner)
+	})
+}
+
+func (s *Supervisor) scheduleRetry(n int, delay time.Duration, failed int, everConnected bool) {
+	s.log.Info("reconnecting", "attempt", n, "maxAttempts", s.p.Reconnect.MaxAttempts, "delay", delay.String())
+	s.emit(true, v1alpha1.ReasonReconnecting, fmt.Sprintf("Reconnecting in %dms (attempt %d/%d)%s",
+		delay.Milliseconds(), n, s.p.Reconnect.MaxAttempts, s.lastErrorSuffix()))
+	s.update(func(sn *Snapshot) {
+		sn.Phase = PhaseReconnecting
+		if !everConnected {
+			sn.Phase = PhaseConnecting
+		}
+		sn.Attempt, sn.RetryDelay, sn.FailedAttempts = n, delay, failed
+		sn.NextRetry = s.clock.Now().Add(delay)
+	})
+}
+
+// lastErrorSuffix is ": <last error>" for event messages, or nothing.
+func (s *Supervisor) lastErrorSuffix() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.snap.LastError == nil {
+		return ""
+	}
+	return ": " + s.snap.LastError.Error()
+}
+
+// connect starts a generation and publishes its tools, all under one
+// connectionTimeoutMs deadline. On failure the generation is closed and
+// its close barrier awaited before returning.
+// See docs/design.md, "The connection budget".
+func (s *Supervisor) connect(ctx context.Context, everConnected bool) (*generation, error) {
+	g := s.beginGeneration(everConnected)
+	dctx, cancel := context.WithTimeout(ctx, s.p.ConnectionTimeout)
+	defer cancel()
+	stage := StageTransportStart
+	err := s.open(dctx, g, &stage)
+	if err == nil {
+		stage = StageToolsList(1)
+		err = s.syncTools(dctx, g, &stage)
+	}
+	if err != nil {
+		err = s.attemptError(ctx, dctx, stage, err)
+		s.log.Info("connection attempt failed", "generation", g.num, "error", err.Error())
+		s.update(func(sn *Snapshot) { sn.LastError = err.(*StageError) })
+		if cerr := s.closeGeneration(g); cerr != nil {
+			return nil, cerr
+		}
+		return nil, err
+	}
+	s.connected(g)
+	return g, nil
+}
+
+// attemptError names the budget when the deadline, not the caller, ended it.
+func (s *Supervisor) attemptError(ctx, dctx context.Context, stage string, err error) error {
+	if ctx.Err() == nil && errors.Is(dctx.Err(), context.DeadlineExceeded) {
+		err = errDeadline{budget: s.p.ConnectionTimeout}
+	}
+	var se *StageError
+	if errors.As(err, &se) {
+		return se
+	}
+	return &StageError{Stage: stage, Err: err}
+}
+
+func (s *Supervisor) beginGeneration(everConnected bool) *generation {
+	s.tasks.reset()
+	var g *generation
+	s.update(func(sn *Snapshot) {
+		sn.Generation++
+		g = newGeneration(sn.Generation)
+		s.last = g
+		if !everConnected {
+			sn.Phase = PhaseConnecting
+		} else {
+			sn.Phase = PhaseReconnecting
+		}
+		sn.NextRetry, sn.RetryDelay = time.Time{}, 0
+	})
+	return g
+}
+
+// open starts the transport and the MCP session, and the goroutines that
+// watch them for a loss.
+func (s *Supervisor) open(ctx context.Context, g *generation, stage *string) error {
+	l, err := s.dialer.dial(ctx, func(err error) { g.lose(StageConnection, err) })
+	if err != nil {
+		return err
+	}
+	g.link = l
+	*stage = StageInitialize
+	client := mcp.NewClient(clientImpl, &mcp.ClientOptions{
+		Capabilities: &mcp.ClientCapabilities{},
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
+			// Never list from inside the handler: it runs on the reader.
+			kick(g.resync)
+		},
+	})
+	// The SDK's Connect closes its session when ctx ends, and closing can
+	// wait on a hung server; closing the link first makes that immediate.
+	stop := context.AfterFunc(ctx, l.close)
+	sess, err := client.Connect(ctx, l.transport(), nil)
+	stop()
+	if err != nil {
+		return err
+	}
+	g.sess = sess
+	g.goFn(g.waitSession)
+	g.goFn(g.watch)
+	return nil
+}
+
+// connected makes g the live generation and starts its background work.
+func (s *Supervisor) connected(g *generation) {
+	init := g.sess.InitializeResult()
+	info := &ServerInfo{ProtocolVersion: Truncate(init.ProtocolVersion, maxInfoLen)}
+	if init.ServerInfo != nil {
+		info.Name, info.Version = Truncate(init.ServerInfo.Name, maxInfoLen), Truncate(init.ServerInfo.Version, maxInfoLen)
+	}
+	s.mu.Lock()
+	recovered := s.snap.Attempt > 0 || s.snap.Phase == PhaseReconnecting
+	s.live = g
+	s.snap.Phase, s.snap.ServerInfo = PhaseReady, info
+	s.snap.LastConnected = s.clock.Now()
+	s.snap.Attempt, s.snap.NextRetry, s.snap.RetryDelay = 0, time.Time{}, 0
+	s.mu.Unlock()
+	s.signal()
+	tools := len(s.registry.Owned(s.ns, s.owner))
+	s.log.Info("connected", "generation", g.num, "protocolVersion", info.ProtocolVersion,
+		"tools", tools, "recovered", recovered)
+	reason, verb := v1alpha1.ReasonConnected, "Connected to"
+	if recovered {
+		reason, verb = v1alpha1.ReasonRecovered, "Reconnected to"
+	}
+	s.emit(false, reason, fmt.Sprintf("%s %s %s (protocol %s) in generation %d; %d tools published",
+		verb, cmp.Or(info.Name, "the server"), info.Version, info.ProtocolVersion, g.num, tools))
+	g.goFn(func() { s.resyncLoop(g) })
+	g.goFn(func() { s.healthLoop(g) })
+}
+
+// serve waits until the live generation is lost or ctx ends, then closes
+// it. It owns the stability window: a connection up since up for the whole
+// window ends the outage while it is still up.
+func (s *Supervisor) serve(ctx context.Context, g *generation, o *outage, up time.Time) error {
+	sub := s.registry.Subscribe()
+	defer sub.Close()
+	stable := s.clock.After(s.p.Reconnect.MaxDelay)
+	var lossErr error
+	for lossErr == nil {
+		select {
+		case <-ctx.Done():
+			_ = s.closeGeneration(g)
+			return ctx.Err()
+		case <-g.lost:
+			lossErr = g.lostErr
+			g.lostAt = s.clock.Now() // uptime ends here, not after the close
+		case <-sub.C:
+			changed := sub.Drain()
+			if s.inConflict() && slices.Contains(changed, s.ns) {
+				kick(g.retry) // the resync goroutine owns syncs; serve never waits on one
+			}
+		case <-stable:
+			if o.upFor(s.clock.Since(up)) {
+				s.clearAttempts()
+			}
+		}
+	}
+	s.log.Info("connection lost", "generation", g.num, "error", lossErr.Error())
+	s.update(func(sn *Snapshot) {
+		// One step: no call may reach the lost session once the phase says so.
+		if s.live == g {
+			s.live = nil
+		}
+		sn.Phase, sn.LastError = PhaseReconnecting, g.lostErr
+	})
+	if err := s.closeGeneration(g); err != nil {
+		return err
+	}
+	return lossErr
+}
+
+// inConflict: the last publish was refused. Every registry change wakes
+// every supervisor, so this must not copy the snapshot.
+func (s *Supervisor) inConflict() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.snap.SyncConflict != ""
+}
+
+// clearAttempts ends the outage in the snapshot; a connection that never
+// failed changes nothing and costs its resource no reconcile.
+func (s *Supervisor) clearAttempts() {
+	s.mu.Lock()
+	changed := s.snap.FailedAttempts != 0 || s.snap.Attempt != 0
+	s.snap.FailedAttempts, s.snap.Attempt = 0, 0
+	s.mu.Unlock()
+	if changed {
+		s.signal()
+	}
+}
+
+// closeGeneration closes g and waits for its close signal, at most the
+// close barrier. See docs/design.md, "Generations and the close barrier".
+func (s *Supervisor) closeGeneration(g *generation) error {
+	s.mu.Lock()
+	if s.live == g {
+		s.live = nil
+	}
+	s.mu.Unlock()
+	down := g.shutdown()
+	// Real time, not s.clock: the barrier guards real processes.
+	timer := time.NewTimer(s.barrier)
+	defer timer.Stop()
+	select {
+	case <-down:
+		return nil
+	case <-timer.C:
+		s.update(func(sn *Snapshot) {
+			sn.LastError = &StageError{Stage: StageClose, Err: ErrCloseTimeout}
+		})
+		return ErrCloseTimeout
+	}
+}
