@@ -2,7 +2,8 @@
 // adds to a stdio MCP server: tools/call of the fixture's echo tool over
 // the child's pipes directly, as the Local runtime talks to it, against the
 // same call through the shim on loopback, as the Pod runtime talks to it
-// (SPEC §10: a tools/call through the tunnel adds ≤ 0.3 ms at p50). It also
+// (docs/design.md, "The shim and the tunnel": a tools/call through it should
+// add at most 0.3 ms at p50). It also
 // times opening a session both ways (spawn or tunnel, connect, tools/list).
 //
 //	go run ./hack/bench/tunnel [-calls=2000] [-rounds=5] [-connects=30]
