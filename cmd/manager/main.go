@@ -24,6 +24,7 @@ import (
 	"github.com/mcpbridge/operator/internal/bridge"
 	"github.com/mcpbridge/operator/internal/controller"
 	"github.com/mcpbridge/operator/internal/gateway"
+	"github.com/mcpbridge/operator/internal/proc"
 )
 
 func main() {
@@ -45,7 +46,7 @@ func run(args []string) error {
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts.zap)))
 	log := ctrl.Log.WithName("setup")
-	if err := bridge.BecomeSubreaper(); err != nil {
+	if err := proc.BecomeSubreaper(); err != nil {
 		log.Error(err, "cannot adopt orphaned grandchildren of stdio servers; they may linger as zombies")
 	}
 

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/mcpbridge/operator/internal/proc"
 )
 
 // fixtureBin is the in-repo fixture server, built once for the package.
@@ -30,7 +32,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	// As the manager does: orphaned grandchildren come back to us.
-	if err := BecomeSubreaper(); err != nil {
+	if err := proc.BecomeSubreaper(); err != nil {
 		fmt.Fprintln(os.Stderr, "subreaper:", err)
 		os.Exit(1)
 	}
