@@ -9,6 +9,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/utils/clock"
 
+	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/policy"
 )
 
@@ -49,6 +50,9 @@ type Options struct {
 	// TerminateGrace is the stdio wait between stdin close, SIGTERM and
 	// SIGKILL; it defaults to a third of CloseBarrier.
 	TerminateGrace time.Duration
+	// Pod reaches a server whose policy has the Pod runtime: its Pod and
+	// the tunnel's token. See docs/design.md, "The shim and the tunnel".
+	Pod *PodTunnel
 
 	dialer dialer // tests inject transports here
 }
@@ -74,6 +78,9 @@ type Supervisor struct {
 	live   *generation // the connected generation, nil while down
 	last   *generation // the latest generation started, live or not
 	events []Event
+	// waitReport is the latest reason to wait for the Pod put into
+	// snap.LastError; a connection clears it from there.
+	waitReport *StageError
 
 	lifeMu sync.Mutex
 	cancel context.CancelFunc // nil until Start (or Dispose)
@@ -96,6 +103,9 @@ func New(o Options) *Supervisor {
 		closed:   make(chan struct{}),
 		snap:     Snapshot{Phase: PhasePending, Generation: o.BaseGeneration, MaxAttempts: o.Policy.Reconnect.MaxAttempts},
 	}
+	if o.Policy.Stdio != nil {
+		s.snap.Runtime = o.Policy.Stdio.Runtime
+	}
 	if s.clock == nil {
 		s.clock = clock.RealClock{}
 	}
@@ -106,20 +116,25 @@ func New(o Options) *Supervisor {
 		s.barrier = DefaultCloseBarrier
 	}
 	if s.dialer == nil {
-		grace := o.TerminateGrace
-		if grace <= 0 {
-			grace = s.barrier / 3
-		}
-		s.dialer = newDialer(o.Policy, s.log, grace, s.tasks.sniff)
+		s.dialer = s.newDialer(o)
 	}
 	return s
 }
 
-func newDialer(p *policy.Policy, log logr.Logger, grace time.Duration, sniff func([]byte)) dialer {
-	if p.Stdio != nil {
-		return &stdioDialer{spec: p.Stdio, log: log, grace: grace, sniff: sniff}
+// newDialer is the transport of the policy: a child process (Local stdio),
+// a tunnel to the server's Pod (Pod stdio), or Streamable HTTP.
+func (s *Supervisor) newDialer(o Options) dialer {
+	switch {
+	case s.p.Stdio != nil && s.p.Stdio.Runtime == v1alpha1.RuntimePod:
+		return newTunnelDialer(o.Pod, s.barrier, s.tasks.sniff)
+	case s.p.Stdio != nil:
+		grace := o.TerminateGrace
+		if grace <= 0 {
+			grace = s.barrier / 3
+		}
+		return &stdioDialer{spec: s.p.Stdio, log: s.log, grace: grace, sniff: s.tasks.sniff}
 	}
-	return &httpDialer{spec: p.HTTP, sniff: sniff}
+	return &httpDialer{spec: s.p.HTTP, sniff: s.tasks.sniff}
 }
 
 // Start runs the supervisor until ctx ends or Dispose; a second Start, or a
