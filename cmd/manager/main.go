@@ -24,6 +24,7 @@ import (
 	"github.com/mcpbridge/operator/internal/bridge"
 	"github.com/mcpbridge/operator/internal/controller"
 	"github.com/mcpbridge/operator/internal/gateway"
+	"github.com/mcpbridge/operator/internal/podruntime"
 	"github.com/mcpbridge/operator/internal/proc"
 )
 
@@ -70,7 +71,7 @@ func run(args []string) error {
 		LeaderElectionID:              "mcpbridge-manager.mcpbridge.dev",
 		LeaderElectionNamespace:       opts.leaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         cacheOptions(opts.watchNamespaces),
+		Cache:                         controller.CacheOptions(cacheOptions(opts.watchNamespaces)),
 		GracefulShutdownTimeout:       ptr.To(30 * time.Second),
 	})
 	if err != nil {
@@ -93,7 +94,8 @@ func run(args []string) error {
 	}
 
 	log.Info("starting manager", "gatewayBindAddress", opts.gatewayAddr, "gatewayAuth", opts.gatewayAuth,
-		"watchNamespaces", opts.watchNamespaces, "metricsBindAddress", opts.metricsAddr, "metricsSecure", opts.metricsSecure)
+		"watchNamespaces", opts.watchNamespaces, "metricsBindAddress", opts.metricsAddr, "metricsSecure", opts.metricsSecure,
+		"localStdioNamespaces", opts.stdio.localNamespaces, "shimImage", opts.stdio.shimImage)
 	err = mgr.Start(ctrl.SetupSignalHandler())
 	// No stdio server may outlive the manager, however it stopped.
 	sups.DisposeAll()
@@ -117,6 +119,8 @@ func setupControllers(mgr ctrl.Manager, opts *options) (*controller.Supervisors,
 		APIReader:   mgr.GetAPIReader(),
 		Recorder:    mgr.GetEventRecorder("mcpbridge-manager"),
 		Supervisors: sups,
+		Runtime:     opts.stdio.runtimeConfig(),
+		PodRuntime:  podruntime.Options{ShimImage: opts.stdio.shimImage},
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up the McpServer controller: %w", err)

@@ -58,7 +58,10 @@ func (d *demo) startManager(ctx context.Context) error {
 	}
 	cmd := exec.Command(filepath.Join(d.dir, "bin", "manager"),
 		"--gateway-bind-address="+gateway, "--gateway-auth=none",
-		"--metrics-bind-address=0", "--health-probe-bind-address="+probes)
+		"--metrics-bind-address=0", "--health-probe-bind-address="+probes,
+		// The demo has no node to run Pods on: its stdio servers run as
+		// children of the manager (the Local runtime).
+		"--local-stdio-namespaces=*")
 	cmd.Dir = d.root
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+d.kubeconfig)
 	if d.manager, err = startChild("manager", d.dir, cmd); err != nil {

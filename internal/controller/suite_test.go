@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -24,6 +25,8 @@ import (
 	"github.com/mcpbridge/operator/internal/bridge"
 	"github.com/mcpbridge/operator/internal/controller"
 	"github.com/mcpbridge/operator/internal/gateway"
+	"github.com/mcpbridge/operator/internal/podruntime"
+	"github.com/mcpbridge/operator/internal/policy"
 	"github.com/mcpbridge/operator/internal/testenv"
 )
 
@@ -37,6 +40,7 @@ var (
 	registry   *bridge.Registry
 	sups       *controller.Supervisors
 	gatewayURL string
+	mgrCache   cache.Cache // the running manager's
 )
 
 func TestController(t *testing.T) {
@@ -66,14 +70,28 @@ var _ = AfterSuite(func() {
 	}
 })
 
+// localEverywhere runs every stdio server without an image as a child of
+// the test's manager, as the suite's specs written before the Pod runtime
+// expect.
+var localEverywhere = policy.RuntimeConfig{LocalNamespaces: []string{policy.AllNamespaces}}
+
+// testShimImage is what the test manager's Pods would copy the shim from;
+// envtest runs no Pod.
+const testShimImage = "example.com/mcpbridge/operator:test"
+
 // startManager runs a manager in-process with the reconciler, with test-sized
-// close barrier and grace.
-func startManager() {
+// close barrier and grace, and every namespace allowed to run Local.
+func startManager() { startManagerWith(localEverywhere, podruntime.Options{ShimImage: testShimImage}) }
+
+// startManagerWith runs the manager with the runtime flags given. Its cache
+// is set up as the manager binary's (controller.CacheOptions).
+func startManagerWith(rc policy.RuntimeConfig, po podruntime.Options) {
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:                 env.Scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Controller:             ctrlConfig(),
+		Cache:                  controller.CacheOptions(cache.Options{}),
 	})
 	Expect(err).NotTo(HaveOccurred())
 	registry = bridge.NewRegistry()
@@ -90,8 +108,10 @@ func startManager() {
 	r := &controller.McpServerReconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
 		Recorder: mgr.GetEventRecorder("mcpbridge-manager"), Supervisors: sups,
+		Runtime: rc, PodRuntime: po,
 	}
 	Expect(r.SetupWithManager(mgr)).To(Succeed())
+	mgrCache = mgr.GetCache()
 	addGateway(mgr)
 	mgrCtx, mgrCancel = context.WithCancel(context.Background())
 	mgrDone = make(chan struct{})
