@@ -57,4 +57,3 @@ var _ = ReportAfterEach(func(r SpecReport) {
 		GinkgoWriter.Printf("component logs: %s\n", cluster.LogDir)
 	}
 })
-
