@@ -49,9 +49,10 @@ preflight() {
     fail "needs cgroup v1 controllers under /sys/fs/cgroup (as on this project's machines); a cgroup v2-only host is not supported yet."
 }
 
-# hierarchies lists the mounted cgroup v1 hierarchies.
+# hierarchies lists the mounted cgroup hierarchies: the v1 controllers and,
+# on a hybrid host, the cgroup2 one, where runc mirrors the Pods' cgroups.
 hierarchies() {
-  awk '$3 == "cgroup" { print $2 }' /proc/self/mounts
+  awk '$3 == "cgroup" || $3 == "cgroup2" { print $2 }' /proc/self/mounts
 }
 
 make_cgroups() {

@@ -32,6 +32,9 @@ func writeArchive(path string, ref name.Tag, img v1.Image) error {
 	if err := tmp.Close(); err != nil {
 		return err
 	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		return err
+	}
 	return os.Rename(tmp.Name(), path)
 }
 

@@ -97,7 +97,7 @@ func serverIPs(nodeIP net.IP) []net.IP {
 }
 
 func (c *Cluster) start(name, bin string, args []string, env ...string) error {
-	p, err := startProcess(c.path("logs"), name, bin, args, env...)
+	p, err := startProcess(c.LogDir, name, bin, args, env...)
 	if err != nil {
 		return err
 	}

@@ -1,7 +1,10 @@
 package e2e
 
 import (
+	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -51,9 +54,25 @@ var _ = AfterSuite(func() {
 	Expect(cluster.Stop()).To(Succeed())
 })
 
-// ReportAfterEach keeps the node's logs findable when a spec fails.
-var _ = ReportAfterEach(func(r SpecReport) {
-	if r.Failed() && cluster != nil {
-		GinkgoWriter.Printf("component logs: %s\n", cluster.LogDir)
+// ReportAfterEach keeps what explains a failure: the Pods, the McpServers
+// and the manager's logs go to the log directory with the components' logs
+// (the node's own state vanishes with the sandbox).
+var _ = ReportAfterEach(func(ctx SpecContext, r SpecReport) {
+	if !r.Failed() || cluster == nil {
+		return
+	}
+	path := filepath.Join(cluster.LogDir, fmt.Sprintf("failure-%d.txt", r.LeafNodeLocation.LineNumber))
+	var out strings.Builder
+	for _, args := range [][]string{
+		{"get", "pods,deployments,leases", "-A", "-o", "wide"},
+		{"get", "mcpservers", "-A", "-o", "yaml"},
+		{"get", "events", "-A"},
+		{"logs", "-n", systemNS, "-l", "app.kubernetes.io/component=manager", "--tail=200", "--prefix"},
+	} {
+		res, err := cluster.Kubectl(ctx, args...)
+		fmt.Fprintf(&out, "$ kubectl %s\n%s%v\n", strings.Join(args, " "), res, err)
+	}
+	if err := os.WriteFile(path, []byte(out.String()), 0o644); err == nil {
+		GinkgoWriter.Printf("diagnostics: %s; component logs: %s\n", path, cluster.LogDir)
 	}
 })

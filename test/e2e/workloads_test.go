@@ -23,8 +23,12 @@ const (
 	fixturePort = 8080
 	// gatewayPort is the manager's --gateway-bind-address in config/default.
 	gatewayPort = 8090
-	// tokenAudience is the manager's default --gateway-token-audiences.
+	// tokenAudience is the manager's default --gateway-token-audiences
+	// (docs/design.md, "Shared-cluster rules").
 	tokenAudience = "mcpbridge.dev"
+	// apiAudience is the apiserver's own audience (its issuer), which a
+	// TokenReview without audiences checks.
+	apiAudience = "https://kubernetes.default.svc.cluster.local"
 )
 
 // startFixturePod runs the fixture as a Streamable HTTP server Pod on the
@@ -71,9 +75,11 @@ func startFixturePod(ctx context.Context, ns string) string {
 	return fmt.Sprintf("http://%s/mcp", net.JoinHostPort(pod.Status.PodIP, fmt.Sprint(fixturePort)))
 }
 
-// agentToken returns a token for ServiceAccount name in ns, bound to the
-// gateway's audience, with config/rbac's gateway-user ClusterRole bound in
-// ns (created on first use).
+// agentToken returns a token for ServiceAccount name in ns, with config/rbac's
+// gateway-user ClusterRole bound in ns (created on first use). The token is
+// bound to the gateway's audience and to the apiserver's: a manager that
+// reviews tokens for its audience accepts it, and so does one that sends
+// TokenReviews without audiences.
 func agentToken(ctx context.Context, ns, name string) string {
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
 	if err := cluster.Client.Create(ctx, sa); !apierrors.IsAlreadyExists(err) {
@@ -85,7 +91,7 @@ func agentToken(ctx context.Context, ns, name string) string {
 		})).To(Succeed())
 	}
 	tr := &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{
-		Audiences: []string{tokenAudience}, ExpirationSeconds: ptr.To[int64](3600),
+		Audiences: []string{tokenAudience, apiAudience}, ExpirationSeconds: ptr.To[int64](3600),
 	}}
 	Expect(cluster.Client.SubResource("token").Create(ctx, sa, tr)).To(Succeed())
 	Expect(tr.Status.Token).NotTo(BeEmpty())
