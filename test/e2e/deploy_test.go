@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -63,7 +62,7 @@ var _ = Describe("The operator deployed from config/default", Ordered, func() {
 
 		token := agentToken(ctx, toolsNS, "agent")
 		expectGatewayServes(ctx, readyManagerPod(ctx), toolsNS, token)
-		Expect(gatewayStatus(ctx, readyManagerPod(ctx), toolsNS, "")).To(Equal(http.StatusUnauthorized))
+		expectGatewayRefusesAnonymous(ctx, readyManagerPod(ctx), toolsNS)
 	})
 
 	It("replaces a deleted manager Pod: Ready again at a higher connection generation, no process of the old Pod left", func(ctx SpecContext) {

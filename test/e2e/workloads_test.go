@@ -137,21 +137,12 @@ func expectGatewayServes(ctx context.Context, mgr *corev1.Pod, ns, token string)
 	}, Equal("hello from the node"))))
 }
 
-// gatewayStatus posts an initialize request with token (none if empty) and
-// returns the HTTP status.
-func gatewayStatus(ctx context.Context, mgr *corev1.Pod, ns, token string) int {
-	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}`
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, gatewayEndpoint(mgr, ns), strings.NewReader(body))
-	Expect(err).NotTo(HaveOccurred())
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	Expect(err).NotTo(HaveOccurred())
-	defer resp.Body.Close()
-	return resp.StatusCode
+// expectGatewayRefusesAnonymous connects without a token: the gateway
+// answers 401, which the SDK reports as Unauthorized.
+func expectGatewayRefusesAnonymous(ctx context.Context, mgr *corev1.Pod, ns string) {
+	agent := mcp.NewClient(&mcp.Implementation{Name: "anonymous", Version: "test"}, nil)
+	_, err := agent.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: gatewayEndpoint(mgr, ns), MaxRetries: -1}, nil)
+	Expect(err).To(MatchError(ContainSubstring("Unauthorized")))
 }
 
 type bearer struct {
