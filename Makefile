@@ -56,7 +56,7 @@ test: verify-generated vet envtest fixtures ## Run every test against a real con
 	cd hack/image && go vet ./... && go test -count=1 ./...
 
 .PHONY: test-e2e
-test-e2e: ## Run test/e2e on a real single-node cluster built from source (root, Linux; cold: ~25 minutes).
+test-e2e: ## Run test/e2e on a real single-node cluster built from source (root, Linux; the first run builds the node, see README).
 	hack/e2e.sh
 
 ##@ Build

@@ -7,8 +7,10 @@
 #    and the node's address exist only in the namespace, which has nothing
 #    but loopback to start with;
 #  - /etc, /opt, /run, /tmp, /usr and /var are overlays whose writes go to a
-#    tmpfs that vanishes with the namespace (kubelet, containerd and CNI write
-#    to fixed paths there whatever their configuration says);
+#    tmpfs that vanishes with the namespace: kubelet, containerd and CNI write
+#    to fixed paths whatever their configuration says (a run writes
+#    /opt/containerd, /run/containerd/s, /run/nri, /var/lib/cni/results,
+#    /var/lib/kubelet/device-plugins and /var/log/containers);
 #  - files holding kubelet's desired values are bind-mounted over the sysctls
 #    kubelet writes at start, so the host's values never move;
 #  - the node's cgroups live under one cgroup named mcpbridge-e2e in every
