@@ -20,7 +20,9 @@
 # Usage: hack/e2e-sandbox.sh COMMAND [ARG...]   (root, Linux, cgroup v1)
 #        hack/e2e-sandbox.sh --preflight         (only check those)
 # Inside, MCPBRIDGE_E2E_STATE is an empty tmpfs for the node's state and
-# MCPBRIDGE_E2E_NODE_IP the node's address.
+# MCPBRIDGE_E2E_NODE_IP the node's address. The components' logs go to
+# bin/e2e-logs, which outlives the run unless the checkout itself lies under
+# one of the overlaid directories.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -110,14 +112,19 @@ outside() {
 
 inside() {
   local sb="$root/bin/e2e-sandbox" d kv f
-  mount -t tmpfs -o mode=0755 mcpbridge-e2e "$sb"
+  # The overlays' upper layers live on a tmpfs of their own.
+  mount -t tmpfs -o mode=0755 mcpbridge-e2e-overlays "$sb"
   for d in "${overlays[@]}"; do
     [ -d "$d" ] || continue
-    f="$sb/overlay${d}"
+    f="$sb/${d#/}"
     mkdir -p "$f/upper" "$f/work"
     mount -t overlay overlay -o "lowerdir=$d,upperdir=$f/upper,workdir=$f/work" "$d"
   done
-  mkdir -p "$sb/sysctl"
+  # The node's state on a tmpfs mounted after the overlays, so that it is
+  # what $sb shows even where the checkout lies under an overlaid directory
+  # (containerd's overlayfs snapshots cannot live on an overlay).
+  mount -t tmpfs -o mode=0755 mcpbridge-e2e-state "$sb"
+  mkdir -p "$sb/sysctl" "$sb/state"
   for kv in "${sysctls[@]}"; do
     f="$sb/sysctl/${kv%%=*}"
     mkdir -p "$(dirname "$f")"
@@ -126,7 +133,6 @@ inside() {
   done
   ip link set lo up
   ip addr add "$node_ip/32" dev lo
-  mkdir -p "$sb/state"
   export MCPBRIDGE_E2E_STATE="$sb/state" MCPBRIDGE_E2E_NODE_IP="$node_ip"
   export MCPBRIDGE_E2E_SYSCTLS="${sysctls[*]}"
   exec "$@"

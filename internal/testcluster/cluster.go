@@ -175,7 +175,8 @@ func (c *Cluster) Kubectl(ctx context.Context, args ...string) (string, error) {
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, c.bin("k8s", "kubectl"), append([]string{"--kubeconfig=" + c.KubeconfigPath}, args...)...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+c.KubeconfigPath)
+	// kubectl's discovery cache would go to $HOME/.kube otherwise.
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+c.KubeconfigPath, "KUBECACHEDIR="+c.path("kubectl-cache"))
 	if err := cmd.Run(); err != nil {
 		return stdout.String(), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}

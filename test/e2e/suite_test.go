@@ -72,6 +72,9 @@ var _ = ReportAfterEach(func(ctx SpecContext, r SpecReport) {
 		res, err := cluster.Kubectl(ctx, args...)
 		fmt.Fprintf(&out, "$ kubectl %s\n%s%v\n", strings.Join(args, " "), res, err)
 	}
+	// Also in the output: the log directory vanishes with the sandbox when
+	// the checkout lies under one of its overlays (e.g. /tmp).
+	GinkgoWriter.Print(out.String())
 	if err := os.WriteFile(path, []byte(out.String()), 0o644); err == nil {
 		GinkgoWriter.Printf("diagnostics: %s; component logs: %s\n", path, cluster.LogDir)
 	}
