@@ -110,16 +110,24 @@ outside() {
   return $rc
 }
 
+overlay() { # directory, folder for its upper layer
+  mkdir -p "$2/upper" "$2/work"
+  mount -t overlay overlay -o "lowerdir=$1,upperdir=$2/upper,workdir=$2/work" "$1"
+}
+
 inside() {
   local sb="$root/bin/e2e-sandbox" d kv f
-  # The overlays' upper layers live on a tmpfs of their own.
+  # The overlays' upper layers live on a tmpfs of their own at $sb. The
+  # directory that holds the checkout, if any, is overlaid last: its overlay
+  # hides $sb, where the others' upper layers must still be reachable.
   mount -t tmpfs -o mode=0755 mcpbridge-e2e-overlays "$sb"
+  local last=""
   for d in "${overlays[@]}"; do
     [ -d "$d" ] || continue
-    f="$sb/${d#/}"
-    mkdir -p "$f/upper" "$f/work"
-    mount -t overlay overlay -o "lowerdir=$d,upperdir=$f/upper,workdir=$f/work" "$d"
+    case "$root/" in "$d"/*) last=$d && continue ;; esac
+    overlay "$d" "$sb/${d#/}"
   done
+  [ -z "$last" ] || overlay "$last" "$sb/${last#/}"
   # The node's state on a tmpfs mounted after the overlays, so that it is
   # what $sb shows even where the checkout lies under an overlaid directory
   # (containerd's overlayfs snapshots cannot live on an overlay).
