@@ -282,7 +282,7 @@ func (s *Supervisor) open(ctx context.Context, g *generation, stage *string) err
 	sess, err := client.Connect(ctx, l.transport(), nil)
 	stop()
 	if err != nil {
-		return exitedInstead(l, err)
+		return exitedInstead(ctx, l, err)
 	}
 	g.sess = sess
 	g.goFn(g.waitSession)
@@ -290,20 +290,28 @@ func (s *Supervisor) open(ctx context.Context, g *generation, stage *string) err
 	return nil
 }
 
-// exitedInstead explains a failed handshake by the server's exit when the
-// link already knows it: "exit status 1" says more than an EOF.
-func exitedInstead(l link, err error) error {
+// exitedInstead explains a failed handshake by the server's exit: "exit
+// status 1" says more than the EOF or the broken pipe that the session saw
+// first. The exit is waited for briefly, and not once ctx has ended (the
+// budget's deadline names the failure then).
+func exitedInstead(ctx context.Context, l link, err error) error {
 	ex, ok := l.(exitReporter)
-	if !ok {
+	if !ok || ctx.Err() != nil {
 		return err
 	}
+	timer := time.NewTimer(exitExplains)
+	defer timer.Stop()
 	select {
 	case <-l.closed():
 		return ex.exitError()
-	default:
-		return err
+	case <-timer.C:
+	case <-ctx.Done():
 	}
+	return err
 }
+
+// exitExplains bounds the wait for a server's exit after a failed handshake.
+const exitExplains = 200 * time.Millisecond
 
 // connected makes g the live generation and starts its background work.
 func (s *Supervisor) connected(g *generation) {

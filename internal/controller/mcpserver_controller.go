@@ -108,8 +108,14 @@ func (r *McpServerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	applyStatus(obj, serverNameOf(obj), v)
 	r.emitEvents(obj, &orig.Status, v)
 	recordGauges(obj.Namespace, obj.Name, v.snap)
+	// Nothing watches an object with a Pod-runtime name that we do not
+	// own (the caches hold only ours): look again later.
+	res = ctrl.Result{}
+	if v.reason == v1alpha1.ReasonPodObjectConflict {
+		res.RequeueAfter = podObjectRetry
+	}
 	if equality.Semantic.DeepEqual(orig.Status, obj.Status) {
-		return ctrl.Result{}, nil
+		return res, nil
 	}
 	patch := client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})
 	if err := r.Client.Status().Patch(ctx, obj, patch); err != nil {
@@ -118,7 +124,7 @@ func (r *McpServerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	return ctrl.Result{}, nil
+	return res, nil
 }
 
 // decide checks ownership and the spec, then runs (or swaps) the supervisor.
@@ -259,3 +265,7 @@ func swapKey(obj *v1alpha1.McpServer, p *policy.Policy) string {
 
 // conflictRetry is how soon a status write that lost a race is retried.
 const conflictRetry = 50 * time.Millisecond
+
+// podObjectRetry is how often a server whose Deployment or token Secret
+// name is taken by someone else's object checks whether it is gone.
+const podObjectRetry = 30 * time.Second

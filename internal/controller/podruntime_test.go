@@ -253,6 +253,39 @@ var _ = Describe("The Pod runtime", Ordered, func() {
 		}, time.Second, poll).Should(BeTrue(), "an invalid spec gets no Deployment")
 	})
 
+	It("never takes over someone else's object of the same name, and replaces one left by an earlier McpServer of the same name", func() {
+		ns := podNamespace()
+		labels := map[string]string{"app": "mine"}
+		theirs := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: podruntime.DeploymentName("taken")},
+			Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "example.com/mine:1"}}}}}}
+		Expect(k8s.Create(ctx, theirs)).To(Succeed())
+		Expect(k8s.Create(ctx, podServer(ns, "taken"))).To(Succeed())
+		Eventually(phaseOf(ns, "taken"), eventuallyTimeout, poll).Should(Equal(v1alpha1.PhaseConflict))
+		c := meta(get(ns, "taken"), v1alpha1.ConditionReady)
+		Expect(c.Reason).To(Equal(v1alpha1.ReasonPodObjectConflict))
+		Expect(c.Message).To(ContainSubstring(`The Deployment "taken-mcp" exists and is not owned by this McpServer`))
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(theirs), theirs)).To(Succeed())
+		Expect(theirs.OwnerReferences).To(BeEmpty())
+		Expect(theirs.Spec.Template.Spec.Containers[0].Image).To(Equal("example.com/mine:1"))
+
+		leftover := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: podruntime.TokenSecretName("again"),
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "McpServer",
+				Name: "again", UID: "uid-of-a-deleted-mcpserver", Controller: ptr.To(true)}}},
+			StringData: map[string]string{podruntime.TokenKey: "an-old-token"}}
+		Expect(k8s.Create(ctx, leftover)).To(Succeed())
+		Expect(k8s.Create(ctx, podServer(ns, "again"))).To(Succeed())
+		uid := get(ns, "again").UID
+		Eventually(func() k8stypes.UID {
+			if ref := metav1.GetControllerOf(tokenSecretOf(ns, "again")); ref != nil {
+				return ref.UID
+			}
+			return ""
+		}, eventuallyTimeout, poll).Should(Equal(uid))
+		Expect(string(tokenSecretOf(ns, "again").Data[podruntime.TokenKey])).NotTo(Equal("an-old-token"))
+	})
+
 	It("caches only the Pods and Deployments it labelled", func() {
 		ns := podNamespace()
 		foreign := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "someone-elses"},
