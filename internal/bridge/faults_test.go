@@ -148,6 +148,14 @@ func TestFaultInvalidJSONFromServerNeverCrashesOrHangs(t *testing.T) {
 	// connections "stable" so that the budget never runs out.
 	p.Reconnect = policy.Reconnect{Enabled: true, InitialDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond, MaxAttempts: 3}
 	s, _ := startSupervisor(t, p)
+	expectInvalidJSONSurvived(t, s)
+}
+
+// expectInvalidJSONSurvived checks a supervisor whose server writes a line
+// of invalid JSON shortly after it starts: no call hangs, every error says
+// why, a replaced connection says why, and the server answers again.
+func expectInvalidJSONSurvived(t *testing.T, s *Supervisor) {
+	t.Helper()
 	waitFor(t, s, "Ready", isReady)
 	rec := stdioRecord(t, s)
 	// Well past the garbage line: calls keep working, or the connection is

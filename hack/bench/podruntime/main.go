@@ -421,7 +421,9 @@ func (b *bench) killedServer(ctx context.Context, w watch.Interface) (*v1alpha1.
 	return s, err
 }
 
-func (b *bench) killsInPod(ctx context.Context) error {
+// withKilled runs fn with a watch of benchNS and the Ready McpServer the
+// kills and deletes rows share.
+func (b *bench) withKilled(ctx context.Context, fn func(watch.Interface, *v1alpha1.McpServer) error) error {
 	w, err := b.watchServers(ctx)
 	if err != nil {
 		return err
@@ -431,6 +433,14 @@ func (b *bench) killsInPod(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	return fn(w, s)
+}
+
+func (b *bench) killsInPod(ctx context.Context) error {
+	return b.withKilled(ctx, func(w watch.Interface, s *v1alpha1.McpServer) error { return b.kills(ctx, w, s) })
+}
+
+func (b *bench) kills(ctx context.Context, w watch.Interface, s *v1alpha1.McpServer) error {
 	for range *flagKills {
 		// A connection that outlived the stability window: every kill
 		// starts a fresh outage, whose first retry waits initialDelayMs.
@@ -453,15 +463,10 @@ func (b *bench) killsInPod(ctx context.Context) error {
 }
 
 func (b *bench) deletedPods(ctx context.Context) error {
-	w, err := b.watchServers(ctx)
-	if err != nil {
-		return err
-	}
-	defer w.Stop()
-	s, err := b.killedServer(ctx, w)
-	if err != nil {
-		return err
-	}
+	return b.withKilled(ctx, func(w watch.Interface, s *v1alpha1.McpServer) error { return b.deletes(ctx, w, s) })
+}
+
+func (b *bench) deletes(ctx context.Context, w watch.Interface, s *v1alpha1.McpServer) error {
 	for range *flagDeletes {
 		old := &corev1.Pod{}
 		if err := b.cluster.Client.Get(ctx, client.ObjectKey{Namespace: benchNS, Name: s.Status.PodName}, old); err != nil {
@@ -472,10 +477,10 @@ func (b *bench) deletedPods(ctx context.Context) error {
 			return err
 		}
 		gen := s.Status.ConnectionGeneration + 1
+		replaced := func(s *v1alpha1.McpServer) bool { return readyAt(gen)(s) && s.Status.PodName != old.Name }
 		var at time.Time
-		if at, s, err = until(w, "killed", func(s *v1alpha1.McpServer) bool {
-			return readyAt(gen)(s) && s.Status.PodName != old.Name
-		}); err != nil {
+		var err error
+		if at, s, err = until(w, "killed", replaced); err != nil {
 			return err
 		}
 		b.res.deletes = append(b.res.deletes, at.Sub(deleted))
