@@ -230,6 +230,9 @@ var _ = Describe("The Pod runtime on a real node", Ordered, func() {
 		Entry("a command that is not in the image", "notfound", func(s *v1alpha1.McpServer) {
 			s.Spec.Stdio.Command = "/no-such-server"
 		}, `^transport-start: Pod \S+: the shim could not start the server process: .*no such file or directory`),
+		Entry("a command that is not executable", "notexec", func(s *v1alpha1.McpServer) {
+			s.Spec.Stdio.Command = "/etc/passwd"
+		}, `^transport-start: Pod \S+: the shim could not start the server process: .*permission denied`),
 		Entry("a command that exits at once", "exits", func(s *v1alpha1.McpServer) {
 			s.Spec.Stdio.Args = []string{"--no-such-flag"}
 		}, `^initialize: the server process exited: exit status 2 \(Pod \S+\)`),
