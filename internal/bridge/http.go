@@ -12,19 +12,26 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/policy"
 )
 
 // httpDialer connects to a Streamable HTTP endpoint.
 type httpDialer struct {
-	spec  *policy.HTTP
-	sniff func([]byte) // optional: sees every line of every response body
+	spec   *policy.HTTP
+	sniff  func([]byte) // optional: sees every line of every response body
+	egress *egress.Policy
 }
 
 func (d *httpDialer) dial(_ context.Context, onLost func(error)) (link, error) {
+	// Every connection of the generation, the SDK's and the calls posted
+	// as JSON alike, is dialled by this one transport, so the guard sees
+	// each address it connects to. See docs/design.md, "Egress policy".
+	guard := d.egress.Guard()
 	base := &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		Proxy: guard.Proxy(http.ProxyFromEnvironment),
+		DialContext: (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second,
+			Control: guard.Control}).DialContext,
 		MaxIdleConnsPerHost:   64, // above it, concurrent calls redial every time
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   10 * time.Second,
@@ -41,6 +48,7 @@ func (d *httpDialer) dial(_ context.Context, onLost func(error)) (link, error) {
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	l := &httpLink{
+		guard:  guard,
 		base:   base,
 		cancel: cancel,
 		client: client,
@@ -52,6 +60,7 @@ func (d *httpDialer) dial(_ context.Context, onLost func(error)) (link, error) {
 }
 
 type httpLink struct {
+	guard  *egress.Guard
 	base   *http.Transport
 	cancel context.CancelFunc // ends every request of the generation
 	client *http.Client       // the SDK's, shared by calls forwarded as JSON
@@ -84,6 +93,15 @@ func (l *httpLink) spawn(fn func()) bool {
 }
 
 func (l *httpLink) transport() mcp.Transport { return l.t }
+
+// refused is the destination the egress policy refused, if any: the reason
+// a session could not start, which the transport error only wraps.
+func (l *httpLink) refused() error {
+	if r := l.guard.Refused(); r != nil {
+		return r
+	}
+	return nil
+}
 
 // close drops pooled connections; the session itself is closed by the
 // generation, and nothing else of ours outlives it.

@@ -9,6 +9,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/utils/clock"
 
+	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/policy"
 )
 
@@ -49,6 +50,11 @@ type Options struct {
 	// TerminateGrace is the stdio wait between stdin close, SIGTERM and
 	// SIGKILL; it defaults to a third of CloseBarrier.
 	TerminateGrace time.Duration
+	// Egress decides which addresses a Streamable HTTP upstream may be
+	// reached at; nil is egress.Default(), which refuses loopback,
+	// link-local, unspecified and multicast addresses: a caller has to
+	// allow them explicitly. See docs/design.md, "Egress policy".
+	Egress *egress.Policy
 
 	dialer dialer // tests inject transports here
 }
@@ -110,16 +116,19 @@ func New(o Options) *Supervisor {
 		if grace <= 0 {
 			grace = s.barrier / 3
 		}
-		s.dialer = newDialer(o.Policy, s.log, grace, s.tasks.sniff)
+		s.dialer = newDialer(o.Policy, s.log, grace, s.tasks.sniff, o.Egress)
 	}
 	return s
 }
 
-func newDialer(p *policy.Policy, log logr.Logger, grace time.Duration, sniff func([]byte)) dialer {
+func newDialer(p *policy.Policy, log logr.Logger, grace time.Duration, sniff func([]byte), eg *egress.Policy) dialer {
 	if p.Stdio != nil {
 		return &stdioDialer{spec: p.Stdio, log: log, grace: grace, sniff: sniff}
 	}
-	return &httpDialer{spec: p.HTTP, sniff: sniff}
+	if eg == nil {
+		eg = egress.Default()
+	}
+	return &httpDialer{spec: p.HTTP, sniff: sniff, egress: eg}
 }
 
 // Start runs the supervisor until ctx ends or Dispose; a second Start, or a
