@@ -15,6 +15,7 @@ import (
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/bridge"
+	"github.com/mcpbridge/operator/internal/egress"
 )
 
 // shutdownTimeout bounds disposing every supervisor when the manager stops
@@ -30,6 +31,9 @@ const shutdownTimeout = 25 * time.Second
 type Supervisors struct {
 	Registry *bridge.Registry
 	Log      logr.Logger
+	// Egress is the egress policy of every supervisor's HTTP upstreams; nil
+	// is egress.Default(). See docs/design.md, "Egress policy".
+	Egress *egress.Policy
 	// Tune lets tests shorten the close barrier and grace periods.
 	Tune func(*bridge.Options)
 
@@ -128,7 +132,7 @@ func (s *Supervisors) Ensure(ctx context.Context, key types.NamespacedName, spec
 }
 
 func (s *Supervisors) start(key types.NamespacedName, specKey string, opts bridge.Options) *bridge.Supervisor {
-	opts.Registry = s.Registry
+	opts.Registry, opts.Egress = s.Registry, s.Egress
 	if opts.Log.GetSink() == nil {
 		opts.Log = s.Log
 	}
