@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -74,6 +75,9 @@ type Supervisor struct {
 
 	observer Observer
 	tasks    taskTools // tools of the live generation that require tasks
+	// filter is what of the server's tools is published: the policy's,
+	// until SetToolFilter changes it in place.
+	filter atomic.Pointer[policy.ToolFilter]
 
 	mu     sync.Mutex
 	snap   Snapshot
@@ -102,6 +106,8 @@ func New(o Options) *Supervisor {
 		closed:   make(chan struct{}),
 		snap:     Snapshot{Phase: PhasePending, Generation: o.BaseGeneration, MaxAttempts: o.Policy.Reconnect.MaxAttempts},
 	}
+	filter := o.Policy.Tools
+	s.filter.Store(&filter)
 	if s.clock == nil {
 		s.clock = clock.RealClock{}
 	}
