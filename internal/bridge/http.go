@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"mime"
 	"net"
 	"net/http"
 	"sync"
@@ -163,11 +164,39 @@ func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		t.onLost(fmt.Errorf("the server no longer knows the session (HTTP 404): %w", mcp.ErrSessionMissing))
 	}
 	body := resp.Body
+	if media, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); media != "text/event-stream" {
+		// The SDK reads a JSON answer whole, with no bound (go-sdk
+		// v1.8.0); it bounds an SSE event and a stdio frame at 16 MiB, and
+		// so one answer is bounded here.
+		body = &cappedBody{ReadCloser: body, left: maxMessageBytes}
+	}
 	if t.sniff != nil {
 		body = &sniffReader{ReadCloser: body, fn: t.sniff}
 	}
 	resp.Body = &releasingBody{ReadCloser: body, release: done}
 	return resp, nil
+}
+
+// cappedBody fails with errTooLarge once more than left bytes arrive.
+type cappedBody struct {
+	io.ReadCloser
+	left int
+}
+
+func (b *cappedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		var one [1]byte
+		if n, err := b.ReadCloser.Read(one[:]); n == 0 {
+			return 0, err
+		}
+		return 0, errTooLarge
+	}
+	if len(p) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.left -= n
+	return n, err
 }
 
 // releasingBody releases its request's context once the body is closed:

@@ -2,7 +2,10 @@ package bridge
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -126,4 +129,23 @@ func drain(ch <-chan struct{}) {
 			return
 		}
 	}
+}
+
+// TestJSONAnswerCap: an answer the SDK reads whole (application/json, here
+// to initialize) is cut at 16 MiB, like an SSE event or a stdio frame.
+func TestJSONAnswerCap(t *testing.T) {
+	up := httpServe(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"jsonrpc":"2.0","id":1,"result":{"padding":"`)
+		chunk := strings.Repeat("x", 1<<20)
+		for range 17 {
+			if _, err := io.WriteString(w, chunk); err != nil {
+				return
+			}
+		}
+		_, _ = io.WriteString(w, `"}}`)
+	}))
+	s, _ := startSupervisor(t, httpPolicy(up.URL()))
+	sn := waitFor(t, s, "a failed attempt", func(sn Snapshot) bool { return sn.FailedAttempts >= 1 })
+	NewWithT(t).Expect(sn.LastError.Message()).To(ContainSubstring("a message from the server exceeds 16 MiB"))
 }
