@@ -66,6 +66,7 @@ func TestValuesReachTheManager(t *testing.T) {
 			"--health-probe-bind-address=:9081",
 			"--gateway-bind-address=:9090",
 			"--watch-namespaces=agents,tools",
+			"--upstream-allow-cidrs=127.0.0.1/32,fe80::/10",
 			"--zap-devel", "--zap-log-level=debug", "--zap-encoder=console", "--zap-stacktrace-level=panic",
 			"--zap-time-encoding=iso8601",
 			"--zap-log-level=2",

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -40,6 +41,7 @@ import (
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/hack/bench/internal/report"
 	"github.com/mcpbridge/operator/internal/bridge"
+	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/gateway"
 	"github.com/mcpbridge/operator/internal/policy"
 )
@@ -299,7 +301,10 @@ func (b *bench) startGateway(proto, upstream string) (*gatewayEnv, error) {
 		ConnectionTimeout: 10 * time.Second,
 		Reconnect:         policy.Reconnect{Enabled: true, InitialDelay: 100 * time.Millisecond, MaxDelay: time.Second, MaxAttempts: 10},
 	}
-	sup := bridge.New(bridge.Options{Namespace: namespace, Name: serverName, Policy: p, Registry: reg, Log: b.log})
+	// The fixture upstream listens on loopback, which the egress policy
+	// refuses unless allowed, as --upstream-allow-cidrs=127.0.0.0/8 does.
+	sup := bridge.New(bridge.Options{Namespace: namespace, Name: serverName, Policy: p, Registry: reg, Log: b.log,
+		Egress: egress.New([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})})
 	g := &gateway.Gateway{Registry: reg, Log: b.log}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
