@@ -57,7 +57,7 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("load the kubeconfig (--kubeconfig, $KUBECONFIG, in-cluster or ~/.kube/config): %w", err)
 	}
-	metrics, certWatcher, err := metricsServerOptions(opts)
+	metrics, certWatcher, err := metricsServerOptions(opts, scheme)
 	if err != nil {
 		return err
 	}
