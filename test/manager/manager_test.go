@@ -196,6 +196,64 @@ func TestMetricsCertificateRotates(t *testing.T) {
 	g.Eventually(served, 30*time.Second, 100*time.Millisecond).Should(Equal(second), "the rotated certificate is not served")
 }
 
+// TestGatewayServesTLSAndRotates serves the gateway with a certificate from
+// --gateway-cert-dir and replaces it on disk: the new one is served without
+// a restart, over TLS only and HTTP/1.1 only.
+func TestGatewayServesTLSAndRotates(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	roots := x509.NewCertPool()
+	serial := func() string { return writeCert(t, dir, roots, "tls.crt", "tls.key") }
+	first := serial()
+
+	gw, probes := freeAddr(t), freeAddr(t)
+	startManager(t, probes, "--kubeconfig="+env.KubeconfigPath, "--metrics-bind-address=0",
+		"--gateway-bind-address="+gw, "--gateway-auth=none", "--gateway-cert-dir="+dir, "--health-probe-bind-address="+probes)
+
+	served := func() (string, error) {
+		conn, err := tls.Dial("tcp", gw, &tls.Config{RootCAs: roots, ServerName: "127.0.0.1", NextProtos: []string{"h2", "http/1.1"}})
+		if err != nil {
+			return "", err
+		}
+		defer conn.Close()
+		if p := conn.ConnectionState().NegotiatedProtocol; p == "h2" {
+			return "", fmt.Errorf("negotiated %s", p)
+		}
+		return conn.ConnectionState().PeerCertificates[0].SerialNumber.String(), nil
+	}
+	g.Eventually(served, 30*time.Second, 100*time.Millisecond).Should(Equal(first))
+
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}, ForceAttemptHTTP2: true}}
+	defer hc.CloseIdleConnections()
+	initialize := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`
+	post := func(scheme string) (int, string, error) {
+		req, err := http.NewRequest(http.MethodPost, scheme+"://"+gw+"/namespaces/default/mcp", strings.NewReader(initialize))
+		if err != nil {
+			return 0, "", err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		resp, err := hc.Do(req)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode, resp.Proto, nil
+	}
+	code, proto, err := post("https")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(code).To(Equal(http.StatusOK), "initialize over HTTPS")
+	g.Expect(proto).To(Equal("HTTP/1.1"))
+	code, _, err = post("http")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(code).To(Equal(http.StatusBadRequest), "plain HTTP to the HTTPS gateway")
+
+	second := serial()
+	g.Expect(second).NotTo(Equal(first))
+	g.Eventually(served, 30*time.Second, 100*time.Millisecond).Should(Equal(second), "the rotated certificate is not served")
+}
+
 // TestPlainMetrics is what `make demo` and the benchmarks use:
 // --metrics-secure=false serves plain HTTP to anyone.
 func TestPlainMetrics(t *testing.T) {
