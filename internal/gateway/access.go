@@ -9,7 +9,6 @@ import (
 	"errors"
 	"net/http"
 	"slices"
-	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/cache"
@@ -158,15 +157,13 @@ func use(ns, name string) kubeauth.Attributes {
 }
 
 // identity names whom a view serves: the user and groups a review
-// returned, which is what RBAC decides on. Two tokens of one
-// ServiceAccount share a view and may share its sessions.
+// returned (kubeauth's Identity). Two tokens of one ServiceAccount share a
+// view and may share its sessions.
 func identity(u *kubeauth.User) string {
 	if u == nil {
 		return ""
 	}
-	groups := slices.Clone(u.Groups)
-	slices.Sort(groups)
-	return u.Name + "\x00" + strings.Join(groups, "\x00")
+	return u.Identity
 }
 
 // authStatus is the HTTP status of an error of grant.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"golang.org/x/sync/singleflight"
@@ -68,6 +69,9 @@ type User struct {
 	UID    string
 	Groups []string
 	Extra  map[string]authnv1.ExtraValue
+	// Identity is the name and the sorted groups, which is what RBAC
+	// decides on: two tokens of one ServiceAccount have the same.
+	Identity string
 	// token is the SHA-256 of the token, which keys every decision about
 	// this caller.
 	token [sha256.Size]byte
@@ -155,7 +159,10 @@ func (a *Authenticator) review(ctx context.Context, token string) (*User, error)
 	if !st.Authenticated || !a.audienceMatches(st.Audiences) {
 		return nil, nil
 	}
-	return &User{Name: st.User.Username, UID: st.User.UID, Groups: st.User.Groups, Extra: st.User.Extra}, nil
+	groups := slices.Clone(st.User.Groups)
+	slices.Sort(groups)
+	return &User{Name: st.User.Username, UID: st.User.UID, Groups: st.User.Groups, Extra: st.User.Extra,
+		Identity: st.User.Username + "\x00" + strings.Join(groups, "\x00")}, nil
 }
 
 // audienceMatches: the apiserver answers with the audiences of the request

