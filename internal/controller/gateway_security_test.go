@@ -63,7 +63,8 @@ var _ = Describe("Gateway in a shared cluster", func() {
 		alphaBinding := useByName(ns, "agent", "alpha")
 		useByName(ns, "agent", "gamma")
 		var changes atomic.Int32
-		agent := connectAgent(ns, tokenFor(ns, "agent", gatewayAudience), &changes, protocol)
+		token := tokenFor(ns, "agent", gatewayAudience)
+		agent := connectAgent(ns, token, &changes, protocol)
 
 		Expect(listToolNames(agent)).To(ConsistOf(append(slices.Clone(tools["alpha"]), tools["gamma"]...)),
 			"exactly the tools of alpha and gamma")
@@ -71,6 +72,7 @@ var _ = Describe("Gateway in a shared cluster", func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(textOf(res)).To(Equal("hi"))
 		expectAnsweredAsUnknown(agent, "mcp__beta__echo")
+		expectRawAnswerAsUnknown(ns, token, "mcp__beta__echo")
 
 		// Removing a binding takes effect within the cache's bound: the
 		// agent is told (list_changed), lists and calls without alpha.
@@ -84,6 +86,7 @@ var _ = Describe("Gateway in a shared cluster", func() {
 		fmt.Fprintf(GinkgoWriter, "the removed binding took effect after %s (allow TTL %s)\n", took, gatewayAllowTTL)
 		Expect(took).To(BeNumerically("<", gatewayAllowTTL+gatewayRevalidate+3*time.Second))
 		expectAnsweredAsUnknown(agent, "mcp__alpha__echo")
+		expectRawAnswerAsUnknown(ns, token, "mcp__alpha__echo")
 	},
 		Entry("on 2026-07-28", "2026-07-28"),
 		Entry("on 2025-11-25", "2025-11-25"),
@@ -252,6 +255,36 @@ func expectAnsweredAsUnknown(agent *mcp.ClientSession, tool string) {
 	Expect(errTool).To(HaveOccurred())
 	Expect(errMissing).To(HaveOccurred())
 	Expect(errTool.Error()).To(Equal(strings.ReplaceAll(errMissing.Error(), missing, tool)))
+}
+
+// expectRawAnswerAsUnknown: a sessionless tools/call of tool gets, byte for
+// byte, the HTTP answer of a tool that does not exist (the name aside).
+func expectRawAnswerAsUnknown(ns, token, tool string) {
+	const missing = "mcp__nosuchserver__echo"
+	code, ct, body := sessionlessCall(ns, token, tool)
+	codeMissing, ctMissing, bodyMissing := sessionlessCall(ns, token, missing)
+	Expect(bodyMissing).To(ContainSubstring(missing), "the answer names the tool")
+	Expect([]any{code, ct, body}).To(Equal([]any{codeMissing, ctMissing, strings.ReplaceAll(bodyMissing, missing, tool)}))
+}
+
+// sessionlessCall posts a well-formed 2026-07-28 tools/call of tool with
+// token and returns the status, content type and body.
+func sessionlessCall(ns, token, tool string) (int, string, string) {
+	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":%q,"arguments":{"text":"x"},`+
+		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},`+
+		`"io.modelcontextprotocol/clientInfo":{"name":"raw","version":"0"}}}}`, tool)
+	req, err := http.NewRequest(http.MethodPost, gatewayURL+"/namespaces/"+ns+"/mcp", strings.NewReader(body))
+	Expect(err).NotTo(HaveOccurred())
+	for k, v := range map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+		"Mcp-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": tool, "Authorization": "Bearer " + token} {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	Expect(err).NotTo(HaveOccurred())
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	Expect(err).NotTo(HaveOccurred())
+	return resp.StatusCode, resp.Header.Get("Content-Type"), string(b)
 }
 
 // postWithToken sends an initialize request with token and returns the

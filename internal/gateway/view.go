@@ -172,13 +172,19 @@ func (v *view) allowedServers(ctx context.Context, tools []bridge.Tool) (map[str
 		return nil, err
 	}
 	allowed := map[string]bool{}
+	var servers []string // every owner once, to range over while the map is written
 	for _, t := range tools {
-		allowed[serverOf(t)] = false
+		if s := serverOf(t); len(servers) == 0 || servers[len(servers)-1] != s {
+			if _, seen := allowed[s]; !seen {
+				allowed[s] = false
+				servers = append(servers, s)
+			}
+		}
 	}
 	var mu sync.Mutex
 	eg, ctx := errgroup.WithContext(ctx)
 	eg.SetLimit(maxConcurrentReviews)
-	for server := range allowed {
+	for _, server := range servers {
 		eg.Go(func() error {
 			ok, err := v.e.access.mayUse(ctx, g, v.e.ns, server)
 			mu.Lock()
