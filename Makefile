@@ -37,9 +37,10 @@ fmt: ## Run gofmt on the tree.
 	gofmt -l -w $$(git ls-files '*.go')
 
 .PHONY: vet
-vet: ## Run go vet (the operator and the chart tests' module).
+vet: ## Run go vet (the operator, the chart tests' and the image builder's modules).
 	go vet ./...
 	cd test/chart && go vet ./...
+	cd hack/image && go vet ./...
 
 .PHONY: verify-generated
 verify-generated: generate manifests ## Fail when generated files differ from what is committed.
@@ -57,14 +58,19 @@ fixtures: ## Install third-party MCP servers for tests from test/node/package-lo
 	hack/install-fixtures.sh
 
 .PHONY: test
-test: verify-generated vet envtest fixtures ## Run every test against a real control plane.
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v /test/api$$)
+test: verify-generated vet envtest fixtures ## Run every test against a real control plane (no root needed).
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v -e /test/api$$ -e /test/e2e$$)
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) hack/test-api.sh $(GO_TEST_FLAGS)
+	cd hack/image && go test -count=1 ./...
 	$(MAKE) test-chart
 
 .PHONY: test-chart
 test-chart: envtest ## Test the Helm chart (lint, render, install on a real kube-apiserver); its own Go module.
 	cd test/chart && KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test $(CHART_TEST_FLAGS) ./...
+
+.PHONY: test-e2e
+test-e2e: ## Run test/e2e on a real single-node cluster built from source (root, Linux; the first run builds the node, see README).
+	hack/e2e.sh
 
 ##@ Build
 
@@ -84,6 +90,10 @@ demo: ## Run the operator on a local control plane with sample servers (Ctrl-C s
 .PHONY: demo-down
 demo-down: ## Stop a demo that was killed or runs elsewhere, and remove .demo/.
 	hack/demo-down.sh
+
+.PHONY: image
+image: ## Build the image $(IMG) as an OCI tarball without Docker: bin/images/manager.tar.
+	hack/image.sh manager $(IMG)
 
 .PHONY: docker-build
 docker-build: ## Build the image (needs a Docker engine; none runs on CI here).
@@ -112,4 +122,4 @@ $(CONTROLLER_GEN):
 
 .PHONY: help
 help: ## Show this help.
-	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*?##/ { printf "  %-18s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z0-9_-]+:.*?##/ { printf "  %-18s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)

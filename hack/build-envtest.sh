@@ -3,11 +3,16 @@
 # module proxy into bin/k8s. setup-envtest's download bucket is unreachable
 # here, so the binaries are compiled at pinned versions from the modules in
 # hack/envtest. A binary that is already present is not rebuilt.
+#
+# hack/build-node.sh uses the same recipe for the node's Kubernetes binaries:
+# ENVTEST_BIN_DIR=DIR hack/build-envtest.sh kubelet kube-controller-manager kube-scheduler
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 out="${ENVTEST_BIN_DIR:-$root/bin/k8s}"
 mkdir -p "$out"
+wanted=("$@")
+[ ${#wanted[@]} -gt 0 ] || wanted=(kube-apiserver kubectl etcd)
 
 k8s_version=v1.37.2
 ldflags=""
@@ -17,15 +22,15 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 done
 
 missing=()
-for b in kube-apiserver kubectl etcd; do
+for b in "${wanted[@]}"; do
   [ -x "$out/$b" ] || missing+=("$b")
 done
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "envtest binaries present in $out"
+  echo "Kubernetes binaries (${wanted[*]}) present in $out"
   exit 0
 fi
 
-echo "Building envtest binaries (${missing[*]}) from source into $out."
+echo "Building ${missing[*]} from source into $out."
 echo "A cold build takes about 10 minutes on 2 cores; later runs reuse bin/."
 
 build() { # name, module dir, package
@@ -36,10 +41,15 @@ build() { # name, module dir, package
 
 for b in "${missing[@]}"; do
   case "$b" in
-    kube-apiserver) build kube-apiserver "$root/hack/envtest" k8s.io/kubernetes/cmd/kube-apiserver ;;
-    kubectl)        build kubectl "$root/hack/envtest" k8s.io/kubernetes/cmd/kubectl ;;
-    etcd)           build etcd "$root/hack/envtest/etcd" . ;;
+    etcd) build etcd "$root/hack/envtest/etcd" . ;;
+    kube-apiserver | kubectl | kubelet | kube-controller-manager | kube-scheduler)
+      build "$b" "$root/hack/envtest" "k8s.io/kubernetes/cmd/$b" ;;
+    *) echo "build-envtest.sh: unknown binary $b" >&2; exit 2 ;;
   esac
 done
-"$out/etcd" --version | sed -n 1p
-"$out/kubectl" version --client 2>/dev/null | sed -n 1p
+for b in "${wanted[@]}"; do
+  case "$b" in
+    etcd) "$out/etcd" --version | sed -n 1p ;;
+    kubectl) "$out/kubectl" version --client 2>/dev/null | sed -n 1p ;;
+  esac
+done

@@ -25,6 +25,7 @@ import (
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/bridge"
 	"github.com/mcpbridge/operator/internal/controller"
+	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/gateway"
 	"github.com/mcpbridge/operator/internal/kubeauth"
 )
@@ -96,7 +97,7 @@ func run(args []string) error {
 
 	log.Info("starting manager", "gatewayBindAddress", opts.gatewayAddr, "gatewayAuth", opts.gatewayAuth,
 		"gatewayTokenAudiences", opts.gatewayAudiences, "gatewayTLS", opts.gatewayCertDir != "",
-		"watchNamespaces", opts.watchNamespaces, "metricsBindAddress", opts.metricsAddr, "metricsSecure", opts.metricsSecure)
+		"watchNamespaces", opts.watchNamespaces, "upstreamAllowCIDRs", opts.upstreamAllowCIDRs, "metricsBindAddress", opts.metricsAddr, "metricsSecure", opts.metricsSecure)
 	err = mgr.Start(ctrl.SetupSignalHandler())
 	// No stdio server may outlive the manager, however it stopped.
 	sups.DisposeAll()
@@ -110,7 +111,8 @@ func setupControllers(mgr ctrl.Manager, opts *options) (*controller.Supervisors,
 	if err := setupGateway(mgr, opts, registry); err != nil {
 		return nil, fmt.Errorf("set up the gateway: %w", err)
 	}
-	sups := &controller.Supervisors{Registry: registry, Log: ctrl.Log.WithName("supervisor")}
+	sups := &controller.Supervisors{Registry: registry, Log: ctrl.Log.WithName("supervisor"),
+		Egress: egress.New(opts.upstreamAllowCIDRs)}
 	r := &controller.McpServerReconciler{
 		Client:      mgr.GetClient(),
 		APIReader:   mgr.GetAPIReader(),

@@ -4,10 +4,13 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/netip"
 	"strings"
 
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/mcpbridge/operator/internal/egress"
 )
 
 // Gateway authentication modes of --gateway-auth.
@@ -33,6 +36,7 @@ type options struct {
 	gatewayAudiences        []string
 	gatewayCertDir          string
 	watchNamespaces         []string
+	upstreamAllowCIDRs      []netip.Prefix
 	zap                     zap.Options
 }
 
@@ -42,7 +46,7 @@ type options struct {
 // "Flags".
 func parseOptions(fs *flag.FlagSet, args []string) (*options, error) {
 	o := &options{}
-	var namespaces, audiences string
+	var namespaces, audiences, allowCIDRs string
 	// --kubeconfig belongs to controller-runtime's config loader, which
 	// reads it when it is registered on the FlagSet that is parsed.
 	config.RegisterFlags(fs)
@@ -78,13 +82,17 @@ func parseOptions(fs *flag.FlagSet, args []string) (*options, error) {
 			"empty serves plain HTTP.")
 	fs.StringVar(&namespaces, "watch-namespaces", "",
 		"Comma-separated namespaces to watch; empty watches all namespaces.")
+	fs.StringVar(&allowCIDRs, strings.TrimPrefix(egress.AllowFlag, "--"), "",
+		"Comma-separated CIDRs that Streamable HTTP upstreams may be reached at although they are loopback, link-local, "+
+			"unspecified or multicast addresses, which are refused otherwise, e.g. 127.0.0.0/8,::1/128 for local development.")
 	o.zap.BindFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n\nRuns the mcp-bridge operator: the McpServer controller, "+
 			"its connection supervisors and the MCP gateway.\n\nFlags:\n", fs.Name())
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	err := fs.Parse(args)
+	if err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
@@ -92,6 +100,9 @@ func parseOptions(fs *flag.FlagSet, args []string) (*options, error) {
 	}
 	o.watchNamespaces = splitList(namespaces)
 	o.gatewayAudiences = splitList(audiences)
+	if o.upstreamAllowCIDRs, err = egress.ParseCIDRs(allowCIDRs); err != nil {
+		return nil, fmt.Errorf("%s: %w", egress.AllowFlag, err)
+	}
 	return o, o.validate()
 }
 

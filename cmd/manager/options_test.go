@@ -22,7 +22,7 @@ func TestEveryOperationsFlagIsDefined(t *testing.T) {
 	for _, name := range []string{
 		"kubeconfig", "metrics-bind-address", "metrics-secure", "metrics-cert-path", "metrics-cert-name",
 		"metrics-cert-key", "enable-http2", "health-probe-bind-address", "leader-elect", "leader-election-namespace",
-		"gateway-bind-address", "gateway-auth", "gateway-token-audiences", "gateway-cert-dir", "watch-namespaces",
+		"gateway-bind-address", "gateway-auth", "gateway-token-audiences", "gateway-cert-dir", "watch-namespaces", "upstream-allow-cidrs",
 		"zap-devel", "zap-encoder", "zap-log-level", "zap-stacktrace-level", "zap-time-encoding",
 	} {
 		if fs.Lookup(name) == nil {
@@ -55,6 +55,8 @@ func TestOptionsThatCannotWorkAreRefused(t *testing.T) {
 		{[]string{"--leader-elect", "--leader-election-namespace=ops"}, ""},
 		{[]string{"--leader-election-namespace=ops"}, "needs --leader-elect"},
 		{[]string{"leader-elect"}, "unexpected arguments"},
+		{[]string{"--upstream-allow-cidrs=127.0.0.0/8, ::1/128"}, ""},
+		{[]string{"--upstream-allow-cidrs=127.0.0.0/8,localhost"}, `--upstream-allow-cidrs: "localhost" is not a CIDR`},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

@@ -56,9 +56,12 @@ func (d *demo) startManager(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The demo's HTTP fixture listens on loopback, which the egress policy
+	// refuses unless allowed (see docs/design.md, "Egress policy").
 	cmd := exec.Command(filepath.Join(d.dir, "bin", "manager"),
 		"--gateway-bind-address="+gateway, "--gateway-auth=none",
-		"--metrics-bind-address=0", "--health-probe-bind-address="+probes)
+		"--metrics-bind-address=0", "--health-probe-bind-address="+probes,
+		"--upstream-allow-cidrs=127.0.0.0/8,::1/128")
 	cmd.Dir = d.root
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+d.kubeconfig)
 	if d.manager, err = startChild("manager", d.dir, cmd); err != nil {

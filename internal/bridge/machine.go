@@ -236,7 +236,7 @@ func (s *Supervisor) open(ctx context.Context, g *generation, stage *string) err
 	sess, err := client.Connect(ctx, l.transport(), nil)
 	stop()
 	if err != nil {
-		return err
+		return startError(l, err)
 	}
 	g.sess = sess
 	g.goFn(g.waitSession)

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/utils/clock"
 
+	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/policy"
 )
 
@@ -49,6 +51,11 @@ type Options struct {
 	// TerminateGrace is the stdio wait between stdin close, SIGTERM and
 	// SIGKILL; it defaults to a third of CloseBarrier.
 	TerminateGrace time.Duration
+	// Egress decides which addresses a Streamable HTTP upstream may be
+	// reached at; nil is egress.Default(), which refuses loopback,
+	// link-local, unspecified and multicast addresses: a caller has to
+	// allow them explicitly. See docs/design.md, "Egress policy".
+	Egress *egress.Policy
 
 	dialer dialer // tests inject transports here
 }
@@ -68,6 +75,9 @@ type Supervisor struct {
 
 	observer Observer
 	tasks    taskTools // tools of the live generation that require tasks
+	// filter is what of the server's tools is published: the policy's,
+	// until SetToolFilter changes it in place.
+	filter atomic.Pointer[policy.ToolFilter]
 
 	mu     sync.Mutex
 	snap   Snapshot
@@ -96,6 +106,8 @@ func New(o Options) *Supervisor {
 		closed:   make(chan struct{}),
 		snap:     Snapshot{Phase: PhasePending, Generation: o.BaseGeneration, MaxAttempts: o.Policy.Reconnect.MaxAttempts},
 	}
+	filter := o.Policy.Tools
+	s.filter.Store(&filter)
 	if s.clock == nil {
 		s.clock = clock.RealClock{}
 	}
@@ -110,16 +122,19 @@ func New(o Options) *Supervisor {
 		if grace <= 0 {
 			grace = s.barrier / 3
 		}
-		s.dialer = newDialer(o.Policy, s.log, grace, s.tasks.sniff)
+		s.dialer = newDialer(o.Policy, s.log, grace, s.tasks.sniff, o.Egress)
 	}
 	return s
 }
 
-func newDialer(p *policy.Policy, log logr.Logger, grace time.Duration, sniff func([]byte)) dialer {
+func newDialer(p *policy.Policy, log logr.Logger, grace time.Duration, sniff func([]byte), eg *egress.Policy) dialer {
 	if p.Stdio != nil {
 		return &stdioDialer{spec: p.Stdio, log: log, grace: grace, sniff: sniff}
 	}
-	return &httpDialer{spec: p.HTTP, sniff: sniff}
+	if eg == nil {
+		eg = egress.Default()
+	}
+	return &httpDialer{spec: p.HTTP, sniff: sniff, egress: eg}
 }
 
 // Start runs the supervisor until ctx ends or Dispose; a second Start, or a

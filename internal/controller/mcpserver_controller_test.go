@@ -76,6 +76,9 @@ var _ = Describe("McpServer lifecycle", func() {
 
 	It("stops after a crash loop exhausts the budget and connects again on restartedAt", func() {
 		obj := stdioServer(ns, "loop", "--crash-after-initialize")
+		// A stability window far longer than any brief connection, even on
+		// a loaded machine: each one must count against the same budget.
+		obj.Spec.Reconnect.MaxDelayMs = ptr32(60000)
 		Expect(k8s.Create(ctx, obj)).To(Succeed())
 		Eventually(phaseOf(ns, "loop"), eventuallyTimeout, poll).Should(Equal(v1alpha1.PhaseFailed))
 		failed := get(ns, "loop")

@@ -3,9 +3,11 @@ package controller_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,6 +31,7 @@ import (
 
 	"github.com/mcpbridge/operator/internal/bridge"
 	"github.com/mcpbridge/operator/internal/controller"
+	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/gateway"
 	"github.com/mcpbridge/operator/internal/kubeauth"
 	"github.com/mcpbridge/operator/internal/testenv"
@@ -70,6 +73,7 @@ var _ = BeforeSuite(func() {
 
 var _ = AfterSuite(func() {
 	stopManager()
+	Expect(egressViolations.Load()).To(BeZero(), "an egress policy let an address off this machine through")
 	if env != nil {
 		Expect(env.Stop()).To(Succeed())
 	}
@@ -87,7 +91,11 @@ func startManager() {
 	Expect(err).NotTo(HaveOccurred())
 	registry = bridge.NewRegistry()
 	sups = &controller.Supervisors{Registry: registry, Log: ctrl.Log.WithName("supervisor"),
+		Egress: testEgress("127.0.0.0/8", "::1/128"),
 		Tune: func(o *bridge.Options) {
+			if strings.HasPrefix(o.Name, refusedPrefix) {
+				o.Egress = testEgress() // the manager's default: nothing allowed
+			}
 			o.CloseBarrier = 3 * time.Second
 			o.TerminateGrace = 500 * time.Millisecond
 			if strings.HasPrefix(o.Name, slowClosePrefix) {
@@ -118,6 +126,31 @@ const (
 	gatewayDenyTTL    = time.Second
 	gatewayRevalidate = time.Second
 )
+
+// refusedPrefix names the McpServers whose supervisors get the manager's
+// default egress policy, which refuses loopback; the others may reach the
+// loopback upstreams of the tests.
+const refusedPrefix = "refused-"
+
+// egressViolations counts addresses off this machine that an egress policy
+// let through to the dialer; AfterSuite requires none.
+var egressViolations atomic.Int32
+
+// testEgress is an egress policy allowing allow, whose dial hook refuses,
+// and counts, every address that is not loopback instead of dialling it:
+// a broken policy never sends a packet off this machine.
+func testEgress(allow ...string) *egress.Policy {
+	cidrs, err := egress.ParseCIDRs(strings.Join(allow, ","))
+	Expect(err).NotTo(HaveOccurred())
+	return egress.New(cidrs).WithDialHook(func(network, address string) error {
+		if ap, err := netip.ParseAddrPort(address); err == nil && ap.Addr().Unmap().IsLoopback() {
+			return nil
+		}
+		egressViolations.Add(1)
+		GinkgoWriter.Printf("the egress policy let %s %s through to the dialer\n", network, address)
+		return errors.New("test: never dial a non-loopback address")
+	})
+}
 
 // addGateway serves the gateway with token authentication on a free
 // loopback port, as the manager binary does, with the suite's timing and

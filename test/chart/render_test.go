@@ -67,6 +67,7 @@ func TestValuesReachTheManager(t *testing.T) {
 			"--gateway-bind-address=:9090", "--gateway-token-audiences=mcpbridge.dev,agents.example.com",
 			"--gateway-cert-dir=/etc/mcpbridge/gateway-certs",
 			"--watch-namespaces=agents,tools",
+			"--upstream-allow-cidrs=127.0.0.1/32,fe80::/10",
 			"--zap-devel", "--zap-log-level=debug", "--zap-encoder=console", "--zap-stacktrace-level=panic",
 			"--zap-time-encoding=iso8601",
 			"--zap-log-level=2",

@@ -113,6 +113,10 @@ values.schema.json); manager.extraArgs comes last, so it can override.
 {{- with .Values.manager.watchNamespaces }}
 - --watch-namespaces={{ join "," . }}
 {{- end }}
+{{- /* supervisors */}}
+{{- with .Values.egress.upstreamAllowCIDRs }}
+- --upstream-allow-cidrs={{ join "," . }}
+{{- end }}
 {{- /* logging */}}
 {{- with .Values.manager.log }}
 {{- if .development }}

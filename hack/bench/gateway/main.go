@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -49,6 +50,7 @@ import (
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/hack/bench/internal/report"
 	"github.com/mcpbridge/operator/internal/bridge"
+	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/gateway"
 	"github.com/mcpbridge/operator/internal/policy"
 )
@@ -339,7 +341,10 @@ func (b *bench) startGateway(proto, upstream string) (*gatewayEnv, error) {
 				ConnectionTimeout: 10 * time.Second,
 				Reconnect:         policy.Reconnect{Enabled: true, InitialDelay: 100 * time.Millisecond, MaxDelay: time.Second, MaxAttempts: 10},
 			}
-			sup := bridge.New(bridge.Options{Namespace: namespace, Name: serverName(i), Policy: p, Registry: reg, Log: b.log})
+			// The fixture upstream listens on loopback, which the egress
+			// policy refuses unless allowed, as --upstream-allow-cidrs=127.0.0.0/8 does.
+			sup := bridge.New(bridge.Options{Namespace: namespace, Name: serverName(i), Policy: p, Registry: reg, Log: b.log,
+				Egress: egress.New([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})})
 			sup.Start(ctx)
 			env.sups = append(env.sups, sup)
 		}

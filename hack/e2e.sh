@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# make test-e2e: builds the real node, the images and the suite, then runs
+# the suite (test/e2e) inside hack/e2e-sandbox.sh. Everything that needs the
+# network is built first: inside the sandbox there is only loopback.
+# Extra arguments go to the test binary (e.g. -ginkgo.focus=...).
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+# Stop at once where the node cannot run, before a long build.
+hack/e2e-sandbox.sh --preflight
+
+stage() { # name, command...
+  local start=$SECONDS
+  "${@:2}"
+  echo "e2e: $1 took $((SECONDS - start)) s"
+}
+stage "envtest binaries" hack/build-envtest.sh
+stage "node binaries" hack/build-node.sh
+stage "images" bash -c 'hack/image.sh manager ghcr.io/mcpbridge/operator:dev &&
+  hack/image.sh mcp-fixture mcpbridge.dev/e2e/mcp-fixture:dev &&
+  hack/image.sh pause "registry.k8s.io/pause:$(cat bin/node/pause.version)"'
+stage "suite build" go test -c -o bin/e2e.test ./test/e2e
+stage "suite" hack/e2e-sandbox.sh bin/e2e.test -test.v -test.timeout=30m "$@"

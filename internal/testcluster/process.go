@@ -1,0 +1,113 @@
+package testcluster
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// process is one component of the cluster, logging to its own file.
+type process struct {
+	name    string
+	cmd     *exec.Cmd
+	log     *os.File
+	done    chan struct{}
+	waitErr error
+}
+
+// startProcess starts bin with args, its output in logDir/name.log.
+func startProcess(logDir, name, bin string, args []string, env ...string) (*process, error) {
+	log, err := os.Create(filepath.Join(logDir, name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.Env = append(os.Environ(), env...)
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	p := &process{name: name, cmd: cmd, log: log, done: make(chan struct{})}
+	go func() {
+		p.waitErr = cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// exited reports an error if the process has ended.
+func (p *process) exited() error {
+	select {
+	case <-p.done:
+		return fmt.Errorf("%s exited: %v (see %s)", p.name, p.waitErr, p.log.Name())
+	default:
+		return nil
+	}
+}
+
+// stop sends SIGTERM, and SIGKILL after grace.
+func (p *process) stop(grace time.Duration) {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+	p.log.Close()
+}
+
+// killOthers SIGKILLs every process of this PID namespace but this one and
+// its ancestors (the sandbox's init): the containerd shims and containers
+// that outlive kubelet and containerd. It is only called inside the sandbox.
+func killOthers() error {
+	keep := map[int]bool{}
+	for pid := os.Getpid(); pid > 0; pid = parentOf(pid) {
+		keep[pid] = true
+		if pid == 1 {
+			break
+		}
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || keep[pid] {
+			continue
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			errs = append(errs, fmt.Errorf("killing %d: %w", pid, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// parentOf reads a process's parent from /proc; 0 when it is gone.
+func parentOf(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name (field 2) may hold spaces; it ends at the last ')'.
+	s := string(b)
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] == ')' {
+			var state string
+			var ppid int
+			if _, err := fmt.Sscanf(s[i+1:], " %s %d", &state, &ppid); err == nil {
+				return ppid
+			}
+			break
+		}
+	}
+	return 0
+}

@@ -1,0 +1,157 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	. "github.com/onsi/gomega"
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+const (
+	fixturePort = 8080
+	// gatewayPort is the manager's --gateway-bind-address in config/default.
+	gatewayPort = 8090
+	// tokenAudience is the manager's default --gateway-token-audiences
+	// (docs/design.md, "Shared-cluster rules").
+	tokenAudience = "mcpbridge.dev"
+	// apiAudience is the apiserver's own audience (its issuer), which a
+	// TokenReview without audiences checks.
+	apiAudience = "https://kubernetes.default.svc.cluster.local"
+)
+
+// startFixturePod runs the fixture as a Streamable HTTP server Pod on the
+// Pod network, hardened as Pod Security "restricted" asks, and returns its
+// MCP endpoint once it is Ready.
+func startFixturePod(ctx context.Context, ns string) string {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "fixture", Namespace: ns, Labels: map[string]string{"app": "fixture"}},
+		Spec: corev1.PodSpec{
+			AutomountServiceAccountToken: ptr.To(false),
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot:   ptr.To(true),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Containers: []corev1.Container{{
+				Name:            "fixture",
+				Image:           fixtureImage,
+				ImagePullPolicy: corev1.PullNever,
+				Args:            []string{"--http", fmt.Sprintf("0.0.0.0:%d", fixturePort), "--server-name", "fixture"},
+				Ports:           []corev1.ContainerPort{{Name: "mcp", ContainerPort: fixturePort}},
+				ReadinessProbe: &corev1.Probe{
+					ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(fixturePort)}},
+					PeriodSeconds: 1,
+				},
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: ptr.To(false),
+					ReadOnlyRootFilesystem:   ptr.To(true),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
+			}},
+		},
+	}
+	Expect(cluster.Client.Create(ctx, pod)).To(Succeed())
+	Eventually(func(ctx context.Context) error {
+		if err := cluster.Client.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+			return err
+		}
+		if !podReady(pod) || pod.Status.PodIP == "" {
+			return fmt.Errorf("fixture Pod not Ready: %+v", pod.Status)
+		}
+		return nil
+	}).WithContext(ctx).Within(timeout).ProbeEvery(poll).Should(Succeed())
+	Expect(strings.HasPrefix(pod.Status.PodIP, "10.244.")).To(BeTrue(), "the fixture runs on the Pod network, not the host's")
+	return fmt.Sprintf("http://%s/mcp", net.JoinHostPort(pod.Status.PodIP, fmt.Sprint(fixturePort)))
+}
+
+// agentToken returns a token for ServiceAccount name in ns, with config/rbac's
+// gateway-user ClusterRole bound in ns (created on first use). The token is
+// bound to the gateway's audience and to the apiserver's: a manager that
+// reviews tokens for its audience accepts it, and so does one that sends
+// TokenReviews without audiences.
+func agentToken(ctx context.Context, ns, name string) string {
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+	if err := cluster.Client.Create(ctx, sa); !apierrors.IsAlreadyExists(err) {
+		Expect(err).NotTo(HaveOccurred())
+		Expect(cluster.Client.Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: name + "-gateway-user", Namespace: ns},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "mcpbridge-gateway-user"},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: name}},
+		})).To(Succeed())
+	}
+	tr := &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{
+		Audiences: []string{tokenAudience, apiAudience}, ExpirationSeconds: ptr.To[int64](3600),
+	}}
+	Expect(cluster.Client.SubResource("token").Create(ctx, sa, tr)).To(Succeed())
+	Expect(tr.Status.Token).NotTo(BeEmpty())
+	return tr.Status.Token
+}
+
+func gatewayEndpoint(mgr *corev1.Pod, ns string) string {
+	return fmt.Sprintf("http://%s/namespaces/%s/mcp", net.JoinHostPort(mgr.Status.PodIP, fmt.Sprint(gatewayPort)), ns)
+}
+
+// expectGatewayServes lists the namespace's tools at the manager Pod's
+// gateway as an agent with token and calls the fixture's echo tool.
+func expectGatewayServes(ctx context.Context, mgr *corev1.Pod, ns, token string) {
+	agent := mcp.NewClient(&mcp.Implementation{Name: "e2e-agent", Version: "test"}, nil)
+	var sess *mcp.ClientSession
+	// The gateway starts with leadership, a moment after the Pod is Ready.
+	Eventually(func(ctx context.Context) (err error) {
+		sess, err = agent.Connect(ctx, &mcp.StreamableClientTransport{
+			Endpoint:   gatewayEndpoint(mgr, ns),
+			HTTPClient: &http.Client{Transport: bearer{token: token, base: http.DefaultTransport}},
+		}, nil)
+		return err
+	}).WithContext(ctx).Within(timeout).ProbeEvery(poll).Should(Succeed())
+	defer sess.Close()
+
+	var names []string
+	for tool, err := range sess.Tools(ctx, nil) {
+		Expect(err).NotTo(HaveOccurred())
+		names = append(names, tool.Name)
+	}
+	Expect(names).To(ContainElement("mcp__fixture__echo"))
+
+	res, err := sess.CallTool(ctx, &mcp.CallToolParams{
+		Name: "mcp__fixture__echo", Arguments: map[string]any{"text": "hello from the node"},
+	})
+	Expect(err).NotTo(HaveOccurred())
+	Expect(res.IsError).To(BeFalse())
+	Expect(res.Content).To(ConsistOf(WithTransform(func(c mcp.Content) string {
+		if t, ok := c.(*mcp.TextContent); ok {
+			return t.Text
+		}
+		return fmt.Sprintf("%T", c)
+	}, Equal("hello from the node"))))
+}
+
+// expectGatewayRefusesAnonymous connects without a token: the gateway
+// answers 401, which the SDK reports as Unauthorized.
+func expectGatewayRefusesAnonymous(ctx context.Context, mgr *corev1.Pod, ns string) {
+	agent := mcp.NewClient(&mcp.Implementation{Name: "anonymous", Version: "test"}, nil)
+	_, err := agent.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: gatewayEndpoint(mgr, ns), MaxRetries: -1}, nil)
+	Expect(err).To(MatchError(ContainSubstring("Unauthorized")))
+}
+
+type bearer struct {
+	token string
+	base  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.base.RoundTrip(r)
+}
