@@ -49,6 +49,12 @@ type McpServerSpec struct {
 	// +optional
 	StreamableHTTP *StreamableHTTPTransport `json:"streamableHttp,omitempty"`
 
+	// Tools filters which of the server's tools are published (to the
+	// registry, status and the gateway) by raw tool name. Unset publishes
+	// every tool.
+	// +optional
+	Tools *ToolFilter `json:"tools,omitempty"`
+
 	// ToolCallTimeoutMs bounds each tools/call.
 	// +optional
 	// +kubebuilder:default=60000
@@ -205,6 +211,34 @@ type HeaderValueSource struct {
 	// SecretKeyRef selects a key of a Secret in the resource's namespace.
 	SecretKeyRef corev1.SecretKeySelector `json:"secretKeyRef"`
 }
+
+// ToolFilter publishes the tools whose raw names match an include pattern
+// (every tool when include is empty) and no exclude pattern: exclude wins.
+// Changing it republishes the last tool list fetched, without reconnecting.
+type ToolFilter struct {
+	// Include lists the patterns a raw tool name must match one of; empty
+	// includes every tool.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	Include []ToolGlob `json:"include,omitempty"`
+
+	// Exclude lists patterns whose matching tools are not published, even
+	// when an include pattern matches them.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	Exclude []ToolGlob `json:"exclude,omitempty"`
+}
+
+// ToolGlob is a pattern over raw tool names with the syntax of Go's
+// path.Match: * matches any run of characters but /, ? one character but /,
+// [a-z] and [^a-z] a character in or not in a class, and a backslash
+// matches the next character literally.
+// +kubebuilder:validation:MinLength=1
+// +kubebuilder:validation:MaxLength=256
+// +kubebuilder:validation:XValidation:rule=`self.matches('^(?s)(?:[^\\\\\\[]|\\\\.|\\[(?:\\^(?:[^\\\\\\-\\]]|\\\\.)(?:-(?:[^\\\\\\-\\]]|\\\\.))?|(?:[^\\\\\\-\\]^]|\\\\.)(?:-(?:[^\\\\\\-\\]]|\\\\.))?)(?:(?:[^\\\\\\-\\]]|\\\\.)(?:-(?:[^\\\\\\-\\]]|\\\\.))?)*\\])*$')`,message="must be a path.Match glob: *, ?, closed non-empty classes such as [a-z] or [^a-z], and \\ escaping the next character"
+type ToolGlob string
 
 // ReconnectPolicy is the bounded exponential backoff after a lost connection.
 // +kubebuilder:validation:XValidation:rule="!has(self.initialDelayMs) || !has(self.maxDelayMs) || self.initialDelayMs <= self.maxDelayMs",message="spec.reconnect.initialDelayMs must be less than or equal to spec.reconnect.maxDelayMs",fieldPath=".initialDelayMs"

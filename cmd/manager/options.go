@@ -4,12 +4,14 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/netip"
 	"strings"
 
 	"github.com/distribution/reference"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/policy"
 )
 
@@ -17,6 +19,8 @@ import (
 const (
 	gatewayAuthToken = "token"
 	gatewayAuthNone  = "none"
+	// defaultGatewayAudience is the audience agents' tokens are made for.
+	defaultGatewayAudience = "mcpbridge.dev"
 )
 
 type options struct {
@@ -31,8 +35,11 @@ type options struct {
 	leaderElectionNamespace string
 	gatewayAddr             string
 	gatewayAuth             string
+	gatewayAudiences        []string
+	gatewayCertDir          string
 	watchNamespaces         []string
 	stdio                   stdioOptions
+	upstreamAllowCIDRs      []netip.Prefix
 	zap                     zap.Options
 }
 
@@ -55,7 +62,7 @@ const defaultShimImage = "ghcr.io/mcpbridge/operator:0.1.0"
 // "Flags".
 func parseOptions(fs *flag.FlagSet, args []string) (*options, error) {
 	o := &options{}
-	var namespaces string
+	var namespaces, audiences, allowCIDRs string
 	// --kubeconfig belongs to controller-runtime's config loader, which
 	// reads it when it is registered on the FlagSet that is parsed.
 	config.RegisterFlags(fs)
@@ -83,8 +90,17 @@ func parseOptions(fs *flag.FlagSet, args []string) (*options, error) {
 		"Address the MCP gateway (/namespaces/{namespace}/mcp) binds to.")
 	fs.StringVar(&o.gatewayAuth, "gateway-auth", gatewayAuthToken,
 		"Gateway authentication: 'token' (TokenReview + SubjectAccessReview) or 'none' (loopback only).")
+	fs.StringVar(&audiences, "gateway-token-audiences", defaultGatewayAudience,
+		"Comma-separated audiences a gateway token must be valid for (kubectl create token SA --audience "+defaultGatewayAudience+
+			"); a token made for the apiserver is refused, so that tokens that work against the apiserver do not work here and the other way round.")
+	fs.StringVar(&o.gatewayCertDir, "gateway-cert-dir", "",
+		"Directory with the gateway's tls.crt and tls.key (e.g. a cert-manager Secret), reloaded when they change; "+
+			"empty serves plain HTTP.")
 	fs.StringVar(&namespaces, "watch-namespaces", "",
 		"Comma-separated namespaces to watch; empty watches all namespaces.")
+	fs.StringVar(&allowCIDRs, strings.TrimPrefix(egress.AllowFlag, "--"), "",
+		"Comma-separated CIDRs that Streamable HTTP upstreams may be reached at although they are loopback, link-local, "+
+			"unspecified or multicast addresses, which are refused otherwise, e.g. 127.0.0.0/8,::1/128 for local development.")
 	localStdio := o.stdio.bindFlags(fs)
 	o.zap.BindFlags(fs)
 	fs.Usage = func() {
@@ -92,7 +108,8 @@ func parseOptions(fs *flag.FlagSet, args []string) (*options, error) {
 			"its connection supervisors and the MCP gateway.\n\nFlags:\n", fs.Name())
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	err := fs.Parse(args)
+	if err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
@@ -100,6 +117,10 @@ func parseOptions(fs *flag.FlagSet, args []string) (*options, error) {
 	}
 	o.watchNamespaces = splitList(namespaces)
 	o.stdio.localNamespaces = splitList(*localStdio)
+	o.gatewayAudiences = splitList(audiences)
+	if o.upstreamAllowCIDRs, err = egress.ParseCIDRs(allowCIDRs); err != nil {
+		return nil, fmt.Errorf("%s: %w", egress.AllowFlag, err)
+	}
 	return o, o.validate()
 }
 
@@ -145,6 +166,9 @@ func (o *options) validate() error {
 		}
 	default:
 		return fmt.Errorf("--gateway-auth must be %q or %q, not %q", gatewayAuthToken, gatewayAuthNone, o.gatewayAuth)
+	}
+	if o.gatewayAuth == gatewayAuthToken && len(o.gatewayAudiences) == 0 {
+		return fmt.Errorf("--gateway-token-audiences must name at least one audience (default %q)", defaultGatewayAudience)
 	}
 	if o.metricsCertPath != "" && !o.metricsSecure {
 		return fmt.Errorf("--metrics-cert-path=%s needs --metrics-secure: a plain HTTP metrics server has no certificate", o.metricsCertPath)

@@ -24,7 +24,7 @@ func TestEveryOperationsFlagIsDefined(t *testing.T) {
 	for _, name := range []string{
 		"kubeconfig", "metrics-bind-address", "metrics-secure", "metrics-cert-path", "metrics-cert-name",
 		"metrics-cert-key", "enable-http2", "health-probe-bind-address", "leader-elect", "leader-election-namespace",
-		"gateway-bind-address", "gateway-auth", "watch-namespaces",
+		"gateway-bind-address", "gateway-auth", "gateway-token-audiences", "gateway-cert-dir", "watch-namespaces", "upstream-allow-cidrs",
 		"local-stdio-namespaces", "shim-image", "node-image", "python-image",
 		"zap-devel", "zap-encoder", "zap-log-level", "zap-stacktrace-level", "zap-time-encoding",
 	} {
@@ -49,6 +49,10 @@ func TestOptionsThatCannotWorkAreRefused(t *testing.T) {
 		{[]string{"--gateway-auth=none", "--gateway-bind-address=10.0.0.1:8090"}, "loopback"},
 		{[]string{"--gateway-auth=token", "--gateway-bind-address=0.0.0.0:8090"}, ""},
 		{[]string{"--gateway-auth=basic"}, "must be"},
+		{[]string{"--gateway-token-audiences=a.example,b.example"}, ""},
+		{[]string{"--gateway-token-audiences="}, "at least one audience"},
+		{[]string{"--gateway-token-audiences= , "}, "at least one audience"},
+		{[]string{"--gateway-auth=none", "--gateway-bind-address=127.0.0.1:8090", "--gateway-token-audiences="}, ""},
 		{[]string{"--metrics-cert-path=/certs"}, ""},
 		{[]string{"--metrics-secure=false", "--metrics-cert-path=/certs"}, "needs --metrics-secure"},
 		{[]string{"--leader-elect", "--leader-election-namespace=ops"}, ""},
@@ -58,6 +62,8 @@ func TestOptionsThatCannotWorkAreRefused(t *testing.T) {
 		{[]string{"--shim-image="}, "--shim-image"},
 		{[]string{"--node-image=Not An Image"}, "--node-image"},
 		{[]string{"--python-image=library/UPPER:1"}, "--python-image"},
+		{[]string{"--upstream-allow-cidrs=127.0.0.0/8, ::1/128"}, ""},
+		{[]string{"--upstream-allow-cidrs=127.0.0.0/8,localhost"}, `--upstream-allow-cidrs: "localhost" is not a CIDR`},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -127,6 +133,10 @@ func TestDefaultsAreKubebuilders(t *testing.T) {
 		"health-probe-bind-address": ":8081",
 		"leader-elect":              "false",
 		"kubeconfig":                "",
+		// Ours: agents' tokens are bound to the gateway's audience.
+		"gateway-token-audiences": "mcpbridge.dev",
+		"gateway-auth":            "token",
+		"gateway-cert-dir":        "",
 	} {
 		if got := fs.Lookup(name).DefValue; got != want {
 			t.Errorf("--%s defaults to %q, want %q", name, got, want)

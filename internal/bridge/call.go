@@ -36,6 +36,9 @@ func (s *Supervisor) callable(rawName string) (*generation, error) {
 	if g == nil {
 		return nil, &StageError{Stage: StageToolsCall, Err: fmt.Errorf("%w: %s", ErrUnavailable, why)}
 	}
+	if !s.filter.Load().Allows(rawName) {
+		return nil, &StageError{Stage: StageToolsCall, Err: fmt.Errorf("tool %q is not published: spec.tools filters it out", rawName)}
+	}
 	if s.tasks.required(rawName) {
 		return nil, &StageError{Stage: StageToolsCall, Err: fmt.Errorf(
 			"tool %q requires task-based execution (execution.taskSupport: required), which the bridge does not support", rawName)}

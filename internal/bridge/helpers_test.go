@@ -2,7 +2,9 @@ package bridge
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/netip"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -14,6 +16,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
+	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/policy"
 )
 
@@ -42,7 +45,7 @@ func startSupervisor(t *testing.T, p *policy.Policy, mutate ...func(*Options)) (
 	t.Helper()
 	reg := NewRegistry()
 	o := Options{Namespace: "ns", Name: "srv", Policy: p, Registry: reg, Log: testr.New(t),
-		CloseBarrier: 3 * time.Second}
+		CloseBarrier: 3 * time.Second, Egress: loopbackEgress(t, "127.0.0.0/8", "::1/128")}
 	for _, m := range mutate {
 		m(&o)
 	}
@@ -58,6 +61,24 @@ func startSupervisor(t *testing.T, p *policy.Policy, mutate ...func(*Options)) (
 		cancel()
 	})
 	return s, reg
+}
+
+// loopbackEgress allows the upstreams of tests, which listen on loopback,
+// and fails the test instead of dialling anything that is not loopback:
+// a broken egress policy never sends a packet off this machine.
+func loopbackEgress(t *testing.T, allow ...string) *egress.Policy {
+	t.Helper()
+	cidrs, err := egress.ParseCIDRs(strings.Join(allow, ","))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return egress.New(cidrs).WithDialHook(func(network, address string) error {
+		if ap, err := netip.ParseAddrPort(address); err == nil && ap.Addr().Unmap().IsLoopback() {
+			return nil
+		}
+		t.Errorf("the egress policy let %s %s through to the dialer", network, address)
+		return errors.New("test: never dial a non-loopback address")
+	})
 }
 
 // waitFor waits until the snapshot satisfies cond, and returns it.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"mime"
 	"net"
 	"net/http"
 	"sync"
@@ -12,19 +13,26 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/policy"
 )
 
 // httpDialer connects to a Streamable HTTP endpoint.
 type httpDialer struct {
-	spec  *policy.HTTP
-	sniff func([]byte) // optional: sees every line of every response body
+	spec   *policy.HTTP
+	sniff  func([]byte) // optional: sees every line of every response body
+	egress *egress.Policy
 }
 
 func (d *httpDialer) dial(_ context.Context, onLost func(error)) (link, error) {
+	// Every connection of the generation, the SDK's and the calls posted
+	// as JSON alike, is dialled by this one transport, so the guard sees
+	// each address it connects to. See docs/design.md, "Egress policy".
+	guard := d.egress.Guard()
 	base := &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		Proxy: guard.Proxy(http.ProxyFromEnvironment),
+		DialContext: (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second,
+			Control: guard.Control}).DialContext,
 		MaxIdleConnsPerHost:   64, // above it, concurrent calls redial every time
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   10 * time.Second,
@@ -41,6 +49,7 @@ func (d *httpDialer) dial(_ context.Context, onLost func(error)) (link, error) {
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	l := &httpLink{
+		guard:  guard,
 		base:   base,
 		cancel: cancel,
 		client: client,
@@ -52,6 +61,7 @@ func (d *httpDialer) dial(_ context.Context, onLost func(error)) (link, error) {
 }
 
 type httpLink struct {
+	guard  *egress.Guard
 	base   *http.Transport
 	cancel context.CancelFunc // ends every request of the generation
 	client *http.Client       // the SDK's, shared by calls forwarded as JSON
@@ -84,6 +94,15 @@ func (l *httpLink) spawn(fn func()) bool {
 }
 
 func (l *httpLink) transport() mcp.Transport { return l.t }
+
+// refused is the destination the egress policy refused, if any: the reason
+// a session could not start, which the transport error only wraps.
+func (l *httpLink) refused() error {
+	if r := l.guard.Refused(); r != nil {
+		return r
+	}
+	return nil
+}
 
 // close drops pooled connections; the session itself is closed by the
 // generation, and nothing else of ours outlives it.
@@ -145,11 +164,39 @@ func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		t.onLost(fmt.Errorf("the server no longer knows the session (HTTP 404): %w", mcp.ErrSessionMissing))
 	}
 	body := resp.Body
+	if media, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); media != "text/event-stream" {
+		// The SDK reads a JSON answer whole, with no bound (go-sdk
+		// v1.8.0); it bounds an SSE event and a stdio frame at 16 MiB, and
+		// so one answer is bounded here.
+		body = &cappedBody{ReadCloser: body, left: maxMessageBytes}
+	}
 	if t.sniff != nil {
 		body = &sniffReader{ReadCloser: body, fn: t.sniff}
 	}
 	resp.Body = &releasingBody{ReadCloser: body, release: done}
 	return resp, nil
+}
+
+// cappedBody fails with errTooLarge once more than left bytes arrive.
+type cappedBody struct {
+	io.ReadCloser
+	left int
+}
+
+func (b *cappedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		var one [1]byte
+		if n, err := b.ReadCloser.Read(one[:]); n == 0 {
+			return 0, err
+		}
+		return 0, errTooLarge
+	}
+	if len(p) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.left -= n
+	return n, err
 }
 
 // releasingBody releases its request's context once the body is closed:

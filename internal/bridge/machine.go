@@ -282,7 +282,7 @@ func (s *Supervisor) open(ctx context.Context, g *generation, stage *string) err
 	sess, err := client.Connect(ctx, l.transport(), nil)
 	stop()
 	if err != nil {
-		return exitedInstead(ctx, l, err)
+		return exitedInstead(ctx, l, startError(l, err))
 	}
 	g.sess = sess
 	g.goFn(g.waitSession)

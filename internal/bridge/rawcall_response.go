@@ -77,6 +77,8 @@ func readAnswerFrom(resp *http.Response, id string) (json.RawMessage, string, er
 	case "application/json":
 		body, err := io.ReadAll(io.LimitReader(resp.Body, maxMessageBytes+1))
 		switch {
+		case errors.Is(err, errTooLarge): // the transport's cappedBody
+			return nil, "", errTooLarge
 		case err != nil:
 			return nil, "", fmt.Errorf("reading the answer: %v", err) // not EOF: a call failure, not a lost session
 		case len(body) > maxMessageBytes:

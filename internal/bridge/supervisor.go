@@ -1,15 +1,18 @@
 package bridge
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/utils/clock"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
+	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/policy"
 )
 
@@ -53,6 +56,13 @@ type Options struct {
 	// Pod reaches a server whose policy has the Pod runtime: its Pod and
 	// the tunnel's token. See docs/design.md, "The shim and the tunnel".
 	Pod *PodTunnel
+	// Egress decides which addresses a Streamable HTTP upstream may be
+	// reached at; nil is egress.Default(), which refuses loopback,
+	// link-local, unspecified and multicast addresses: a caller has to
+	// allow them explicitly. It does not apply to the tunnel to a
+	// Pod-runtime server's shim, whose address is the operator's own Pod's.
+	// See docs/design.md, "Egress policy".
+	Egress *egress.Policy
 
 	dialer dialer // tests inject transports here
 }
@@ -72,6 +82,9 @@ type Supervisor struct {
 
 	observer Observer
 	tasks    taskTools // tools of the live generation that require tasks
+	// filter is what of the server's tools is published: the policy's,
+	// until SetToolFilter changes it in place.
+	filter atomic.Pointer[policy.ToolFilter]
 
 	mu     sync.Mutex
 	snap   Snapshot
@@ -106,6 +119,8 @@ func New(o Options) *Supervisor {
 	if o.Policy.Stdio != nil {
 		s.snap.Runtime = o.Policy.Stdio.Runtime
 	}
+	filter := o.Policy.Tools
+	s.filter.Store(&filter)
 	if s.clock == nil {
 		s.clock = clock.RealClock{}
 	}
@@ -134,7 +149,7 @@ func (s *Supervisor) newDialer(o Options) dialer {
 		}
 		return &stdioDialer{spec: s.p.Stdio, log: s.log, grace: grace, sniff: s.tasks.sniff}
 	}
-	return &httpDialer{spec: s.p.HTTP, sniff: s.tasks.sniff}
+	return &httpDialer{spec: s.p.HTTP, sniff: s.tasks.sniff, egress: cmp.Or(o.Egress, egress.Default())}
 }
 
 // Start runs the supervisor until ctx ends or Dispose; a second Start, or a

@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -9,13 +10,18 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
+	"github.com/mcpbridge/operator/internal/policy"
 )
 
 // Limits on what a server may list, so that a hostile server cannot make
-// the manager hold unbounded data.
+// the manager hold unbounded data: a fetch that passes one is rejected like
+// any other failed fetch. See docs/design.md, "Tool sync".
 const (
 	maxTools = 50_000
 	maxPages = 10_000
+	// maxToolBytes bounds the tools of one fetch, all pages together, as
+	// JSON (each tool as the manager holds it, schemas included).
+	maxToolBytes = 16 << 20
 )
 
 // syncTools is the two-phase sync: fetch every page under ctx's
@@ -38,6 +44,7 @@ func (s *Supervisor) syncTools(ctx context.Context, g *generation, stage *string
 
 func fetchTools(ctx context.Context, sess *mcp.ClientSession, stage *string) ([]*mcp.Tool, error) {
 	var tools []*mcp.Tool
+	size := 0
 	seen := map[string]bool{}
 	cursors := map[string]bool{}
 	cursor := ""
@@ -53,6 +60,13 @@ func fetchTools(ctx context.Context, sess *mcp.ClientSession, stage *string) ([]
 		for _, t := range res.Tools {
 			if err := checkTool(t, seen); err != nil {
 				return nil, err
+			}
+			b, err := json.Marshal(t)
+			if err != nil {
+				return nil, fmt.Errorf("the tool %q cannot be encoded as JSON: %w", t.Name, err)
+			}
+			if size += len(b); size > maxToolBytes {
+				return nil, fmt.Errorf("the server's tools exceed %d MiB of JSON", maxToolBytes>>20)
 			}
 		}
 		if tools = append(tools, res.Tools...); len(tools) > maxTools {
@@ -84,11 +98,13 @@ func checkTool(t *mcp.Tool, seen map[string]bool) error {
 	return nil
 }
 
-// publish swaps a complete set in; the generation must still be current.
-func (s *Supervisor) publish(g *generation, tools []*mcp.Tool) {
+// publish swaps the tools of a complete fetch that pass the filter in; the
+// generation must still be current.
+func (s *Supervisor) publish(g *generation, fetched []*mcp.Tool) {
 	if g.ctx.Err() != nil {
 		return
 	}
+	tools := s.filtered(fetched)
 	before := s.registry.Owned(s.ns, s.owner)
 	changed, err := s.registry.Swap(s.ns, s.owner, s.p.ServerName, tools, s)
 	owned := s.registry.Owned(s.ns, s.owner)
@@ -111,6 +127,41 @@ func (s *Supervisor) publish(g *generation, tools []*mcp.Tool) {
 		added, removed := diffTools(before, owned)
 		s.emit(false, v1alpha1.ReasonToolsChanged, fmt.Sprintf("Tools changed: %d added, %d removed, %d published", added, removed, len(owned)))
 	}
+}
+
+// filtered is the part of a fetch that spec.tools publishes.
+func (s *Supervisor) filtered(fetched []*mcp.Tool) []*mcp.Tool {
+	f := s.filter.Load()
+	if f.Empty() {
+		return fetched
+	}
+	out := make([]*mcp.Tool, 0, len(fetched))
+	for _, t := range fetched {
+		if f.Allows(t.Name) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// SetToolFilter changes which of the server's tools are published without
+// reconnecting: the live connection's last complete fetch is filtered again
+// and swapped in by its sync goroutine, like any re-sync (an equal set
+// changes nothing, a refused one keeps the previous set). It reports false,
+// and changes nothing, while no connection is live; the caller then
+// replaces the supervisor, whose next connection fetches afresh.
+// See docs/design.md, "Tool sync".
+func (s *Supervisor) SetToolFilter(f policy.ToolFilter) bool {
+	s.mu.Lock()
+	g := s.live
+	s.mu.Unlock()
+	if g == nil {
+		return false
+	}
+	// Lost just now: the next connection publishes with the new filter.
+	s.filter.Store(&f)
+	kick(g.retry)
+	return true
 }
 
 // diffTools counts public names added and removed between two sorted sets.
@@ -137,7 +188,8 @@ func (s *Supervisor) resyncLoop(g *generation) {
 		case <-g.ctx.Done():
 			return
 		case <-g.retry:
-			// A refused set may fit now that the registry changed.
+			// A refused set may fit now that the registry changed, or the
+			// filter changed what the last fetch publishes.
 			s.syncMu.Lock()
 			s.publish(g, g.fetched)
 			s.syncMu.Unlock()

@@ -64,3 +64,20 @@ type podLink interface {
 	link
 	podName() string
 }
+
+// refuser is a link that can refuse its destination (the egress policy of
+// an HTTP link): refused is that refusal, or nil.
+type refuser interface {
+	refused() error
+}
+
+// startError is why a session over l failed to start: a refused destination
+// is a failed transport start, whatever request first dialled it.
+func startError(l link, err error) error {
+	if r, ok := l.(refuser); ok {
+		if rerr := r.refused(); rerr != nil {
+			return &StageError{Stage: StageTransportStart, Err: rerr}
+		}
+	}
+	return err
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -192,7 +191,9 @@ func (r *McpServerReconciler) runInPod(ctx context.Context, obj *v1alpha1.McpSer
 	opts := supervisorOptions(ctx, obj, p)
 	opts.Pod = &bridge.PodTunnel{Pods: r.pods.Source(obj.Namespace, obj.Name, hash), Token: token, Port: int(r.PodRuntime.Port)}
 	// The hash is keyed by the token: a new token is a new supervisor too.
-	sup, err := r.Supervisors.Ensure(ctx, key, swapKey(obj, p)+"/"+hash, opts)
+	k := swapKey(obj, p)
+	k.Connection += "/" + hash
+	sup, err := r.Supervisors.Ensure(ctx, key, k, opts)
 	if err != nil {
 		return closeTimeoutVerdict(err)
 	}
@@ -256,11 +257,17 @@ func stopped(err error) error {
 	return err
 }
 
-// swapKey changes exactly when a hot swap is due: a new spec
-// generation, a new restartedAt annotation, or a changed resolved value.
+// swapKey is what the supervisor of obj runs: a new spec generation, a new
+// restartedAt annotation or a changed resolved value is a hot swap, except
+// that a change of spec.tools alone is applied in place (see
+// Supervisors.Ensure).
 // See docs/design.md, "Hot swap and disposal".
-func swapKey(obj *v1alpha1.McpServer, p *policy.Policy) string {
-	return strconv.FormatInt(obj.Generation, 10) + "/" + obj.Annotations[v1alpha1.RestartedAtAnnotation] + "/" + p.Fingerprint()
+func swapKey(obj *v1alpha1.McpServer, p *policy.Policy) SwapKey {
+	return SwapKey{
+		Connection: obj.Annotations[v1alpha1.RestartedAtAnnotation] + "/" + p.ConnectionFingerprint(),
+		Generation: obj.Generation,
+		Tools:      p.Tools,
+	}
 }
 
 // conflictRetry is how soon a status write that lost a race is retried.

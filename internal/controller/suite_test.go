@@ -1,12 +1,19 @@
 package controller_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"io"
 	"net"
+	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +21,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -24,7 +32,9 @@ import (
 
 	"github.com/mcpbridge/operator/internal/bridge"
 	"github.com/mcpbridge/operator/internal/controller"
+	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/gateway"
+	"github.com/mcpbridge/operator/internal/kubeauth"
 	"github.com/mcpbridge/operator/internal/podruntime"
 	"github.com/mcpbridge/operator/internal/policy"
 	"github.com/mcpbridge/operator/internal/testenv"
@@ -49,7 +59,9 @@ func TestController(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	ctrl.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	// Everything the manager logs is also kept, so that a spec can show
+	// what never reaches the log (see the audit spec).
+	ctrl.SetLogger(zap.New(zap.WriteTo(io.MultiWriter(GinkgoWriter, managerLog)), zap.UseDevMode(true)))
 	root, err := testenv.ModuleRoot()
 	Expect(err).NotTo(HaveOccurred())
 	fixtureBin = filepath.Join(GinkgoT().TempDir(), "mcp-fixture")
@@ -65,6 +77,7 @@ var _ = BeforeSuite(func() {
 
 var _ = AfterSuite(func() {
 	stopManager()
+	Expect(egressViolations.Load()).To(BeZero(), "an egress policy let an address off this machine through")
 	if env != nil {
 		Expect(env.Stop()).To(Succeed())
 	}
@@ -96,7 +109,11 @@ func startManagerWith(rc policy.RuntimeConfig, po podruntime.Options) {
 	Expect(err).NotTo(HaveOccurred())
 	registry = bridge.NewRegistry()
 	sups = &controller.Supervisors{Registry: registry, Log: ctrl.Log.WithName("supervisor"),
+		Egress: testEgress("127.0.0.0/8", "::1/128"),
 		Tune: func(o *bridge.Options) {
+			if strings.HasPrefix(o.Name, refusedPrefix) {
+				o.Egress = testEgress() // the manager's default: nothing allowed
+			}
 			o.CloseBarrier = 3 * time.Second
 			o.TerminateGrace = 500 * time.Millisecond
 			if strings.HasPrefix(o.Name, slowClosePrefix) {
@@ -122,17 +139,92 @@ func startManagerWith(rc policy.RuntimeConfig, po podruntime.Options) {
 	}()
 }
 
+// Timing of the suite's gateway: short, so that a changed permission shows
+// quickly; the product's defaults are 30 s, 5 s and 30 s.
+const (
+	gatewayAllowTTL   = 2 * time.Second
+	gatewayDenyTTL    = time.Second
+	gatewayRevalidate = time.Second
+)
+
+// refusedPrefix names the McpServers whose supervisors get the manager's
+// default egress policy, which refuses loopback; the others may reach the
+// loopback upstreams of the tests.
+const refusedPrefix = "refused-"
+
+// egressViolations counts addresses off this machine that an egress policy
+// let through to the dialer; AfterSuite requires none.
+var egressViolations atomic.Int32
+
+// testEgress is an egress policy allowing allow, whose dial hook refuses,
+// and counts, every address that is not loopback instead of dialling it:
+// a broken policy never sends a packet off this machine.
+func testEgress(allow ...string) *egress.Policy {
+	cidrs, err := egress.ParseCIDRs(strings.Join(allow, ","))
+	Expect(err).NotTo(HaveOccurred())
+	return egress.New(cidrs).WithDialHook(func(network, address string) error {
+		if ap, err := netip.ParseAddrPort(address); err == nil && ap.Addr().Unmap().IsLoopback() {
+			return nil
+		}
+		egressViolations.Add(1)
+		GinkgoWriter.Printf("the egress policy let %s %s through to the dialer\n", network, address)
+		return errors.New("test: never dial a non-loopback address")
+	})
+}
+
 // addGateway serves the gateway with token authentication on a free
-// loopback port, as the manager binary does. Each manager gets its own
-// listener (the manager closes it when it stops), so gatewayURL changes on
-// a restart.
+// loopback port, as the manager binary does, with the suite's timing and
+// its own client, which counts the TokenReviews it sends. Each manager
+// gets its own listener (the manager closes it when it stops), so
+// gatewayURL changes on a restart.
 func addGateway(mgr ctrl.Manager) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	Expect(err).NotTo(HaveOccurred())
 	gatewayURL = "http://" + ln.Addr().String()
-	gw := &gateway.Gateway{Registry: registry, Log: ctrl.Log.WithName("gateway"),
-		Auth: &gateway.Authorizer{Client: mgr.GetClient(), TTL: 2 * time.Second, DenyTTL: time.Second}}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countTokenReviews{rt} })
+	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	Expect(err).NotTo(HaveOccurred())
+	ttl := kubeauth.Options{AllowTTL: gatewayAllowTTL, DenyTTL: gatewayDenyTTL}
+	authn := ttl
+	authn.Audiences = []string{gatewayAudience}
+	gw := &gateway.Gateway{Registry: registry, Log: ctrl.Log.WithName("gateway"), RevalidateInterval: gatewayRevalidate,
+		Auth: gateway.NewAccess(kubeauth.NewAuthenticator(c, authn), kubeauth.NewAuthorizer(c, ttl),
+			gateway.CachedServerNames(mgr.GetCache(), nil), ttl)}
 	Expect(gw.AddToManager(mgr, ln)).To(Succeed())
+}
+
+// tokenReviews counts the TokenReviews the suite's gateway sent to the
+// apiserver.
+var tokenReviews atomic.Int64
+
+type countTokenReviews struct{ next http.RoundTripper }
+
+func (c countTokenReviews) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/tokenreviews") {
+		tokenReviews.Add(1)
+	}
+	return c.next.RoundTrip(r)
+}
+
+// managerLog holds everything the manager logged.
+var managerLog = &syncBuffer{}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func stopManager() {

@@ -15,6 +15,8 @@ import (
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/bridge"
+	"github.com/mcpbridge/operator/internal/egress"
+	"github.com/mcpbridge/operator/internal/policy"
 )
 
 // shutdownTimeout bounds disposing every supervisor when the manager stops
@@ -30,6 +32,9 @@ const shutdownTimeout = 25 * time.Second
 type Supervisors struct {
 	Registry *bridge.Registry
 	Log      logr.Logger
+	// Egress is the egress policy of every supervisor's HTTP upstreams; nil
+	// is egress.Default(). See docs/design.md, "Egress policy".
+	Egress *egress.Policy
 	// Tune lets tests shorten the close barrier and grace periods.
 	Tune func(*bridge.Options)
 
@@ -41,9 +46,27 @@ type Supervisors struct {
 	once    sync.Once
 }
 
+// SwapKey is what a supervisor runs: Ensure compares it to decide between
+// keeping the supervisor, changing its tool filter in place, and a hot swap.
+// See docs/design.md, "Hot swap and disposal".
+type SwapKey struct {
+	// Connection changes when the connection has to be rebuilt: a new
+	// restartedAt, a changed resolved value, or any other change of the
+	// policy than spec.tools.
+	Connection string
+	// Generation is the resource's metadata.generation.
+	Generation int64
+	// Tools is the resolved spec.tools.
+	Tools policy.ToolFilter
+}
+
+func (k SwapKey) equal(o SwapKey) bool {
+	return k.Connection == o.Connection && k.Generation == o.Generation && k.Tools.Equal(o.Tools)
+}
+
 type supervisorEntry struct {
 	sup    *bridge.Supervisor
-	key    string // what the supervisor was built from; a new key is a hot swap
+	key    SwapKey // what the supervisor runs; see Ensure
 	cancel context.CancelFunc
 
 	// Stopping: the first Stop disposes, concurrent ones wait for it.
@@ -98,14 +121,16 @@ func (s *Supervisors) Get(key types.NamespacedName) *bridge.Supervisor {
 	return nil
 }
 
-// Ensure runs a supervisor for key built from specKey. An unchanged specKey
-// keeps the running one; a new one disposes it first (waiting for its close
-// barrier, no lock held) and continues its generation numbering. While a
-// disposed supervisor of key is still closing, Ensure starts nothing and
-// returns an error that wraps bridge.ErrCloseTimeout; once it has closed, key
-// is reconciled again through Source.
-// See docs/design.md, "Generations and the close barrier".
-func (s *Supervisors) Ensure(ctx context.Context, key types.NamespacedName, specKey string, opts bridge.Options) (*bridge.Supervisor, error) {
+// Ensure runs a supervisor for key that runs specKey. An unchanged specKey
+// keeps the running one. A new tool filter alone (same Connection) is
+// applied to the running one in place when it is connected. Anything else,
+// a new spec generation included, disposes it first (waiting for its close
+// barrier, no lock held) and starts a new one that continues its generation
+// numbering. While a disposed supervisor of key is still closing, Ensure
+// starts nothing and returns an error that wraps bridge.ErrCloseTimeout; once
+// it has closed, key is reconciled again through Source.
+// See docs/design.md, "Generations and the close barrier" and "Tool sync".
+func (s *Supervisors) Ensure(ctx context.Context, key types.NamespacedName, specKey SwapKey, opts bridge.Options) (*bridge.Supervisor, error) {
 	s.init()
 	select {
 	case <-s.started:
@@ -114,9 +139,22 @@ func (s *Supervisors) Ensure(ctx context.Context, key types.NamespacedName, spec
 	}
 	s.mu.Lock()
 	old := s.entries[key]
+	var running SwapKey
+	if old != nil {
+		running = old.key
+	}
 	s.mu.Unlock()
-	if old != nil && old.key == specKey && !old.stopping.Load() {
-		return old.sup, nil
+	if old != nil && !old.stopping.Load() {
+		switch {
+		case running.equal(specKey):
+			return old.sup, nil
+		case running.Connection == specKey.Connection && !running.Tools.Equal(specKey.Tools) &&
+			old.sup.SetToolFilter(specKey.Tools):
+			s.mu.Lock()
+			old.key = specKey
+			s.mu.Unlock()
+			return old.sup, nil
+		}
 	}
 	if old != nil {
 		opts.BaseGeneration = max(opts.BaseGeneration, old.sup.Snapshot().Generation)
@@ -127,8 +165,8 @@ func (s *Supervisors) Ensure(ctx context.Context, key types.NamespacedName, spec
 	return s.start(key, specKey, opts), nil
 }
 
-func (s *Supervisors) start(key types.NamespacedName, specKey string, opts bridge.Options) *bridge.Supervisor {
-	opts.Registry = s.Registry
+func (s *Supervisors) start(key types.NamespacedName, specKey SwapKey, opts bridge.Options) *bridge.Supervisor {
+	opts.Registry, opts.Egress = s.Registry, s.Egress
 	if opts.Log.GetSink() == nil {
 		opts.Log = s.Log
 	}

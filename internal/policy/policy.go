@@ -24,6 +24,9 @@ type Policy struct {
 	HealthCheckInterval time.Duration // 0 disables the probe
 	FailOnStartupError  bool
 	Reconnect           Reconnect
+	// Tools filters what is published. It is the one field a supervisor
+	// can change in place (see ConnectionFingerprint).
+	Tools ToolFilter
 }
 
 // Stdio is a resolved stdio transport.
@@ -77,6 +80,16 @@ func (p *Policy) Fingerprint() string {
 	return hex.EncodeToString(sum[:])
 }
 
+// ConnectionFingerprint is Fingerprint without the tool filter: it changes
+// exactly when the connection has to be rebuilt, while a new filter alone
+// only changes what is published.
+// See docs/design.md, "Tool sync".
+func (p *Policy) ConnectionFingerprint() string {
+	c := *p
+	c.Tools = ToolFilter{}
+	return c.Fingerprint()
+}
+
 // String never prints a value that could be a secret.
 func (p *Policy) String() string {
 	b, _ := json.Marshal(p.redacted())
@@ -101,6 +114,7 @@ type redactedPolicy struct {
 	HealthCheckInterval string
 	FailOnStartupError  bool
 	Reconnect           Reconnect
+	Tools               *ToolFilter `json:",omitempty"`
 }
 
 func (p *Policy) redacted() redactedPolicy {
@@ -112,6 +126,9 @@ func (p *Policy) redacted() redactedPolicy {
 		HealthCheckInterval: p.HealthCheckInterval.String(),
 		FailOnStartupError:  p.FailOnStartupError,
 		Reconnect:           p.Reconnect,
+	}
+	if !p.Tools.Empty() {
+		r.Tools = &p.Tools
 	}
 	if p.Stdio != nil {
 		r.Command, r.Args, r.Runtime = p.Stdio.Command, p.Stdio.Args, p.Stdio.Runtime

@@ -93,6 +93,7 @@ func (r *resolver) resolve(name string, spec *v1alpha1.McpServerSpec) *Policy {
 		HealthCheckInterval: r.millis(root.Child("healthCheckIntervalMs"), spec.HealthCheckIntervalMs, DefaultHealthCheckIntervalMs, 0),
 		FailOnStartupError:  spec.FailOnStartupError != nil && *spec.FailOnStartupError,
 		Reconnect:           r.reconnect(root.Child("reconnect"), spec.Reconnect),
+		Tools:               r.tools(root.Child("tools"), spec.Tools),
 	}
 	r.transport(root, spec, p)
 	return p

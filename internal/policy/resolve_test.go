@@ -445,6 +445,40 @@ func invalidSpecCases() []invalidCase {
 			})
 		}
 	}
+	// spec.tools
+	for _, which := range []string{"include", "exclude"} {
+		set := func(globs ...v1alpha1.ToolGlob) specMod {
+			return func(s *v1alpha1.McpServerSpec) {
+				s.Tools = &v1alpha1.ToolFilter{}
+				if which == "include" {
+					s.Tools.Include = globs
+				} else {
+					s.Tools.Exclude = globs
+				}
+			}
+		}
+		path := "spec.tools." + which
+		many := make([]v1alpha1.ToolGlob, 65)
+		for i := range many {
+			many[i] = "t*"
+		}
+		cases = append(cases,
+			invalidCase{name: which + " with an unclosed class", spec: httpSpec(set("get_*", "[abc")),
+				field: path + "[1]", typ: field.ErrorTypeInvalid},
+			invalidCase{name: which + " with an empty class", spec: httpSpec(set("[]")),
+				field: path + "[0]", typ: field.ErrorTypeInvalid},
+			invalidCase{name: which + " ending in a backslash", spec: stdioSpec(set(`delete_\`)),
+				field: path + "[0]", typ: field.ErrorTypeInvalid},
+			invalidCase{name: which + " with a bad range", spec: stdioSpec(set("[a-]")),
+				field: path + "[0]", typ: field.ErrorTypeInvalid},
+			invalidCase{name: which + " with an empty pattern", spec: stdioSpec(set("")),
+				field: path + "[0]", typ: field.ErrorTypeRequired},
+			invalidCase{name: which + " with a pattern of 257 characters", spec: stdioSpec(set(v1alpha1.ToolGlob(strings.Repeat("a", 257)))),
+				field: path + "[0]", typ: field.ErrorTypeTooLong},
+			invalidCase{name: which + " with 65 patterns", spec: stdioSpec(set(many...)),
+				field: path, typ: field.ErrorTypeTooMany},
+		)
+	}
 	return cases
 }
 

@@ -123,7 +123,7 @@ func expectOverlayMatchesCluster(ctx context.Context) {
 	Expect(out).To(ContainSubstring(fmt.Sprintf("value: %s", cluster.NodeIP)), "KUBERNETES_SERVICE_HOST")
 	Expect(out).To(ContainSubstring(fmt.Sprintf("value: \"%d\"", testcluster.APIServerPort)), "KUBERNETES_SERVICE_PORT")
 	Expect(out).To(ContainSubstring("image: " + managerImage))
-	Expect(out).To(ContainSubstring("--shim-image=" + managerImage), "the servers' Pods copy the shim from the manager's image")
+	Expect(out).To(ContainSubstring("--shim-image="+managerImage), "the servers' Pods copy the shim from the manager's image")
 }
 
 func deploymentAvailable(ctx context.Context) error {

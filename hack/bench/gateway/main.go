@@ -3,11 +3,19 @@
 // prints a markdown table with the command that reproduces it (
 // the gateway adds ≤ 0.5 ms at p50 and keeps ≥ 80% of direct throughput).
 //
-//	go run ./hack/bench/gateway [-duration=5s] [-callers=1,32] [-cpuprofile=FILE]
+//	go run ./hack/bench/gateway [-duration=5s] [-callers=1,32] [-auth=none,namespace,servers] [-cpuprofile=FILE]
 //
 // The fixture runs as a separate process (bin built into a temp dir, served
-// with --http=127.0.0.1:0); the supervisor, the gateway (no auth, as with
-// --gateway-auth=none) and the load-generating clients run in this process.
+// with --http=127.0.0.1:0); -servers supervisors connected to it, the
+// gateways and the load-generating clients run in this process. Each -auth
+// mode is a gateway of its own over the same registry: none (as with
+// --gateway-auth=none), namespace (token authentication, a token for
+// mcpbridge.dev whose ServiceAccount may use the namespace's McpServers) and
+// servers (a token whose ServiceAccount may use -allowed of the -servers
+// McpServers by name, RBAC resourceNames). The token modes review tokens
+// and access with a real kube-apiserver (internal/testenv, bin/k8s) and
+// cache the answers as the manager does; every gateway is called for the
+// first server's echo tool, which every mode may use.
 // It is a benchmark, not a test: it asserts nothing and exits 0 whether or
 // not a goal is met (exit 1 only when it cannot measure at all).
 // See docs/design.md, "How it is tested".
@@ -21,12 +29,14 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/metrics"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,6 +50,7 @@ import (
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/hack/bench/internal/report"
 	"github.com/mcpbridge/operator/internal/bridge"
+	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/gateway"
 	"github.com/mcpbridge/operator/internal/policy"
 )
@@ -47,7 +58,6 @@ import (
 const (
 	fixturePkg = "github.com/mcpbridge/operator/test/fixture/cmd/mcp-fixture"
 	namespace  = "bench"
-	serverName = "fx"
 	// fixtureEcho is the fixture's tool that answers its text argument.
 	fixtureEcho = "echo"
 	echoText    = "hello"
@@ -66,6 +76,9 @@ var (
 	flagCPUProfile = flag.String("cpuprofile", "", "write a CPU profile of this process (agents + gateway + supervisor) to `FILE`; goroutines carry pprof labels role, mode, proto, callers")
 	flagMemProfile = flag.String("memprofile", "", "write an allocation profile of this process to `FILE` at the end (go tool pprof -sample_index=alloc_space)")
 	flagVerbose    = flag.Bool("v", false, "log the supervisor to stderr")
+	flagAuth       = flag.String("auth", "none,namespace,servers", "gateways to measure: none, namespace (may use every McpServer), servers (may use -allowed of them by name)")
+	flagServers    = flag.Int("servers", 20, "McpServers (supervisors of the same fixture) in the registry")
+	flagAllowed    = flag.Int("allowed", 5, "McpServers the servers mode may use by name")
 )
 
 func main() {
@@ -87,7 +100,7 @@ type cell struct {
 // result is what one cell measured on one path.
 type result struct {
 	cell
-	mode       string // "direct" or "gateway"
+	mode       string // "direct" or an -auth mode of the gateway
 	lat        []time.Duration
 	errs       int
 	elapsed    time.Duration
@@ -111,7 +124,9 @@ func (r result) perCall(d time.Duration) time.Duration {
 type bench struct {
 	fixture string
 	log     logr.Logger
-	results []result
+	modes   []string
+	auth    *authEnv   // nil without token modes
+	results [][]result // per cell: direct, then one per mode
 	notes   []string
 }
 
@@ -123,6 +138,18 @@ func run() error {
 	callers, err := parseInts(*flagCallers)
 	if err != nil {
 		return fmt.Errorf("-callers: %w", err)
+	}
+	if b.modes, err = parseModes(*flagAuth); err != nil {
+		return err
+	}
+	if *flagServers < 1 || *flagAllowed < 1 || *flagAllowed > *flagServers {
+		return errors.New("-servers and -allowed must be at least 1, -allowed at most -servers")
+	}
+	if slices.ContainsFunc(b.modes, func(m string) bool { return m != "none" }) {
+		if b.auth, err = startAuth(); err != nil {
+			return fmt.Errorf("the control plane for the token modes: %w", err)
+		}
+		defer b.auth.stop()
 	}
 	if *flagRounds < 1 || *flagDuration/time.Duration(*flagRounds) <= 0 {
 		return errors.New("-rounds must be at least 1 and at most -duration in nanoseconds")
@@ -220,16 +247,20 @@ func (b *bench) protocol(proto string, callers []int) error {
 			cells = append(cells, cell{proto: proto, callers: n, sessions: 1})
 		}
 	}
-	direct := target{mode: "direct", url: fx.url, tool: fixtureEcho}
-	through := target{mode: "gateway", url: gw.url, tool: bridge.PublicName(serverName, fixtureEcho)}
+	targets := []target{{mode: "direct", url: fx.url, tool: fixtureEcho}}
+	for _, m := range b.modes {
+		targets = append(targets, target{mode: m, url: gw.urls[m], tool: bridge.PublicName(serverName(0), fixtureEcho), token: b.auth.token(m)})
+	}
 	for _, c := range cells {
 		fmt.Fprintf(os.Stderr, "%s: %d callers over %d sessions ...\n", proto, c.callers, c.sessions)
-		res, err := measure(c, []target{direct, through}, fx.pid)
+		res, err := measure(c, targets, fx.pid)
 		if err != nil {
 			return fmt.Errorf("%d callers over %d sessions: %w", c.callers, c.sessions, err)
 		}
-		res[1].upstream = gw.upstreamProtocol()
-		b.results = append(b.results, res...)
+		for i := 1; i < len(res); i++ {
+			res[i].upstream = gw.upstreamProtocol()
+		}
+		b.results = append(b.results, res)
 	}
 	return nil
 }
@@ -279,47 +310,66 @@ func (fx *fixtureProc) stop() {
 
 // ---- the gateway -----------------------------------------------------------
 
+// serverName is the name (and serverName) of the i-th McpServer.
+func serverName(i int) string { return fmt.Sprintf("fx%02d", i) }
+
 type gatewayEnv struct {
-	sup    *bridge.Supervisor
-	srv    *http.Server
-	url    string
+	sups   []*bridge.Supervisor
+	srvs   []*http.Server
+	urls   map[string]string // by mode
 	cancel context.CancelFunc
 }
 
-// startGateway runs a supervisor connected to upstream, publishing into a
-// registry, and the gateway over that registry on a loopback port; it
-// returns once the supervisor is Ready.
+// startGateway runs -servers supervisors connected to upstream, publishing
+// into one registry, and a gateway per mode over that registry on a
+// loopback port each; it returns once every supervisor is Ready.
 func (b *bench) startGateway(proto, upstream string) (*gatewayEnv, error) {
 	reg := bridge.NewRegistry()
-	p := &policy.Policy{
-		ServerName:        serverName,
-		Transport:         v1alpha1.TransportStreamableHTTP,
-		HTTP:              &policy.HTTP{URL: upstream},
-		ToolCallTimeout:   30 * time.Second,
-		ConnectionTimeout: 10 * time.Second,
-		Reconnect:         policy.Reconnect{Enabled: true, InitialDelay: 100 * time.Millisecond, MaxDelay: time.Second, MaxAttempts: 10},
-	}
-	sup := bridge.New(bridge.Options{Namespace: namespace, Name: serverName, Policy: p, Registry: reg, Log: b.log})
-	g := &gateway.Gateway{Registry: reg, Log: b.log}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
 	ctx, cancel := context.WithCancel(context.Background())
-	env := &gatewayEnv{sup: sup, cancel: cancel,
-		srv: &http.Server{Handler: g.Handler(), ReadHeaderTimeout: 10 * time.Second},
-		url: fmt.Sprintf("http://%s/namespaces/%s/mcp", ln.Addr(), namespace)}
-	// Everything started here (the supervisor's goroutines, the server's
+	env := &gatewayEnv{cancel: cancel, urls: map[string]string{}}
+	// Everything started here (the supervisors' goroutines, the servers'
 	// connection goroutines and the upstream calls they make) inherits
 	// role=gateway in the CPU profile.
+	var err error
 	pprof.Do(ctx, pprof.Labels("role", "gateway", "proto", proto), func(ctx context.Context) {
-		sup.Start(ctx)
-		go func() { _ = g.Start(ctx) }()
-		go func() { _ = env.srv.Serve(ln) }()
+		for i := range *flagServers {
+			p := &policy.Policy{
+				ServerName:        serverName(i),
+				Transport:         v1alpha1.TransportStreamableHTTP,
+				HTTP:              &policy.HTTP{URL: upstream},
+				ToolCallTimeout:   30 * time.Second,
+				ConnectionTimeout: 10 * time.Second,
+				Reconnect:         policy.Reconnect{Enabled: true, InitialDelay: 100 * time.Millisecond, MaxDelay: time.Second, MaxAttempts: 10},
+			}
+			// The fixture upstream listens on loopback, which the egress
+			// policy refuses unless allowed, as --upstream-allow-cidrs=127.0.0.0/8 does.
+			sup := bridge.New(bridge.Options{Namespace: namespace, Name: serverName(i), Policy: p, Registry: reg, Log: b.log,
+				Egress: egress.New([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})})
+			sup.Start(ctx)
+			env.sups = append(env.sups, sup)
+		}
+		for _, m := range b.modes {
+			g := &gateway.Gateway{Registry: reg, Log: b.log, Auth: b.auth.access(m)}
+			var ln net.Listener
+			if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+				return
+			}
+			srv := &http.Server{Handler: g.Handler(), ReadHeaderTimeout: 10 * time.Second}
+			env.srvs = append(env.srvs, srv)
+			env.urls[m] = fmt.Sprintf("http://%s/namespaces/%s/mcp", ln.Addr(), namespace)
+			go func() { _ = g.Start(ctx) }()
+			go func() { _ = srv.Serve(ln) }()
+		}
 	})
-	if err := waitReady(sup, 10*time.Second); err != nil {
+	if err != nil {
 		env.stop()
 		return nil, err
+	}
+	for _, sup := range env.sups {
+		if err := waitReady(sup, 30*time.Second); err != nil {
+			env.stop()
+			return nil, err
+		}
 	}
 	return env, nil
 }
@@ -341,7 +391,7 @@ func waitReady(s *bridge.Supervisor, limit time.Duration) error {
 }
 
 func (env *gatewayEnv) upstreamProtocol() string {
-	if info := env.sup.Snapshot().ServerInfo; info != nil {
+	if info := env.sups[0].Snapshot().ServerInfo; info != nil {
 		return info.ProtocolVersion
 	}
 	return "?"
@@ -350,15 +400,20 @@ func (env *gatewayEnv) upstreamProtocol() string {
 func (env *gatewayEnv) stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_ = env.srv.Shutdown(ctx)
+	for _, srv := range env.srvs {
+		_ = srv.Shutdown(ctx)
+	}
 	env.cancel()
-	_ = env.sup.Dispose(ctx)
+	for _, sup := range env.sups {
+		_ = sup.Dispose(ctx)
+	}
 }
 
 // ---- the load --------------------------------------------------------------
 
-// target is where agents send their calls.
-type target struct{ mode, url, tool string }
+// target is where agents send their calls, with a bearer token unless it
+// is empty.
+type target struct{ mode, url, tool, token string }
 
 // measure connects agents to each target, warms them up, then alternates
 // between the targets in -rounds rounds, so that a change of machine load
@@ -410,7 +465,11 @@ func connectAgents(c cell, t target) (a *agents, err error) {
 	a = &agents{c: c, t: t, labels: pprof.Labels("role", "agent", "mode", t.mode, "proto", c.proto, "callers", strconv.Itoa(c.callers))}
 	// Enough idle connections for every caller: the default transport keeps
 	// 2 per host, which would make the agents reconnect, in both modes.
-	a.hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2*c.callers + 4, IdleConnTimeout: time.Minute}}
+	var rt http.RoundTripper = &http.Transport{MaxIdleConnsPerHost: 2*c.callers + 4, IdleConnTimeout: time.Minute}
+	if t.token != "" {
+		rt = bearer{token: t.token, next: rt}
+	}
+	a.hc = &http.Client{Transport: rt}
 	client := mcp.NewClient(&mcp.Implementation{Name: "bench-agent", Version: "v0"}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -442,6 +501,24 @@ func (a *agents) close() {
 		_ = s.Close()
 	}
 	a.hc.CloseIdleConnections()
+}
+
+// bearer sends a token with every request, as an agent does.
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
+}
+
+func (b bearer) CloseIdleConnections() {
+	if c, ok := b.next.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
 }
 
 // checkEcho makes sure that the tool answers and echoes its argument.
@@ -535,18 +612,20 @@ func (b *bench) print(elapsed time.Duration, loadBefore string) {
 		*flagDuration, *flagRounds, *flagWarmup, elapsed.Round(time.Second), loadBefore, report.LoadAvg())
 	fmt.Println("| Protocol (agent / upstream) | Callers × sessions | Path | calls | p50 | p99 | calls/s | CPU/call: bench process (gateway's share) | CPU/call: fixture | Alloc/call: bench process | Added p50 | Throughput (CPU-bound) | Met: ≤ 0.5 ms, ≥ 80% |")
 	fmt.Println("|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|")
-	for i := 0; i+1 < len(b.results); i += 2 {
-		d, g := b.results[i], b.results[i+1]
+	for _, cell := range b.results {
+		d := cell[0]
 		b.printRow(d, "", " | | |")
-		added := report.Percentile(g.lat, 50) - report.Percentile(d.lat, 50)
-		ratio := g.rate() / d.rate()
-		// The throughput ratio if CPU were the only limit: direct over
-		// gateway CPU per call, both processes summed. It moves less with
-		// the machine's other load than calls/s do.
-		cpuRatio := float64(d.perCall(d.cpuSelf+d.cpuFixture)) / float64(g.perCall(g.cpuSelf+g.cpuFixture))
-		share := fmt.Sprintf(" (%s)", msf(g.perCall(g.cpuSelf)-d.perCall(d.cpuSelf)))
-		b.printRow(g, share, fmt.Sprintf(" %s | %.0f%% (%.0f%%) | %s, %s |", msf(added), 100*ratio, 100*cpuRatio,
-			report.YesNo(added <= 500*time.Microsecond), report.YesNo(ratio >= 0.8)))
+		for _, g := range cell[1:] {
+			added := report.Percentile(g.lat, 50) - report.Percentile(d.lat, 50)
+			ratio := g.rate() / d.rate()
+			// The throughput ratio if CPU were the only limit: direct over
+			// gateway CPU per call, both processes summed. It moves less
+			// with the machine's other load than calls/s do.
+			cpuRatio := float64(d.perCall(d.cpuSelf+d.cpuFixture)) / float64(g.perCall(g.cpuSelf+g.cpuFixture))
+			share := fmt.Sprintf(" (%s)", msf(g.perCall(g.cpuSelf)-d.perCall(d.cpuSelf)))
+			b.printRow(g, share, fmt.Sprintf(" %s | %.0f%% (%.0f%%) | %s, %s |", msf(added), 100*ratio, 100*cpuRatio,
+				report.YesNo(added <= 500*time.Microsecond), report.YesNo(ratio >= 0.8)))
+		}
 	}
 	fmt.Println()
 	fmt.Println("Percentiles are nearest-rank over every successful call of the cell. CPU/call is the user+system CPU of a process during " +
@@ -564,13 +643,17 @@ func (b *bench) print(elapsed time.Duration, loadBefore string) {
 // closes the row.
 func (b *bench) printRow(r result, share, tail string) {
 	proto := r.negotiated
-	if r.mode == "gateway" {
+	mode := r.mode
+	if r.mode != "direct" {
 		proto += " / " + r.upstream
+		mode = "gateway, auth " + map[string]string{"none": "none",
+			"namespace": "token, may use the namespace",
+			"servers":   fmt.Sprintf("token, may use %d of %d by name", *flagAllowed, *flagServers)}[r.mode]
 	}
 	if r.errs > 0 {
 		b.notes = append(b.notes, fmt.Sprintf("%s %s, %d callers: %d calls failed", r.proto, r.mode, r.callers, r.errs))
 	}
-	fmt.Printf("| %s | %d × %d | %s | %d | %s | %s | %.0f | %s%s | %s | %.0f kB |%s\n", proto, r.callers, r.sessions, r.mode,
+	fmt.Printf("| %s | %d × %d | %s | %d | %s | %s | %.0f | %s%s | %s | %.0f kB |%s\n", proto, r.callers, r.sessions, mode,
 		len(r.lat), msf(report.Percentile(r.lat, 50)), msf(report.Percentile(r.lat, 99)), r.rate(),
 		msf(r.perCall(r.cpuSelf)), share, msf(r.perCall(r.cpuFixture)), float64(r.allocSelf)/float64(max(1, len(r.lat)))/1e3, tail)
 }
