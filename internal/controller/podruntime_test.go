@@ -336,20 +336,21 @@ func podServer(ns, name string, args ...string) *v1alpha1.McpServer {
 // deploymentOf waits for the server's Deployment and returns it.
 func deploymentOf(ns, name string) *appsv1.Deployment {
 	GinkgoHelper()
-	d := &appsv1.Deployment{}
-	Eventually(func() error {
-		return k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: podruntime.DeploymentName(name)}, d)
-	}, eventuallyTimeout, poll).Should(Succeed())
-	return d
+	return eventuallyGet(&appsv1.Deployment{}, ns, podruntime.DeploymentName(name))
 }
 
 func tokenSecretOf(ns, name string) *corev1.Secret {
 	GinkgoHelper()
-	s := &corev1.Secret{}
+	return eventuallyGet(&corev1.Secret{}, ns, podruntime.TokenSecretName(name))
+}
+
+// eventuallyGet waits until the object ns/name exists and reads it into o.
+func eventuallyGet[T client.Object](o T, ns, name string) T {
+	GinkgoHelper()
 	Eventually(func() error {
-		return k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: podruntime.TokenSecretName(name)}, s)
+		return k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, o)
 	}, eventuallyTimeout, poll).Should(Succeed())
-	return s
+	return o
 }
 
 func templateHash(d *appsv1.Deployment) string {
