@@ -75,6 +75,7 @@ func startPodShim(t *testing.T, command ...string) *podShim {
 	return p
 }
 
+// freeLoopbackPort is a loopback port nothing listens on right now.
 func freeLoopbackPort(t *testing.T) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -160,6 +161,29 @@ func TestPodTunnelConnectsAndCallsThroughTheShim(t *testing.T) {
 	_, ppid, ok := stdioProcStat(pid)
 	g.Expect(ok).To(BeTrue())
 	g.Expect(ppid).To(Equal(sh.cmd.Process.Pid))
+}
+
+// The tunnel to the shim is not an upstream: its address is the Pod IP the
+// kubelet reported for the operator's own Pod, not a URL a tenant chose, so
+// the egress policy does not apply to it. Under the manager's default policy
+// (Options.Egress nil), which refuses loopback, a Pod-runtime server whose
+// shim listens on loopback connects, while an HTTP upstream on loopback is
+// refused. See docs/design.md, "Egress policy".
+func TestPodTunnelIsNotSubjectToTheEgressPolicy(t *testing.T) {
+	sh := startPodShim(t, fixtureBin)
+	pods := newTestPods()
+	pods.set(readyPod("srv-mcp-1", "uid-1"), true)
+	pod, _ := startSupervisor(t, podPolicy(), func(o *Options) {
+		o.Pod = &PodTunnel{Pods: pods, Token: podToken, Port: sh.port}
+		o.Log = stdioLog(t)
+		o.Egress = nil
+	})
+	up := httpServe(t, httpFixture(t, fixture.Options{}))
+	upstream, _ := startSupervisor(t, httpPolicy(up.URL()), func(o *Options) { o.Egress = nil })
+	waitFor(t, pod, "Ready through a tunnel to 127.0.0.1", isReady)
+	sn := waitFor(t, upstream, "a refused attempt", func(sn Snapshot) bool { return sn.LastError != nil })
+	NewWithT(t).Expect(sn.LastError.Error()).To(HavePrefix("Refused to connect to 127.0.0.1:"),
+		"the same default policy refuses an HTTP upstream on loopback")
 }
 
 // A Pod that is not Ready is waited for without an attempt: the phase stays

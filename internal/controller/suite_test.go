@@ -111,7 +111,10 @@ func startManagerWith(rc policy.RuntimeConfig, po podruntime.Options) {
 	sups = &controller.Supervisors{Registry: registry, Log: ctrl.Log.WithName("supervisor"),
 		Egress: testEgress("127.0.0.0/8", "::1/128"),
 		Tune: func(o *bridge.Options) {
-			if strings.HasPrefix(o.Name, refusedPrefix) {
+			// Pod-runtime supervisors get the manager's default too: their
+			// shims listen on loopback and are reached all the same, since
+			// the tunnel to the operator's own Pod is not an upstream.
+			if strings.HasPrefix(o.Name, refusedPrefix) || o.Pod != nil {
 				o.Egress = testEgress() // the manager's default: nothing allowed
 			}
 			o.CloseBarrier = 3 * time.Second
