@@ -81,17 +81,24 @@ func startFixturePod(ctx context.Context, ns string) string {
 // reviews tokens for its audience accepts it, and so does one that sends
 // TokenReviews without audiences.
 func agentToken(ctx context.Context, ns, name string) string {
+	return roleToken(ctx, ns, name, "mcpbridge-gateway-user", tokenAudience, apiAudience)
+}
+
+// roleToken returns a token made for audiences for ServiceAccount name in
+// ns, with ClusterRole role bound in ns; the first call for name creates the
+// ServiceAccount and the RoleBinding.
+func roleToken(ctx context.Context, ns, name, role string, audiences ...string) string {
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
 	if err := cluster.Client.Create(ctx, sa); !apierrors.IsAlreadyExists(err) {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(cluster.Client.Create(ctx, &rbacv1.RoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: name + "-gateway-user", Namespace: ns},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "mcpbridge-gateway-user"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
 			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: name}},
 		})).To(Succeed())
 	}
 	tr := &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{
-		Audiences: []string{tokenAudience, apiAudience}, ExpirationSeconds: ptr.To[int64](3600),
+		Audiences: audiences, ExpirationSeconds: ptr.To[int64](3600),
 	}}
 	Expect(cluster.Client.SubResource("token").Create(ctx, sa, tr)).To(Succeed())
 	Expect(tr.Status.Token).NotTo(BeEmpty())
@@ -111,7 +118,7 @@ func expectGatewayServes(ctx context.Context, mgr *corev1.Pod, ns, token string)
 	Eventually(func(ctx context.Context) (err error) {
 		sess, err = agent.Connect(ctx, &mcp.StreamableClientTransport{
 			Endpoint:   gatewayEndpoint(mgr, ns),
-			HTTPClient: &http.Client{Transport: bearer{token: token, base: http.DefaultTransport}},
+			HTTPClient: bearerClient(token),
 		}, nil)
 		return err
 	}).WithContext(ctx).Within(timeout).ProbeEvery(poll).Should(Succeed())
@@ -140,9 +147,18 @@ func expectGatewayServes(ctx context.Context, mgr *corev1.Pod, ns, token string)
 // expectGatewayRefusesAnonymous connects without a token: the gateway
 // answers 401, which the SDK reports as Unauthorized.
 func expectGatewayRefusesAnonymous(ctx context.Context, mgr *corev1.Pod, ns string) {
-	agent := mcp.NewClient(&mcp.Implementation{Name: "anonymous", Version: "test"}, nil)
-	_, err := agent.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: gatewayEndpoint(mgr, ns), MaxRetries: -1}, nil)
+	expectGatewayRefuses(ctx, mgr, ns, http.DefaultClient)
+}
+
+// expectGatewayRefuses connects with hc: the gateway answers 401.
+func expectGatewayRefuses(ctx context.Context, mgr *corev1.Pod, ns string, hc *http.Client) {
+	agent := mcp.NewClient(&mcp.Implementation{Name: "refused", Version: "test"}, nil)
+	_, err := agent.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: gatewayEndpoint(mgr, ns), HTTPClient: hc, MaxRetries: -1}, nil)
 	Expect(err).To(MatchError(ContainSubstring("Unauthorized")))
+}
+
+func bearerClient(token string) *http.Client {
+	return &http.Client{Transport: bearer{token: token, base: http.DefaultTransport}}
 }
 
 type bearer struct {
