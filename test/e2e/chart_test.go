@@ -65,10 +65,18 @@ var _ = Describe("The operator installed with the Helm chart", Ordered, func() {
 		}, NodeTimeout(5*time.Minute))
 	})
 
-	ReportAfterEach(func(ctx SpecContext, r SpecReport) {
-		if r.Failed() {
-			out, err := cluster.Kubectl(ctx, "logs", "-n", chartNS, "-l", "app.kubernetes.io/component=manager", "--tail=200", "--prefix")
-			GinkgoWriter.Printf("$ kubectl logs -n %s (the chart's manager)\n%s%v\n", chartNS, out, err)
+	// The release's state on a failure, before the cleanup above removes it
+	// (the suite's ReportAfterEach runs after that).
+	JustAfterEach(func(ctx SpecContext) {
+		if !CurrentSpecReport().Failed() {
+			return
+		}
+		for _, args := range [][]string{
+			{"get", "all,leases,events", "-n", chartNS, "-o", "wide"},
+			{"logs", "-n", chartNS, "-l", "app.kubernetes.io/component=manager", "--tail=200", "--prefix"},
+		} {
+			out, err := cluster.Kubectl(ctx, args...)
+			GinkgoWriter.Printf("$ kubectl %s\n%s%v\n", strings.Join(args, " "), out, err)
 		}
 	})
 
