@@ -135,10 +135,11 @@ var _ = Describe("The operator installed with the Helm chart", Ordered, func() {
 
 		rendered := filepath.Join(GinkgoT().TempDir(), "manifest.yaml")
 		Expect(os.WriteFile(rendered, []byte(manifest), 0o644)).To(Succeed())
-		Eventually(func(ctx context.Context) (string, error) {
-			return cluster.Kubectl(ctx, "get", "-f", rendered, "--ignore-not-found", "-o", "name")
+		Eventually(func(ctx context.Context) ([]string, error) {
+			out, err := cluster.Kubectl(ctx, "get", "-f", rendered, "--ignore-not-found", "-o", "name")
+			return strings.Fields(out), err
 		}).WithContext(ctx).Within(timeout).ProbeEvery(poll).Should(
-			Equal("customresourcedefinition.apiextensions.k8s.io/"+crdName+"\n"), "only the CRD is left")
+			ConsistOf("customresourcedefinition.apiextensions.k8s.io/"+crdName), "only the CRD is left")
 		Eventually(func() ([]int, error) { return testcluster.PodProcesses(mgr.UID) }).
 			WithContext(ctx).Within(timeout).ProbeEvery(poll).Should(BeEmpty())
 		AddReportEntry("helm uninstall -> release's objects and manager processes gone", time.Since(uninstalled).Round(time.Millisecond).String())
