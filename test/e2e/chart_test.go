@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/testcluster"
 )
 
@@ -102,19 +101,7 @@ var _ = Describe("The operator installed with the Helm chart", Ordered, func() {
 	})
 
 	It("makes an HTTP McpServer Ready and serves its tools through the gateway to a token made for mcpbridge.dev only", func(ctx SpecContext) {
-		Expect(cluster.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: chartToolsNS}})).To(Succeed())
-		url := startFixturePod(ctx, chartToolsNS)
-		server := &v1alpha1.McpServer{
-			ObjectMeta: metav1.ObjectMeta{Name: "fixture", Namespace: chartToolsNS},
-			Spec: v1alpha1.McpServerSpec{
-				Transport:      v1alpha1.TransportStreamableHTTP,
-				StreamableHTTP: &v1alpha1.StreamableHTTPTransport{URL: url},
-			},
-		}
-		created := time.Now()
-		Expect(cluster.Client.Create(ctx, server)).To(Succeed())
-		Eventually(serverReady(server, 0)).WithContext(ctx).Within(timeout).ProbeEvery(poll).Should(Succeed())
-		AddReportEntry("McpServer create -> Ready (chart's manager)", time.Since(created).Round(time.Millisecond).String())
+		readyFixtureServer(ctx, chartToolsNS, "McpServer create -> Ready (chart's manager)")
 
 		// The agent's role is the chart's gateway-user ClusterRole; its
 		// token is made for the gateway's audience alone, so the chart's

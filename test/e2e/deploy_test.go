@@ -45,20 +45,7 @@ var _ = Describe("The operator deployed from config/default", Ordered, func() {
 	})
 
 	It("publishes a Streamable HTTP server Pod's tools and serves them through the gateway to a ServiceAccount", func(ctx SpecContext) {
-		Expect(cluster.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: toolsNS}})).To(Succeed())
-		url := startFixturePod(ctx, toolsNS)
-
-		server = &v1alpha1.McpServer{
-			ObjectMeta: metav1.ObjectMeta{Name: "fixture", Namespace: toolsNS},
-			Spec: v1alpha1.McpServerSpec{
-				Transport:      v1alpha1.TransportStreamableHTTP,
-				StreamableHTTP: &v1alpha1.StreamableHTTPTransport{URL: url},
-			},
-		}
-		applied := time.Now()
-		Expect(cluster.Client.Create(ctx, server)).To(Succeed())
-		Eventually(serverReady(server, 0)).WithContext(ctx).Within(timeout).ProbeEvery(poll).Should(Succeed())
-		AddReportEntry("McpServer create -> Ready", time.Since(applied).Round(time.Millisecond).String())
+		server = readyFixtureServer(ctx, toolsNS, "McpServer create -> Ready")
 
 		token := agentToken(ctx, toolsNS, "agent")
 		expectGatewayServes(ctx, readyManagerPod(ctx), toolsNS, token)

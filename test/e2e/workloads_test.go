@@ -6,8 +6,10 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -17,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/mcpbridge/operator/api/v1alpha1"
 )
 
 const (
@@ -73,6 +77,26 @@ func startFixturePod(ctx context.Context, ns string) string {
 	}).WithContext(ctx).Within(timeout).ProbeEvery(poll).Should(Succeed())
 	Expect(strings.HasPrefix(pod.Status.PodIP, "10.244.")).To(BeTrue(), "the fixture runs on the Pod network, not the host's")
 	return fmt.Sprintf("http://%s/mcp", net.JoinHostPort(pod.Status.PodIP, fmt.Sprint(fixturePort)))
+}
+
+// readyFixtureServer creates namespace ns with the fixture's Pod and an
+// McpServer for it, waits until that is Ready, and reports how long it took
+// under entry.
+func readyFixtureServer(ctx context.Context, ns, entry string) *v1alpha1.McpServer {
+	Expect(cluster.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+	url := startFixturePod(ctx, ns)
+	server := &v1alpha1.McpServer{
+		ObjectMeta: metav1.ObjectMeta{Name: "fixture", Namespace: ns},
+		Spec: v1alpha1.McpServerSpec{
+			Transport:      v1alpha1.TransportStreamableHTTP,
+			StreamableHTTP: &v1alpha1.StreamableHTTPTransport{URL: url},
+		},
+	}
+	created := time.Now()
+	Expect(cluster.Client.Create(ctx, server)).To(Succeed())
+	Eventually(serverReady(server, 0)).WithContext(ctx).Within(timeout).ProbeEvery(poll).Should(Succeed())
+	AddReportEntry(entry, time.Since(created).Round(time.Millisecond).String())
+	return server
 }
 
 // agentToken returns a token for ServiceAccount name in ns, with config/rbac's
