@@ -61,7 +61,7 @@ var _ = Describe("The operator installed with the Helm chart", Ordered, func() {
 			// not run: the namespace held the release's record.
 			Expect(cluster.Kubectl(ctx, "delete", "clusterroles,clusterrolebindings", "--ignore-not-found",
 				"-l", "app.kubernetes.io/instance="+chartRelease)).Error().NotTo(HaveOccurred())
-		}, NodeTimeout(5*time.Minute))
+		}, NodeTimeout(10*time.Minute))
 	})
 
 	// The release's state on a failure, before the cleanup above removes it
