@@ -15,4 +15,6 @@ stage() { # name, command...
   echo "e2e: $1 took $((SECONDS - start)) s"
 }
 stage "suite build" go test -c -o bin/e2e.test ./test/e2e
+# The chart's installer (the Helm SDK), from the chart tests' own module.
+stage "chart installer build" bash -c 'cd test/chart && go build -o ../../bin/chart-release ./cmd/chart-release'
 stage "suite" hack/e2e-sandbox.sh bin/e2e.test -test.v -test.timeout=30m "$@"
