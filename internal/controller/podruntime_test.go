@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -162,9 +163,9 @@ var _ = Describe("The Pod runtime", Ordered, func() {
 		readyAt(ns, "fx", 1)
 
 		rolled := watchDeployment(ns, "fx")
-		obj := get(ns, "fx")
-		obj.Spec.Stdio.Args = append(obj.Spec.Stdio.Args, "--server-version=2.0.0")
-		Expect(k8s.Update(ctx, obj)).To(Succeed())
+		editSpec(ns, "fx", func(obj *v1alpha1.McpServer) {
+			obj.Spec.Stdio.Args = append(obj.Spec.Stdio.Args, "--server-version=2.0.0")
+		})
 		var at time.Time
 		Eventually(rolled, eventuallyTimeout).Should(Receive(&at))
 		lts := lifetimes(events)
@@ -209,19 +210,17 @@ var _ = Describe("The Pod runtime", Ordered, func() {
 		local := podServer(trusted, "to-local")
 		Expect(k8s.Create(ctx, local)).To(Succeed())
 		deploymentOf(trusted, "to-local")
-		obj := get(trusted, "to-local")
-		obj.Spec.Stdio.Image = ""
-		Expect(k8s.Update(ctx, obj)).To(Succeed())
+		editSpec(trusted, "to-local", func(obj *v1alpha1.McpServer) { obj.Spec.Stdio.Image = "" })
 		Expect(readyAt(trusted, "to-local", 1).Status.Runtime).To(Equal(v1alpha1.RuntimeLocal))
 		expectPodObjectsGone(trusted, "to-local")
 
 		ns := podNamespace()
 		Expect(k8s.Create(ctx, podServer(ns, "to-http"))).To(Succeed())
 		deploymentOf(ns, "to-http")
-		obj = get(ns, "to-http")
-		obj.Spec.Transport, obj.Spec.Stdio = v1alpha1.TransportStreamableHTTP, nil
-		obj.Spec.StreamableHTTP = &v1alpha1.StreamableHTTPTransport{URL: "http://127.0.0.1:1/mcp"}
-		Expect(k8s.Update(ctx, obj)).To(Succeed())
+		editSpec(ns, "to-http", func(obj *v1alpha1.McpServer) {
+			obj.Spec.Transport, obj.Spec.Stdio = v1alpha1.TransportStreamableHTTP, nil
+			obj.Spec.StreamableHTTP = &v1alpha1.StreamableHTTPTransport{URL: "http://127.0.0.1:1/mcp"}
+		})
 		expectPodObjectsGone(ns, "to-http")
 		Eventually(func() v1alpha1.Runtime { return get(ns, "to-http").Status.Runtime }, eventuallyTimeout, poll).Should(BeEmpty())
 
@@ -331,6 +330,18 @@ func podServer(ns, name string, args ...string) *v1alpha1.McpServer {
 	obj := stdioServer(ns, name, args...)
 	obj.Spec.Stdio.Image = "example.com/fixture:1"
 	return obj
+}
+
+// editSpec applies edit to the McpServer's latest version, again on a
+// conflict: while the server waits for its Pod, the manager keeps writing
+// its status.
+func editSpec(ns, name string, edit func(*v1alpha1.McpServer)) {
+	GinkgoHelper()
+	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		obj := get(ns, name)
+		edit(obj)
+		return k8s.Update(context.Background(), obj)
+	})).To(Succeed())
 }
 
 // deploymentOf waits for the server's Deployment and returns it.
