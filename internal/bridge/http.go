@@ -15,6 +15,7 @@ import (
 
 	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/policy"
+	"github.com/mcpbridge/operator/internal/tracing"
 )
 
 // httpDialer connects to a Streamable HTTP endpoint.
@@ -151,6 +152,7 @@ func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	stop := context.AfterFunc(t.linkCtx, cancel)
 	done := func() { stop(); cancel() }
 	req = req.Clone(ctx)
+	tracing.InjectHeader(ctx, req.Header) // before the configured headers, which win
 	for _, h := range t.headers {
 		req.Header.Set(h.Name, h.Value)
 	}
