@@ -68,6 +68,9 @@ var (
 	flagCPUProfile = flag.String("cpuprofile", "", "write a CPU profile of this process (agents + gateway + supervisor) to `FILE`; goroutines carry pprof labels role, mode, proto, callers")
 	flagMemProfile = flag.String("memprofile", "", "write an allocation profile of this process to `FILE` at the end (go tool pprof -sample_index=alloc_space)")
 	flagVerbose    = flag.Bool("v", false, "log the supervisor to stderr")
+	flagTracing    = flag.String("tracing", "", "also measure a second gateway with tracing on, every call sampled: "+
+		"memory (an SDK tracer provider exporting each span synchronously to the SDK's in-memory exporter, emptied after every round) "+
+		"or batch (the manager's shape: a batch span processor, whose exporter discards the spans)")
 )
 
 func main() {
@@ -98,6 +101,7 @@ type result struct {
 	allocSelf  uint64        // heap bytes allocated by this process
 	negotiated string        // the agent's protocol version
 	upstream   string        // the supervisor's protocol version (gateway only)
+	spans      int64         // spans ended during the cell (gateway+tracing only)
 }
 
 func (r result) rate() float64 { return float64(len(r.lat)) / r.elapsed.Seconds() }
@@ -125,6 +129,9 @@ func run() error {
 	callers, err := parseInts(*flagCallers)
 	if err != nil {
 		return fmt.Errorf("-callers: %w", err)
+	}
+	if *flagTracing != "" && *flagTracing != tracingMemory && *flagTracing != tracingBatch {
+		return fmt.Errorf("-tracing must be %s or %s, not %q", tracingMemory, tracingBatch, *flagTracing)
 	}
 	if *flagRounds < 1 || *flagDuration/time.Duration(*flagRounds) <= 0 {
 		return errors.New("-rounds must be at least 1 and at most -duration in nanoseconds")
@@ -210,11 +217,18 @@ func (b *bench) protocol(proto string, callers []int) error {
 		return err
 	}
 	defer fx.stop()
-	gw, err := b.startGateway(proto, fx.url)
+	gw, err := b.startGateway(proto, fx.url, nil)
 	if err != nil {
 		return err
 	}
 	defer gw.stop()
+	var traced *gatewayEnv
+	if *flagTracing != "" {
+		if traced, err = b.startGateway(proto, fx.url, newTracing(*flagTracing)); err != nil {
+			return err
+		}
+		defer traced.stop()
+	}
 	var cells []cell
 	for _, n := range callers {
 		cells = append(cells, cell{proto: proto, callers: n, sessions: n})
@@ -222,15 +236,24 @@ func (b *bench) protocol(proto string, callers []int) error {
 			cells = append(cells, cell{proto: proto, callers: n, sessions: 1})
 		}
 	}
-	direct := target{mode: "direct", url: fx.url, tool: fixtureEcho}
-	through := target{mode: "gateway", url: gw.url, tool: bridge.PublicName(serverName, fixtureEcho)}
+	targets := []target{
+		{mode: "direct", url: fx.url, tool: fixtureEcho},
+		{mode: "gateway", url: gw.url, tool: bridge.PublicName(serverName, fixtureEcho)},
+	}
+	if traced != nil {
+		targets = append(targets, target{mode: "gateway+tracing", url: traced.url, tool: bridge.PublicName(serverName, fixtureEcho),
+			afterRound: traced.tracing.reset})
+	}
 	for _, c := range cells {
 		fmt.Fprintf(os.Stderr, "%s: %d callers over %d sessions ...\n", proto, c.callers, c.sessions)
-		res, err := measure(c, []target{direct, through}, fx.pid)
+		res, err := measure(c, targets, fx.pid)
 		if err != nil {
 			return fmt.Errorf("%d callers over %d sessions: %w", c.callers, c.sessions, err)
 		}
 		res[1].upstream = gw.upstreamProtocol()
+		if traced != nil {
+			res[2].upstream, res[2].spans = traced.upstreamProtocol(), traced.tracing.ended.Swap(0)
+		}
 		b.results = append(b.results, res...)
 	}
 	return nil
@@ -282,16 +305,17 @@ func (fx *fixtureProc) stop() {
 // ---- the gateway -----------------------------------------------------------
 
 type gatewayEnv struct {
-	sup    *bridge.Supervisor
-	srv    *http.Server
-	url    string
-	cancel context.CancelFunc
+	sup     *bridge.Supervisor
+	srv     *http.Server
+	url     string
+	cancel  context.CancelFunc
+	tracing *benchTracing // nil: tracing off
 }
 
 // startGateway runs a supervisor connected to upstream, publishing into a
 // registry, and the gateway over that registry on a loopback port; it
-// returns once the supervisor is Ready.
-func (b *bench) startGateway(proto, upstream string) (*gatewayEnv, error) {
+// returns once the supervisor is Ready. tr, if not nil, traces both.
+func (b *bench) startGateway(proto, upstream string, tr *benchTracing) (*gatewayEnv, error) {
 	reg := bridge.NewRegistry()
 	p := &policy.Policy{
 		ServerName:        serverName,
@@ -303,15 +327,19 @@ func (b *bench) startGateway(proto, upstream string) (*gatewayEnv, error) {
 	}
 	// The fixture upstream listens on loopback, which the egress policy
 	// refuses unless allowed, as --upstream-allow-cidrs=127.0.0.0/8 does.
-	sup := bridge.New(bridge.Options{Namespace: namespace, Name: serverName, Policy: p, Registry: reg, Log: b.log,
-		Egress: egress.New([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})})
+	o := bridge.Options{Namespace: namespace, Name: serverName, Policy: p, Registry: reg, Log: b.log,
+		Egress: egress.New([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})}
 	g := &gateway.Gateway{Registry: reg, Log: b.log}
+	if tr != nil {
+		o.TracerProvider = tr.provider
+	}
+	sup := bridge.New(o)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	env := &gatewayEnv{sup: sup, cancel: cancel,
+	env := &gatewayEnv{sup: sup, cancel: cancel, tracing: tr,
 		srv: &http.Server{Handler: g.Handler(), ReadHeaderTimeout: 10 * time.Second},
 		url: fmt.Sprintf("http://%s/namespaces/%s/mcp", ln.Addr(), namespace)}
 	// Everything started here (the supervisor's goroutines, the server's
@@ -358,12 +386,19 @@ func (env *gatewayEnv) stop() {
 	_ = env.srv.Shutdown(ctx)
 	env.cancel()
 	_ = env.sup.Dispose(ctx)
+	if env.tracing != nil {
+		_ = env.tracing.provider.Shutdown(ctx)
+	}
 }
 
 // ---- the load --------------------------------------------------------------
 
-// target is where agents send their calls.
-type target struct{ mode, url, tool string }
+// target is where agents send their calls; afterRound, if set, runs
+// after each measured round, outside the measurement.
+type target struct {
+	mode, url, tool string
+	afterRound      func()
+}
 
 // measure connects agents to each target, warms them up, then alternates
 // between the targets in -rounds rounds, so that a change of machine load
@@ -394,6 +429,9 @@ func measure(c cell, targets []target, fixturePid int) (res []result, err error)
 			res[i].cpuFixture += cpuOf(fixturePid) - fx0
 			res[i].allocSelf += allocated() - alloc0
 			res[i].lat, res[i].errs = append(res[i].lat, lat...), res[i].errs+errs
+			if f := targets[i].afterRound; f != nil {
+				f()
+			}
 		}
 	}
 	return res, nil
@@ -540,18 +578,18 @@ func (b *bench) print(elapsed time.Duration, loadBefore string) {
 		*flagDuration, *flagRounds, *flagWarmup, elapsed.Round(time.Second), loadBefore, report.LoadAvg())
 	fmt.Println("| Protocol (agent / upstream) | Callers × sessions | Path | calls | p50 | p99 | calls/s | CPU/call: bench process (gateway's share) | CPU/call: fixture | Alloc/call: bench process | Added p50 | Throughput (CPU-bound) | Met: ≤ 0.5 ms, ≥ 80% |")
 	fmt.Println("|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|")
-	for i := 0; i+1 < len(b.results); i += 2 {
-		d, g := b.results[i], b.results[i+1]
-		b.printRow(d, "", " | | |")
-		added := report.Percentile(g.lat, 50) - report.Percentile(d.lat, 50)
-		ratio := g.rate() / d.rate()
-		// The throughput ratio if CPU were the only limit: direct over
-		// gateway CPU per call, both processes summed. It moves less with
-		// the machine's other load than calls/s do.
-		cpuRatio := float64(d.perCall(d.cpuSelf+d.cpuFixture)) / float64(g.perCall(g.cpuSelf+g.cpuFixture))
-		share := fmt.Sprintf(" (%s)", msf(g.perCall(g.cpuSelf)-d.perCall(d.cpuSelf)))
-		b.printRow(g, share, fmt.Sprintf(" %s | %.0f%% (%.0f%%) | %s, %s |", msf(added), 100*ratio, 100*cpuRatio,
-			report.YesNo(added <= 500*time.Microsecond), report.YesNo(ratio >= 0.8)))
+	paths := 2 // direct, gateway (, gateway+tracing)
+	if *flagTracing != "" {
+		paths = 3
+	}
+	var groups [][]result
+	for i := 0; i+paths <= len(b.results); i += paths {
+		group := b.results[i : i+paths]
+		groups = append(groups, group)
+		b.printRow(group[0], "", " | | |")
+		for _, g := range group[1:] {
+			b.printVsDirect(group[0], g)
+		}
 	}
 	fmt.Println()
 	fmt.Println("Percentiles are nearest-rank over every successful call of the cell. CPU/call is the user+system CPU of a process during " +
@@ -563,13 +601,30 @@ func (b *bench) print(elapsed time.Duration, loadBefore string) {
 	for _, n := range b.notes {
 		fmt.Println("- " + n)
 	}
+	if *flagTracing != "" {
+		b.printTracing(groups)
+	}
+}
+
+// printVsDirect prints a path through the gateway with what it adds to the
+// direct path d of the same cell.
+func (b *bench) printVsDirect(d, g result) {
+	added := report.Percentile(g.lat, 50) - report.Percentile(d.lat, 50)
+	ratio := g.rate() / d.rate()
+	// The throughput ratio if CPU were the only limit: direct over
+	// gateway CPU per call, both processes summed. It moves less with
+	// the machine's other load than calls/s do.
+	cpuRatio := float64(d.perCall(d.cpuSelf+d.cpuFixture)) / float64(g.perCall(g.cpuSelf+g.cpuFixture))
+	share := fmt.Sprintf(" (%s)", msf(g.perCall(g.cpuSelf)-d.perCall(d.cpuSelf)))
+	b.printRow(g, share, fmt.Sprintf(" %s | %.0f%% (%.0f%%) | %s, %s |", msf(added), 100*ratio, 100*cpuRatio,
+		report.YesNo(added <= 500*time.Microsecond), report.YesNo(ratio >= 0.8)))
 }
 
 // printRow prints one path of a cell; share follows the bench CPU, tail
 // closes the row.
 func (b *bench) printRow(r result, share, tail string) {
 	proto := r.negotiated
-	if r.mode == "gateway" {
+	if r.mode != "direct" {
 		proto += " / " + r.upstream
 	}
 	if r.errs > 0 {
