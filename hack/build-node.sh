@@ -46,6 +46,10 @@ done
 # kubelet always asks for the RuntimeDefault seccomp profile, so runc needs
 # libseccomp; it is linked statically from the extracted Debian package. The
 # default libpathrs tag is left out: it needs a Rust toolchain.
+# The package's paths go in CGO_CFLAGS/CGO_LDFLAGS, not in the .pc file: Go's
+# build cache keys a cgo package on those variables but not on pkg-config's
+# answer, so a path in the .pc file let a cached build from another checkout
+# link against a folder that no longer exists.
 if [ ! -x "$out/runc" ]; then
   "$root/hack/debs.sh" libseccomp-dev
   seccomp="$debs/libseccomp-dev/usr"
@@ -54,10 +58,12 @@ if [ ! -x "$out/runc" ]; then
 Name: libseccomp
 Description: libseccomp from Debian's libseccomp-dev $(cat "$debs/libseccomp-dev/VERSION"), linked statically
 Version: $(cut -d- -f1 "$debs/libseccomp-dev/VERSION")
-Libs: -L$seccomp/lib/x86_64-linux-gnu -l:libseccomp.a
-Cflags: -I$seccomp/include
+Libs: -l:libseccomp.a
+Cflags:
 PC
-  PKG_CONFIG_PATH="$debs/pkgconfig" CGO_ENABLED=1 go_install "$out" runc "github.com/opencontainers/runc@$runc_version" \
+  PKG_CONFIG_PATH="$debs/pkgconfig" CGO_ENABLED=1 \
+    CGO_CFLAGS="-O2 -g -I$seccomp/include" CGO_LDFLAGS="-O2 -g -L$seccomp/lib/x86_64-linux-gnu" \
+    go_install "$out" runc "github.com/opencontainers/runc@$runc_version" \
     -buildmode=pie -tags "seccomp urfave_cli_no_docs"
 fi
 

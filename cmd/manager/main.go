@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -25,6 +27,7 @@ import (
 	"github.com/mcpbridge/operator/internal/controller"
 	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/gateway"
+	"github.com/mcpbridge/operator/internal/kubeauth"
 )
 
 func main() {
@@ -63,7 +66,7 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("load the kubeconfig (--kubeconfig, $KUBECONFIG, in-cluster or ~/.kube/config): %w", err)
 	}
-	metrics, certWatcher, err := metricsServerOptions(opts)
+	metrics, certWatcher, err := metricsServerOptions(opts, scheme)
 	if err != nil {
 		return err
 	}
@@ -98,6 +101,7 @@ func run(args []string) error {
 	}
 
 	log.Info("starting manager", "gatewayBindAddress", opts.gatewayAddr, "gatewayAuth", opts.gatewayAuth,
+		"gatewayTokenAudiences", opts.gatewayAudiences, "gatewayTLS", opts.gatewayCertDir != "",
 		"watchNamespaces", opts.watchNamespaces, "upstreamAllowCIDRs", opts.upstreamAllowCIDRs, "metricsBindAddress", opts.metricsAddr, "metricsSecure", opts.metricsSecure)
 	err = mgr.Start(ctrl.SetupSignalHandler())
 	// No stdio server may outlive the manager, however it stopped.
@@ -105,15 +109,11 @@ func run(args []string) error {
 	return err
 }
 
-// setupControllers wires the tool registry, the supervisors and the
-// McpServer reconciler into the manager.
+// setupControllers wires the tool registry, the supervisors, the gateway
+// and the McpServer reconciler into the manager.
 func setupControllers(mgr ctrl.Manager, opts *options) (*controller.Supervisors, error) {
 	registry := bridge.NewRegistry()
-	gw := &gateway.Gateway{Registry: registry, Log: ctrl.Log.WithName("gateway")}
-	if opts.gatewayAuth == gatewayAuthToken {
-		gw.Auth = &gateway.Authorizer{Client: mgr.GetClient()}
-	}
-	if err := gw.AddToManager(mgr, gateway.ListenWhenServing(opts.gatewayAddr)); err != nil {
+	if err := setupGateway(mgr, opts, registry); err != nil {
 		return nil, fmt.Errorf("set up the gateway: %w", err)
 	}
 	sups := &controller.Supervisors{Registry: registry, Log: ctrl.Log.WithName("supervisor"),
@@ -129,6 +129,33 @@ func setupControllers(mgr ctrl.Manager, opts *options) (*controller.Supervisors,
 		return nil, fmt.Errorf("set up the McpServer controller: %w", err)
 	}
 	return sups, nil
+}
+
+// setupGateway serves the registry's tools: with token authentication
+// (audience-bound TokenReviews, "use" reviews namespace-wide then per
+// McpServer) unless --gateway-auth=none, and over TLS from
+// --gateway-cert-dir if given. See docs/design.md, "The gateway".
+func setupGateway(mgr ctrl.Manager, opts *options, registry *bridge.Registry) error {
+	gw := &gateway.Gateway{Registry: registry, Log: ctrl.Log.WithName("gateway")}
+	if opts.gatewayAuth == gatewayAuthToken {
+		c := mgr.GetClient() // creates go to the apiserver, never to the cache
+		gw.Auth = gateway.NewAccess(
+			kubeauth.NewAuthenticator(c, kubeauth.Options{Audiences: opts.gatewayAudiences}),
+			kubeauth.NewAuthorizer(c, kubeauth.Options{}),
+			gateway.CachedServerNames(mgr.GetCache(), opts.watchNamespaces),
+			kubeauth.Options{})
+	}
+	if opts.gatewayCertDir != "" {
+		w, err := certwatcher.New(filepath.Join(opts.gatewayCertDir, "tls.crt"), filepath.Join(opts.gatewayCertDir, "tls.key"))
+		if err != nil {
+			return fmt.Errorf("load the gateway certificate from --gateway-cert-dir=%s: %w", opts.gatewayCertDir, err)
+		}
+		if err := mgr.Add(w); err != nil {
+			return fmt.Errorf("watch the gateway certificate: %w", err)
+		}
+		gw.TLS = gateway.TLSConfig(w.GetCertificate)
+	}
+	return gw.AddToManager(mgr, gateway.ListenWhenServing(opts.gatewayAddr))
 }
 
 // cacheOptions restricts the informers to the watched namespaces, if any.

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/runtime"
 	certutil "k8s.io/client-go/util/cert"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 )
@@ -55,7 +56,7 @@ func TestMetricsServerOptions(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			opts, watcher, err := metricsServerOptions(o)
+			opts, watcher, err := metricsServerOptions(o, runtime.NewScheme())
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error = %v, want one containing %q", err, tc.wantErr)

@@ -18,6 +18,8 @@ import (
 const (
 	gatewayAuthToken = "token"
 	gatewayAuthNone  = "none"
+	// defaultGatewayAudience is the audience agents' tokens are made for.
+	defaultGatewayAudience = "mcpbridge.dev"
 )
 
 type options struct {
@@ -32,6 +34,8 @@ type options struct {
 	leaderElectionNamespace string
 	gatewayAddr             string
 	gatewayAuth             string
+	gatewayAudiences        []string
+	gatewayCertDir          string
 	watchNamespaces         []string
 	upstreamAllowCIDRs      []netip.Prefix
 	zap                     zap.Options
@@ -45,7 +49,7 @@ type options struct {
 // "Flags".
 func parseOptions(fs *flag.FlagSet, args []string) (*options, error) {
 	o := &options{}
-	var namespaces, allowCIDRs string
+	var namespaces, audiences, allowCIDRs string
 	// --kubeconfig belongs to controller-runtime's config loader, which
 	// reads it when it is registered on the FlagSet that is parsed.
 	config.RegisterFlags(fs)
@@ -73,6 +77,12 @@ func parseOptions(fs *flag.FlagSet, args []string) (*options, error) {
 		"Address the MCP gateway (/namespaces/{namespace}/mcp) binds to.")
 	fs.StringVar(&o.gatewayAuth, "gateway-auth", gatewayAuthToken,
 		"Gateway authentication: 'token' (TokenReview + SubjectAccessReview) or 'none' (loopback only).")
+	fs.StringVar(&audiences, "gateway-token-audiences", defaultGatewayAudience,
+		"Comma-separated audiences a gateway token must be valid for (kubectl create token SA --audience "+defaultGatewayAudience+
+			"); a token made for the apiserver is refused, so that tokens that work against the apiserver do not work here and the other way round.")
+	fs.StringVar(&o.gatewayCertDir, "gateway-cert-dir", "",
+		"Directory with the gateway's tls.crt and tls.key (e.g. a cert-manager Secret), reloaded when they change; "+
+			"empty serves plain HTTP.")
 	fs.StringVar(&namespaces, "watch-namespaces", "",
 		"Comma-separated namespaces to watch; empty watches all namespaces.")
 	fs.StringVar(&allowCIDRs, strings.TrimPrefix(egress.AllowFlag, "--"), "",
@@ -92,6 +102,7 @@ func parseOptions(fs *flag.FlagSet, args []string) (*options, error) {
 		return nil, fmt.Errorf("unexpected arguments %q: every option is a --flag", fs.Args())
 	}
 	o.watchNamespaces = splitList(namespaces)
+	o.gatewayAudiences = splitList(audiences)
 	if o.upstreamAllowCIDRs, err = egress.ParseCIDRs(allowCIDRs); err != nil {
 		return nil, fmt.Errorf("%s: %w", egress.AllowFlag, err)
 	}
@@ -107,6 +118,9 @@ func (o *options) validate() error {
 		}
 	default:
 		return fmt.Errorf("--gateway-auth must be %q or %q, not %q", gatewayAuthToken, gatewayAuthNone, o.gatewayAuth)
+	}
+	if o.gatewayAuth == gatewayAuthToken && len(o.gatewayAudiences) == 0 {
+		return fmt.Errorf("--gateway-token-audiences must name at least one audience (default %q)", defaultGatewayAudience)
 	}
 	if o.metricsCertPath != "" && !o.metricsSecure {
 		return fmt.Errorf("--metrics-cert-path=%s needs --metrics-secure: a plain HTTP metrics server has no certificate", o.metricsCertPath)

@@ -22,7 +22,7 @@ func TestEveryOperationsFlagIsDefined(t *testing.T) {
 	for _, name := range []string{
 		"kubeconfig", "metrics-bind-address", "metrics-secure", "metrics-cert-path", "metrics-cert-name",
 		"metrics-cert-key", "enable-http2", "health-probe-bind-address", "leader-elect", "leader-election-namespace",
-		"gateway-bind-address", "gateway-auth", "watch-namespaces", "upstream-allow-cidrs",
+		"gateway-bind-address", "gateway-auth", "gateway-token-audiences", "gateway-cert-dir", "watch-namespaces", "upstream-allow-cidrs",
 		"zap-devel", "zap-encoder", "zap-log-level", "zap-stacktrace-level", "zap-time-encoding",
 	} {
 		if fs.Lookup(name) == nil {
@@ -46,6 +46,10 @@ func TestOptionsThatCannotWorkAreRefused(t *testing.T) {
 		{[]string{"--gateway-auth=none", "--gateway-bind-address=10.0.0.1:8090"}, "loopback"},
 		{[]string{"--gateway-auth=token", "--gateway-bind-address=0.0.0.0:8090"}, ""},
 		{[]string{"--gateway-auth=basic"}, "must be"},
+		{[]string{"--gateway-token-audiences=a.example,b.example"}, ""},
+		{[]string{"--gateway-token-audiences="}, "at least one audience"},
+		{[]string{"--gateway-token-audiences= , "}, "at least one audience"},
+		{[]string{"--gateway-auth=none", "--gateway-bind-address=127.0.0.1:8090", "--gateway-token-audiences="}, ""},
 		{[]string{"--metrics-cert-path=/certs"}, ""},
 		{[]string{"--metrics-secure=false", "--metrics-cert-path=/certs"}, "needs --metrics-secure"},
 		{[]string{"--leader-elect", "--leader-election-namespace=ops"}, ""},
@@ -97,6 +101,10 @@ func TestDefaultsAreKubebuilders(t *testing.T) {
 		"health-probe-bind-address": ":8081",
 		"leader-elect":              "false",
 		"kubeconfig":                "",
+		// Ours: agents' tokens are bound to the gateway's audience.
+		"gateway-token-audiences": "mcpbridge.dev",
+		"gateway-auth":            "token",
+		"gateway-cert-dir":        "",
 	} {
 		if got := fs.Lookup(name).DefValue; got != want {
 			t.Errorf("--%s defaults to %q, want %q", name, got, want)

@@ -148,6 +148,7 @@ func (d *demo) start(ctx context.Context) error {
 	fmt.Fprintf(d.out, "    %s %s get mcpservers -o wide\n", env, d.rel(d.kubectlPath))
 	fmt.Fprintf(d.out, "    %s %s describe mcpserver %s\n", env, d.rel(d.kubectlPath), samples.stdioFixture)
 	fmt.Fprintf(d.out, "    MCP gateway (no auth, loopback only): http://%s/namespaces/%s/mcp\n", d.gateway, namespace)
+	fmt.Fprintln(d.out, "    (on a cluster, an agent's token is made with: kubectl create token SA --audience mcpbridge.dev)")
 	fmt.Fprintf(d.out, "    Manager log: %s\n", d.rel(d.manager.logPath))
 	d.say("Press Ctrl-C to stop everything (or run `make demo-down` from another terminal).")
 	select {

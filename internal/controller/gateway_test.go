@@ -228,8 +228,12 @@ func ensureGatewayUserRole() {
 	}
 }
 
+// gatewayAudience is the audience of agents' tokens (--gateway-token-audiences).
+const gatewayAudience = "mcpbridge.dev"
+
 // saToken creates a ServiceAccount in ns, binds it to the gateway-user role
-// in each of bindIn, and returns a token from the TokenRequest API.
+// in each of bindIn, and returns a token for the gateway's audience from the
+// TokenRequest API, as `kubectl create token --audience mcpbridge.dev` does.
 func saToken(ns, name string, bindIn ...string) string {
 	ctx := context.Background()
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
@@ -241,8 +245,15 @@ func saToken(ns, name string, bindIn ...string) string {
 			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: ns, Name: name}},
 		})).To(Succeed())
 	}
-	tr := &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}
-	Expect(k8s.SubResource("token").Create(ctx, sa, tr)).To(Succeed())
+	return tokenFor(ns, name, gatewayAudience)
+}
+
+// tokenFor returns a token of ServiceAccount ns/name for audiences; none
+// means the apiserver's own, as plain `kubectl create token` makes.
+func tokenFor(ns, name string, audiences ...string) string {
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	tr := &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600), Audiences: audiences}}
+	Expect(k8s.SubResource("token").Create(context.Background(), sa, tr)).To(Succeed())
 	Expect(tr.Status.Token).NotTo(BeEmpty())
 	return tr.Status.Token
 }

@@ -1,14 +1,18 @@
 package controller_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,6 +21,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,6 +33,7 @@ import (
 	"github.com/mcpbridge/operator/internal/controller"
 	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/gateway"
+	"github.com/mcpbridge/operator/internal/kubeauth"
 	"github.com/mcpbridge/operator/internal/testenv"
 )
 
@@ -49,7 +55,9 @@ func TestController(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	ctrl.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	// Everything the manager logs is also kept, so that a spec can show
+	// what never reaches the log (see the audit spec).
+	ctrl.SetLogger(zap.New(zap.WriteTo(io.MultiWriter(GinkgoWriter, managerLog)), zap.UseDevMode(true)))
 	root, err := testenv.ModuleRoot()
 	Expect(err).NotTo(HaveOccurred())
 	fixtureBin = filepath.Join(GinkgoT().TempDir(), "mcp-fixture")
@@ -111,6 +119,14 @@ func startManager() {
 	}()
 }
 
+// Timing of the suite's gateway: short, so that a changed permission shows
+// quickly; the product's defaults are 30 s, 5 s and 30 s.
+const (
+	gatewayAllowTTL   = 2 * time.Second
+	gatewayDenyTTL    = time.Second
+	gatewayRevalidate = time.Second
+)
+
 // refusedPrefix names the McpServers whose supervisors get the manager's
 // default egress policy, which refuses loopback; the others may reach the
 // loopback upstreams of the tests.
@@ -137,16 +153,58 @@ func testEgress(allow ...string) *egress.Policy {
 }
 
 // addGateway serves the gateway with token authentication on a free
-// loopback port, as the manager binary does. Each manager gets its own
-// listener (the manager closes it when it stops), so gatewayURL changes on
-// a restart.
+// loopback port, as the manager binary does, with the suite's timing and
+// its own client, which counts the TokenReviews it sends. Each manager
+// gets its own listener (the manager closes it when it stops), so
+// gatewayURL changes on a restart.
 func addGateway(mgr ctrl.Manager) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	Expect(err).NotTo(HaveOccurred())
 	gatewayURL = "http://" + ln.Addr().String()
-	gw := &gateway.Gateway{Registry: registry, Log: ctrl.Log.WithName("gateway"),
-		Auth: &gateway.Authorizer{Client: mgr.GetClient(), TTL: 2 * time.Second, DenyTTL: time.Second}}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countTokenReviews{rt} })
+	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	Expect(err).NotTo(HaveOccurred())
+	ttl := kubeauth.Options{AllowTTL: gatewayAllowTTL, DenyTTL: gatewayDenyTTL}
+	authn := ttl
+	authn.Audiences = []string{gatewayAudience}
+	gw := &gateway.Gateway{Registry: registry, Log: ctrl.Log.WithName("gateway"), RevalidateInterval: gatewayRevalidate,
+		Auth: gateway.NewAccess(kubeauth.NewAuthenticator(c, authn), kubeauth.NewAuthorizer(c, ttl),
+			gateway.CachedServerNames(mgr.GetCache(), nil), ttl)}
 	Expect(gw.AddToManager(mgr, ln)).To(Succeed())
+}
+
+// tokenReviews counts the TokenReviews the suite's gateway sent to the
+// apiserver.
+var tokenReviews atomic.Int64
+
+type countTokenReviews struct{ next http.RoundTripper }
+
+func (c countTokenReviews) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/tokenreviews") {
+		tokenReviews.Add(1)
+	}
+	return c.next.RoundTrip(r)
+}
+
+// managerLog holds everything the manager logged.
+var managerLog = &syncBuffer{}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func stopManager() {

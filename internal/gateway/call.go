@@ -100,7 +100,7 @@ const (
 // serveFast answers r itself when it is a tools/call (or the cancellation
 // of one) it can forward as JSON, and reports whether it did. Otherwise r's
 // body is left for the SDK to read.
-func (e *endpoint) serveFast(w http.ResponseWriter, r *http.Request) bool {
+func (v *view) serveFast(w http.ResponseWriter, r *http.Request) bool {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		// Let the SDK meet the same error (e.g. the size limit) and answer it.
@@ -113,31 +113,35 @@ func (e *endpoint) serveFast(w http.ResponseWriter, r *http.Request) bool {
 	case !ok:
 		return false
 	case msg.Method == "tools/call":
-		return msg.ID != nil && e.fastCall(w, r, msg)
+		return msg.ID != nil && v.fastCall(w, r, msg)
 	case msg.Method == "notifications/cancelled":
-		return msg.ID == nil && e.cancelCall(w, r, msg)
+		return msg.ID == nil && v.cancelCall(w, r, msg)
 	}
 	return false
 }
 
 // fastCall forwards a tools/call whose session, headers and tool the fast
 // path can vouch for.
-func (e *endpoint) fastCall(w http.ResponseWriter, r *http.Request, msg *message) bool {
+func (v *view) fastCall(w http.ResponseWriter, r *http.Request, msg *message) bool {
 	sid := r.Header.Get("Mcp-Session-Id")
-	if !acceptsJSON(r) || !e.plainTool(msg.Params.Name) || !e.validSession(r, msg, sid) {
+	if !acceptsJSON(r) || !v.plainTool(msg.Params.Name) || !v.validSession(r, msg, sid) {
 		return false
 	}
-	tool, caller, ok := e.registry.Lookup(e.ns, msg.Params.Name)
+	start := time.Now()
+	tool, caller, ok := v.e.registry.Lookup(v.e.ns, msg.Params.Name)
 	jc, isJSON := caller.(bridge.JSONCaller)
 	if !ok || !isJSON {
 		return false
 	}
-	ctx, done, ok := e.track(r.Context(), sid, msg.ID)
+	// A refusal, or a review that fails, is the SDK path's to answer.
+	if allowed, err := v.e.access.mayUse(r.Context(), grantFrom(r.Context()), v.e.ns, serverOf(tool)); err != nil || !allowed {
+		return false
+	}
+	ctx, done, ok := v.track(r.Context(), sid, msg.ID)
 	if !ok {
 		return false // the same id is in flight on this session: the SDK decides
 	}
 	defer done()
-	start := time.Now()
 	res, isError, err := jc.CallToolJSON(ctx, tool.RawName, msg.Params.Arguments)
 	if err != nil {
 		// As in the SDK path: a failed call is a tool error with the reason.
@@ -147,21 +151,23 @@ func (e *endpoint) fastCall(w http.ResponseWriter, r *http.Request, msg *message
 	if isError {
 		outcome = "tool_error"
 	}
+	d := time.Since(start)
 	requests.WithLabelValues("tools/call", outcome).Inc()
-	callDuration.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
+	callDuration.WithLabelValues(outcome).Observe(d.Seconds())
 	writeResult(w, sid, msg.ID, res)
+	v.audit(msg.Params.Name, tool, outcome, d)
 	return true
 }
 
-// validSession: a stateful call names a session of this endpoint; a
+// validSession: a stateful call names a session of this view; a
 // sessionless one carries the headers and _meta the SDK would insist on.
-func (e *endpoint) validSession(r *http.Request, msg *message, sid string) bool {
+func (v *view) validSession(r *http.Request, msg *message, sid string) bool {
 	version := r.Header.Get("Mcp-Protocol-Version")
 	if version != "" && !slices.Contains(supportedVersions, version) {
 		return false
 	}
 	if version < bridge.SessionlessProtocol {
-		return sid != "" && e.hasSession(sid)
+		return sid != "" && v.hasSession(sid)
 	}
 	var metaVersion string
 	if json.Unmarshal(msg.Params.Meta[metaProtocolVersion], &metaVersion) != nil {
@@ -175,15 +181,6 @@ func (e *endpoint) validSession(r *http.Request, msg *message, sid string) bool 
 // supportedVersions are the versions the SDK handler would accept.
 var supportedVersions = mcp.SupportedProtocolVersions()
 
-func (e *endpoint) hasSession(sid string) bool {
-	for ss := range e.server.Sessions() {
-		if ss.ID() == sid {
-			return true
-		}
-	}
-	return false
-}
-
 // acceptsJSON: the agent takes an application/json answer.
 func acceptsJSON(r *http.Request) bool {
 	for _, v := range r.Header.Values("Accept") {
@@ -194,14 +191,6 @@ func acceptsJSON(r *http.Request) bool {
 	return false
 }
 
-// plainTool: the endpoint serves the tool and it has no x-mcp-header
-// parameters, whose headers only the SDK checks and sets.
-func (e *endpoint) plainTool(name string) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.plain[name]
-}
-
 // inflight holds the fast calls of stateful sessions, so that the agent's
 // notifications/cancelled reaches them: the SDK does not know about them.
 type inflight struct {
@@ -209,42 +198,42 @@ type inflight struct {
 	calls map[string]context.CancelFunc // session id + NUL + request id
 }
 
-func (e *endpoint) track(ctx context.Context, sid string, id json.RawMessage) (context.Context, func(), bool) {
+func (v *view) track(ctx context.Context, sid string, id json.RawMessage) (context.Context, func(), bool) {
 	if sid == "" {
 		ctx, cancel := context.WithCancel(ctx)
 		return ctx, cancel, true
 	}
 	key := sid + "\x00" + string(id)
-	e.inflight.mu.Lock()
-	if _, busy := e.inflight.calls[key]; busy {
-		e.inflight.mu.Unlock()
+	v.inflight.mu.Lock()
+	if _, busy := v.inflight.calls[key]; busy {
+		v.inflight.mu.Unlock()
 		return nil, nil, false
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	if e.inflight.calls == nil {
-		e.inflight.calls = map[string]context.CancelFunc{}
+	if v.inflight.calls == nil {
+		v.inflight.calls = map[string]context.CancelFunc{}
 	}
-	e.inflight.calls[key] = cancel
-	e.inflight.mu.Unlock()
+	v.inflight.calls[key] = cancel
+	v.inflight.mu.Unlock()
 	return ctx, func() {
-		e.inflight.mu.Lock()
-		delete(e.inflight.calls, key)
-		e.inflight.mu.Unlock()
+		v.inflight.mu.Lock()
+		delete(v.inflight.calls, key)
+		v.inflight.mu.Unlock()
 		cancel()
 	}, true
 }
 
 // cancelCall cancels a fast call of the agent's session; a cancellation of
 // anything else goes to the SDK.
-func (e *endpoint) cancelCall(w http.ResponseWriter, r *http.Request, msg *message) bool {
+func (v *view) cancelCall(w http.ResponseWriter, r *http.Request, msg *message) bool {
 	sid := r.Header.Get("Mcp-Session-Id")
 	if sid == "" || len(msg.Params.RequestID) == 0 {
 		return false
 	}
 	key := sid + "\x00" + string(bytes.TrimSpace(msg.Params.RequestID))
-	e.inflight.mu.Lock()
-	cancel := e.inflight.calls[key]
-	e.inflight.mu.Unlock()
+	v.inflight.mu.Lock()
+	cancel := v.inflight.calls[key]
+	v.inflight.mu.Unlock()
 	if cancel == nil {
 		return false
 	}

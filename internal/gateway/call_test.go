@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -122,6 +123,7 @@ type testEnv struct {
 type envOptions struct {
 	idle    time.Duration
 	maxBody int64
+	log     logr.Logger
 }
 
 func newTestEnv(t *testing.T, o envOptions) *testEnv {
@@ -136,7 +138,7 @@ func newTestEnv(t *testing.T, o envOptions) *testEnv {
 	if _, err := reg.Swap(testNS, testNS+"/"+testServer, testServer, tools, fake); err != nil {
 		t.Fatal(err)
 	}
-	g := &Gateway{Registry: reg, SessionIdleTimeout: o.idle, MaxBodyBytes: o.maxBody}
+	g := &Gateway{Registry: reg, SessionIdleTimeout: o.idle, MaxBodyBytes: o.maxBody, Log: o.log}
 	srv := httptest.NewUnstartedServer(g.Handler())
 	srv.Start() // httptest listens on 127.0.0.1
 	bodies := &bodyRecorder{}
@@ -161,8 +163,16 @@ func newTestEnv(t *testing.T, o envOptions) *testEnv {
 	return env
 }
 
-// endpoint is the namespace's endpoint (created on first use).
-func (e *testEnv) endpoint() *endpoint { return e.g.endpoint(testNS) }
+// view is the namespace's only view without authentication (created on
+// first use).
+func (e *testEnv) view() *view {
+	v, release, err := e.g.view(context.Background(), testNS, grant{all: true})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	release()
+	return v
+}
 
 // agent connects a real go-sdk client speaking proto; it is closed at the
 // end of the test.
@@ -664,9 +674,9 @@ func TestNotificationCancelledCancelsAnOpenFastCall(t *testing.T) {
 		t.Fatalf("CallToolJSON used %d times, CallTool %d times; want 1 and 0", jsonCalls, sdkCalls)
 	}
 	// The finished call is forgotten: its id no longer names a fast call.
-	env.endpoint().inflight.mu.Lock()
-	n := len(env.endpoint().inflight.calls)
-	env.endpoint().inflight.mu.Unlock()
+	env.view().inflight.mu.Lock()
+	n := len(env.view().inflight.calls)
+	env.view().inflight.mu.Unlock()
 	if n != 0 {
 		t.Fatalf("%d finished calls are still tracked", n)
 	}
@@ -785,7 +795,7 @@ func TestSessionsInUseThroughTheFastPathStayAndIdleOnesEnd(t *testing.T) {
 	env := newTestEnv(t, envOptions{idle: idle})
 	busy := env.agent(statefulProto)
 	unused := env.agent(statefulProto)
-	e := env.endpoint()
+	e := env.view()
 
 	// The busy agent calls back to back for several idle timeouts, and at
 	// least until the unused session has been ended. Only a machine that
@@ -859,7 +869,7 @@ func TestALongFastCallKeepsItsSession(t *testing.T) {
 	}()
 	// The janitor looks every idle/4; the call outlasts several timeouts.
 	time.Sleep(6 * idle)
-	if !env.endpoint().hasSession(cs.ID()) {
+	if !env.view().hasSession(cs.ID()) {
 		t.Fatal("the session was ended during a call")
 	}
 	close(release)

@@ -1,16 +1,29 @@
 // Package gateway owns the MCP endpoint agents talk to: one Streamable HTTP
 // endpoint per namespace at /namespaces/{namespace}/mcp that lists the
 // namespace's tool registry and forwards tools/call to the supervisor that
-// owns each tool. It authenticates bearer tokens with a TokenReview and
-// authorizes them with a SubjectAccessReview for verb "use" on
-// mcpservers.mcpbridge.dev in the path's namespace.
+// owns each tool.
+//
+// Access (access.go) authenticates bearer tokens with audience-bound
+// TokenReviews and authorizes them for verb "use" on
+// mcpservers.mcpbridge.dev: namespace-wide first, and only when that is
+// denied, per McpServer (RBAC resourceNames). The reviews, their caches and
+// the rate limit on new tokens are internal/kubeauth's.
+//
+// Each caller identity has a view per namespace (view.go): a go-sdk server
+// holding exactly the tools of the servers that identity may use, with its
+// own sessions. The SDK sends notifications/tools/list_changed to the
+// sessions of the server whose tools changed, so a view per identity makes
+// tools/list and list_changed per client at the cost of one SDK tool entry
+// per visible tool. Views follow the registry, refresh before every
+// tools/list and, while they have sessions, periodically, so that a changed
+// permission reaches idle agents too.
 //
 // The go-sdk serves every MCP method, but a well-formed tools/call takes a
 // fast path (call.go) that forwards its arguments and result as JSON bytes,
 // because decoding and re-encoding them in the SDK on both sides cost more
 // than the agent and the upstream together. The gateway also ends idle agent
 // sessions itself (sessions.go), since the SDK does not see fast-path calls.
+// Every tools/call, on either path, writes one audit line (audit.go).
+//
+// See docs/design.md, "The gateway".
 package gateway
-
-// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
-// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create

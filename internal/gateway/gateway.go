@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
+	"crypto/tls"
 	"net"
 	"net/http"
 	"net/url"
@@ -15,22 +17,42 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/mcpbridge/operator/internal/bridge"
+	"github.com/mcpbridge/operator/internal/kubeauth"
 )
 
 // DefaultMaxBodyBytes bounds a request body.
 const DefaultMaxBodyBytes = 4 << 20
 
+// Defaults of the gateway's timing.
+const (
+	// DefaultRevalidateInterval: how often the views that have sessions
+	// ask again what their identity may use, so that a changed permission
+	// reaches an idle agent as list_changed. It matches the lifetime of a
+	// remembered allow: asking sooner would be answered from the cache.
+	DefaultRevalidateInterval = kubeauth.DefaultAllowTTL
+	// viewIdle: a view without sessions or requests for this long is
+	// forgotten; the identity's next request makes a new one.
+	viewIdle = 5 * time.Minute
+)
+
 // Gateway serves every namespace's tools at /namespaces/{namespace}/mcp.
 type Gateway struct {
 	Registry *bridge.Registry
-	// Auth checks bearer tokens; nil serves without authentication, which
-	// the manager allows only on a loopback address.
-	Auth         *Authorizer
+	// Auth decides what a bearer token may use; nil serves without
+	// authentication, which the manager allows only on a loopback address.
+	Auth         *Access
 	Log          logr.Logger
 	MaxBodyBytes int64
 	// SessionIdleTimeout ends agent sessions unused for that long; zero
 	// means DefaultSessionIdleTimeout.
 	SessionIdleTimeout time.Duration
+	// RevalidateInterval: zero means DefaultRevalidateInterval.
+	RevalidateInterval time.Duration
+	// TLS, when set, serves HTTPS (AddToManager); nil serves plain HTTP.
+	TLS *tls.Config
+	// ReadHeaderTimeout and IdleTimeout of the HTTP server; zero means
+	// DefaultReadHeaderTimeout and DefaultIdleTimeout.
+	ReadHeaderTimeout, IdleTimeout time.Duration
 
 	mu        sync.Mutex
 	endpoints map[string]*endpoint
@@ -62,45 +84,54 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "cross-origin request refused", http.StatusForbidden)
 		return
 	}
-	if !g.authorize(w, r, ns) {
+	gr, ok := g.authorize(w, r, ns)
+	if !ok {
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, positiveOr(g.MaxBodyBytes, DefaultMaxBodyBytes))
-	g.endpoint(ns).ServeHTTP(w, r)
-}
-
-// authorize writes 401/403/503 and returns false when the caller may not
-// use ns. The token is never logged.
-func (g *Gateway) authorize(w http.ResponseWriter, r *http.Request, ns string) bool {
-	if g.Auth == nil {
-		return true
-	}
-	token, ok := bearerToken(r)
-	if !ok {
-		unauthorized(w)
-		return false
-	}
-	status, err := g.Auth.Check(r.Context(), token, ns)
-	switch {
-	case err != nil:
+	v, release, err := g.view(r.Context(), ns, gr)
+	if err != nil {
 		refused("auth_unavailable")
 		g.Log.Error(err, "gateway authorization failed", "namespace", ns)
 		http.Error(w, "authorization is unavailable", http.StatusServiceUnavailable)
-	case status == http.StatusUnauthorized:
-		unauthorized(w)
-	case status == http.StatusForbidden:
-		refused("forbidden")
-		http.Error(w, `forbidden: the caller may not "use" mcpservers.mcpbridge.dev in namespace `+ns, http.StatusForbidden)
-	default:
-		return true
+		return
 	}
-	return false
+	defer release()
+	r.Body = http.MaxBytesReader(w, r.Body, cmp.Or(g.MaxBodyBytes, DefaultMaxBodyBytes))
+	v.ServeHTTP(w, r.WithContext(withGrant(r.Context(), gr)))
 }
 
-func unauthorized(w http.ResponseWriter) {
-	refused("unauthorized")
-	w.Header().Set("WWW-Authenticate", `Bearer realm="mcpbridge"`)
-	http.Error(w, "a valid bearer token is required", http.StatusUnauthorized)
+// authorize writes 401, 403, 429 or 503 and returns false unless the
+// caller may use some of ns's McpServers. The token is never logged.
+func (g *Gateway) authorize(w http.ResponseWriter, r *http.Request, ns string) (grant, bool) {
+	if g.Auth == nil {
+		return grant{all: true}, true
+	}
+	token, ok := kubeauth.BearerToken(r)
+	if !ok {
+		refused("unauthorized")
+		kubeauth.Unauthorized(w)
+		return grant{}, false
+	}
+	gr, err := g.Auth.grant(r.Context(), token, ns)
+	if err == nil {
+		return gr, true
+	}
+	switch status := authStatus(err); status {
+	case http.StatusForbidden:
+		refused("forbidden")
+		http.Error(w, `forbidden: the caller may not "use" mcpservers.mcpbridge.dev in namespace `+ns, http.StatusForbidden)
+	case http.StatusServiceUnavailable:
+		refused("auth_unavailable")
+		g.Log.Error(err, "gateway authorization failed", "namespace", ns)
+		kubeauth.WriteAuthenticationError(w, err)
+	case http.StatusTooManyRequests:
+		refused("rate_limited")
+		kubeauth.WriteAuthenticationError(w, err)
+	default:
+		refused("unauthorized")
+		kubeauth.WriteAuthenticationError(w, err)
+	}
+	return grant{}, false
 }
 
 // sameOrigin refuses browser requests from another origin (DNS rebinding,
@@ -127,48 +158,78 @@ func loopbackHost(hostport string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// endpoint returns ns's endpoint, creating it on first use.
-func (g *Gateway) endpoint(ns string) *endpoint {
+// view returns the view of gr's identity in ns, filled, and held until
+// release is called.
+func (g *Gateway) view(ctx context.Context, ns string, gr grant) (*view, func(), error) {
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	if g.endpoints == nil {
 		g.endpoints = map[string]*endpoint{}
 	}
 	e := g.endpoints[ns]
 	if e == nil {
-		e = newEndpoint(ns, g.Registry, g.Log)
+		e = newEndpoint(ns, g.Registry, g.Auth, g.Log)
 		g.endpoints[ns] = e
 	}
-	return e
+	v, release := e.hold(gr.user)
+	g.mu.Unlock()
+	if err := v.ensureSynced(ctx); err != nil {
+		release()
+		return nil, nil, err
+	}
+	return v, release, nil
 }
 
-// Start keeps the endpoints equal to the registry until ctx ends; it is a
-// manager.Runnable that runs on the leader only.
+// Start keeps the views equal to the registry and to what their identities
+// may use until ctx ends; it is a manager.Runnable that runs on the leader
+// only.
 func (g *Gateway) Start(ctx context.Context) error {
 	sub := g.Registry.Subscribe()
 	defer sub.Close()
 	defer g.closeSessions()
-	idle := positiveOr(g.SessionIdleTimeout, DefaultSessionIdleTimeout)
+	idle := cmp.Or(g.SessionIdleTimeout, DefaultSessionIdleTimeout)
 	janitor := time.NewTicker(min(idle/4, time.Minute))
 	defer janitor.Stop()
+	revalidate := time.NewTicker(cmp.Or(g.RevalidateInterval, DefaultRevalidateInterval))
+	defer revalidate.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case now := <-janitor.C:
-			for _, e := range g.allEndpoints() {
-				e.closeIdle(now, idle)
+			g.sweep(now, idle)
+		case <-revalidate.C:
+			if g.Auth != nil {
+				for _, e := range g.allEndpoints() {
+					e.refreshAll(ctx, true)
+				}
 			}
-			continue
 		case <-sub.C:
-		}
-		for _, ns := range sub.Drain() {
-			g.mu.Lock()
-			e := g.endpoints[ns]
-			g.mu.Unlock()
-			if e != nil {
-				e.sync()
+			for _, ns := range sub.Drain() {
+				g.mu.Lock()
+				e := g.endpoints[ns]
+				g.mu.Unlock()
+				if e != nil {
+					e.refreshAll(ctx, false)
+				}
 			}
+		}
+	}
+}
+
+// sweep ends idle sessions and forgets the views and endpoints that serve
+// nothing.
+func (g *Gateway) sweep(now time.Time, idle time.Duration) {
+	for _, e := range g.allEndpoints() {
+		for _, v := range e.allViews() {
+			v.closeIdle(now, idle)
+		}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for ns, e := range g.endpoints {
+		e.reap(now, viewIdle)
+		if e.empty() {
+			delete(g.endpoints, ns)
 		}
 	}
 }
@@ -186,8 +247,10 @@ func (g *Gateway) allEndpoints() []*endpoint {
 // closeSessions ends every agent session, at shutdown.
 func (g *Gateway) closeSessions() {
 	for _, e := range g.allEndpoints() {
-		for ss := range e.server.Sessions() {
-			_ = ss.Close()
+		for _, v := range e.allViews() {
+			for ss := range v.server.Sessions() {
+				_ = ss.Close()
+			}
 		}
 	}
 }
@@ -195,25 +258,53 @@ func (g *Gateway) closeSessions() {
 // NeedLeaderElection: the registry is filled on the leader only.
 func (g *Gateway) NeedLeaderElection() bool { return true }
 
-// gatewayShutdown bounds the graceful shutdown of the gateway's listener.
-const gatewayShutdown = 10 * time.Second
+// The gateway's HTTP server: a client may not hold a connection open
+// without sending its headers, and a kept-alive connection without a
+// request is closed after a while (an agent's open SSE stream is a request
+// in progress, which neither limit ends).
+const (
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultIdleTimeout       = 2 * time.Minute
+	gatewayShutdown          = 10 * time.Second
+	maxHeaderBytes           = 64 << 10
+)
+
+// httpServer is the gateway's HTTP server.
+func (g *Gateway) httpServer() *http.Server {
+	return &http.Server{
+		Handler:           g.Handler(),
+		ReadHeaderTimeout: cmp.Or(g.ReadHeaderTimeout, DefaultReadHeaderTimeout),
+		IdleTimeout:       cmp.Or(g.IdleTimeout, DefaultIdleTimeout),
+		MaxHeaderBytes:    maxHeaderBytes,
+	}
+}
 
 // AddToManager serves the gateway on ln from the elected leader only, and
 // keeps its endpoints in step with the registry. The manager closes ln when
 // it stops. The manager binary passes ListenWhenServing, so that a replica
-// that is not the leader does not even bind the port.
+// that is not the leader does not even bind the port. With g.TLS set, the
+// listener speaks TLS (HTTP/1.1 only, like the metrics server without
+// --enable-http2).
 func (g *Gateway) AddToManager(mgr manager.Manager, ln net.Listener) error {
 	if err := mgr.Add(g); err != nil {
 		return err
 	}
+	if g.TLS != nil {
+		ln = tls.NewListener(ln, g.TLS)
+	}
 	return mgr.Add(&manager.Server{
-		Name: "gateway",
-		Server: &http.Server{
-			Handler:           g.Handler(),
-			ReadHeaderTimeout: 10 * time.Second,
-		},
+		Name:                "gateway",
+		Server:              g.httpServer(),
 		Listener:            ln,
 		OnlyServeWhenLeader: true,
 		ShutdownTimeout:     ptr.To(gatewayShutdown),
 	})
+}
+
+// TLSConfig serves the certificate that getCertificate returns (e.g. a
+// controller-runtime certwatcher's, which reloads tls.crt and tls.key when
+// they change), over TLS 1.2 or later and HTTP/1.1 only, which shuts out
+// the HTTP/2 rapid-reset attacks.
+func TLSConfig(getCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)) *tls.Config {
+	return &tls.Config{GetCertificate: getCertificate, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}}
 }

@@ -1,8 +1,9 @@
 package gateway
 
 import (
-	"crypto/sha256"
-	"fmt"
+	"bufio"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -10,7 +11,6 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
-	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/mcpbridge/operator/internal/bridge"
 )
@@ -68,7 +68,7 @@ func TestGatewayRefusesBadRequestsBeforeMCP(t *testing.T) {
 }
 
 func TestGatewayWithAuthRefusesRequestsWithoutBearerToken(t *testing.T) {
-	h := (&Gateway{Registry: bridge.NewRegistry(), Auth: &Authorizer{}}).Handler()
+	h := (&Gateway{Registry: bridge.NewRegistry(), Auth: &Access{}}).Handler()
 	for _, auth := range []string{"", "Basic dXNlcjpwdw==", "Bearer ", "Bearer"} {
 		rec := post(t, h, "/namespaces/agents/mcp", initialize, map[string]string{"Authorization": auth})
 		if rec.Code != http.StatusUnauthorized || !strings.HasPrefix(rec.Header().Get("WWW-Authenticate"), "Bearer") {
@@ -77,48 +77,53 @@ func TestGatewayWithAuthRefusesRequestsWithoutBearerToken(t *testing.T) {
 	}
 }
 
-func TestAuthorizerCacheStaysBounded(t *testing.T) {
-	a := &Authorizer{MaxEntries: 100}
-	for i := range 1000 {
-		a.remember(sha256.Sum256([]byte(fmt.Sprint(i))), http.StatusOK)
+// The gateway's HTTP server closes a connection that sends no request
+// headers within ReadHeaderTimeout, and a kept-alive connection without a
+// next request after IdleTimeout.
+func TestHTTPServerClosesSilentAndIdleConnections(t *testing.T) {
+	g := &Gateway{Registry: bridge.NewRegistry(), ReadHeaderTimeout: 200 * time.Millisecond, IdleTimeout: 300 * time.Millisecond}
+	srv := g.httpServer()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if n := len(a.cache().Keys()); n > 100 {
-		t.Fatalf("cache holds %d entries, bound is 100", n)
-	}
-	key := sha256.Sum256([]byte("999"))
-	if st, ok := a.cached(key); !ok || st != http.StatusOK {
-		t.Fatalf("the newest answer was evicted")
-	}
-}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
 
-// An allow is remembered for TTL and a denial for DenyTTL, on the
-// Authorizer's clock.
-func TestAuthorizerRemembersAllowsLongerThanDenials(t *testing.T) {
-	fc := clocktesting.NewFakePassiveClock(time.Unix(1_700_000_000, 0))
-	a := &Authorizer{TTL: 30 * time.Second, DenyTTL: 5 * time.Second, Clock: fc}
-	allow, deny, unauth := sha256.Sum256([]byte("allow")), sha256.Sum256([]byte("deny")), sha256.Sum256([]byte("unauth"))
-	a.remember(allow, http.StatusOK)
-	a.remember(deny, http.StatusForbidden)
-	a.remember(unauth, http.StatusUnauthorized)
-	for _, step := range []struct {
-		after                        time.Duration
-		allow, deny, unauthenticated bool
-	}{
-		{0, true, true, true},
-		{5 * time.Second, true, true, true},
-		{5*time.Second + time.Nanosecond, true, false, false},
-		{30 * time.Second, true, false, false},
-		{30*time.Second + time.Nanosecond, false, false, false},
-	} {
-		fc.SetTime(time.Unix(1_700_000_000, 0).Add(step.after))
-		for _, c := range []struct {
-			name string
-			key  [sha256.Size]byte
-			want bool
-		}{{"allow", allow, step.allow}, {"deny", deny, step.deny}, {"unauthenticated", unauth, step.unauthenticated}} {
-			if _, ok := a.cached(c.key); ok != c.want {
-				t.Errorf("after %v: %s remembered = %v, want %v", step.after, c.name, ok, c.want)
-			}
+	closedWithin := func(t *testing.T, c net.Conn, limit time.Duration) {
+		t.Helper()
+		_ = c.SetReadDeadline(time.Now().Add(limit))
+		start := time.Now()
+		_, err := io.Copy(io.Discard, c)
+		if err != nil { // a deadline: the server kept the connection
+			t.Fatalf("the connection is still open after %s: %v", time.Since(start).Round(time.Millisecond), err)
 		}
 	}
+	t.Run("silent", func(t *testing.T) {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_, _ = c.Write([]byte("POST /namespaces/agents/mcp HTTP/1.1\r\n")) // and no more
+		closedWithin(t, c, 5*time.Second)
+	})
+	t.Run("idle", func(t *testing.T) {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_, _ = c.Write([]byte("GET /nowhere HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.Close {
+			t.Fatal("the server closed the connection after the answer; it should keep it alive")
+		}
+		closedWithin(t, c, 5*time.Second)
+	})
 }

@@ -1,10 +1,6 @@
 package gateway
 
 import (
-	"context"
-	"time"
-
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
@@ -25,23 +21,3 @@ func init() { metrics.Registry.MustRegister(requests, callDuration) }
 
 // refused counts a request turned away before MCP saw it.
 func refused(outcome string) { requests.WithLabelValues("http", outcome).Inc() }
-
-// observe is receiving middleware that counts every MCP request by method
-// and outcome and times tools/call.
-func observe(next mcp.MethodHandler) mcp.MethodHandler {
-	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		start := time.Now()
-		res, err := next(ctx, method, req)
-		outcome := "success"
-		if err != nil {
-			outcome = "error"
-		} else if r, ok := res.(*mcp.CallToolResult); ok && r.IsError {
-			outcome = "tool_error"
-		}
-		requests.WithLabelValues(method, outcome).Inc()
-		if method == "tools/call" {
-			callDuration.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
-		}
-		return res, err
-	}
-}

@@ -48,41 +48,41 @@ func (a *activity) end(sid string, now time.Time) {
 
 // closeIdle ends the sessions unused for longer than idle. A session seen
 // for the first time counts as used now.
-func (e *endpoint) closeIdle(now time.Time, idle time.Duration) {
+func (v *view) closeIdle(now time.Time, idle time.Duration) {
 	live := map[string]bool{}
 	var stale []string
-	e.activity.mu.Lock()
-	if e.activity.last == nil {
-		e.activity.last = map[string]time.Time{}
+	v.activity.mu.Lock()
+	if v.activity.last == nil {
+		v.activity.last = map[string]time.Time{}
 	}
-	for ss := range e.server.Sessions() {
+	for ss := range v.server.Sessions() {
 		id := ss.ID()
 		if id == "" {
 			continue // a sessionless request the SDK is serving
 		}
 		live[id] = true
-		last, ok := e.activity.last[id]
+		last, ok := v.activity.last[id]
 		switch {
-		case e.activity.busy[id] > 0:
+		case v.activity.busy[id] > 0:
 		case !ok:
-			e.activity.last[id] = now
+			v.activity.last[id] = now
 		case now.Sub(last) > idle:
 			stale = append(stale, id)
 		}
 	}
-	for id := range e.activity.last {
+	for id := range v.activity.last {
 		if !live[id] {
-			delete(e.activity.last, id)
+			delete(v.activity.last, id)
 		}
 	}
-	e.activity.mu.Unlock()
+	v.activity.mu.Unlock()
 	if len(stale) == 0 {
 		return
 	}
-	for ss := range e.server.Sessions() {
+	for ss := range v.server.Sessions() {
 		for _, id := range stale {
 			if ss.ID() == id {
-				e.log.V(1).Info("ending idle agent session", "idle", idle.String())
+				v.e.log.V(1).Info("ending idle agent session", "idle", idle.String())
 				_ = ss.Close()
 			}
 		}

@@ -388,12 +388,16 @@ func TestMisbehavingChildrenDoNotHurtTheShim(t *testing.T) {
 				}
 				code, _ := get(t, "http://"+shim.addr+HealthzPath)
 				g.Expect(code).To(Equal(http.StatusOK))
-				// No file descriptors pile up from tunnel to tunnel.
+				// No file descriptors pile up from tunnel to tunnel. The shim
+				// closes the probe's and the tunnel's connections on its own
+				// schedule, so a count may briefly sit one above where it
+				// settles; a leak never comes back down.
 				g.Eventually(func() map[int]string { return childrenOf(shim.pid()) }).WithTimeout(eventually).Should(BeEmpty())
 				if i == 0 {
 					baseline = openFDs(shim.pid())
 				} else {
-					g.Expect(openFDs(shim.pid())).To(Equal(baseline), "fds after tunnel %d", i+1)
+					g.Eventually(func() int { return openFDs(shim.pid()) }).WithTimeout(eventually).
+						Should(BeNumerically("<=", baseline), "fds after tunnel %d", i+1)
 				}
 			}
 			g.Expect(shim.stderr.String()).NotTo(ContainSubstring("panic"))

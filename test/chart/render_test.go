@@ -55,7 +55,7 @@ func TestDefaultRender(t *testing.T) {
 func TestValuesReachTheManager(t *testing.T) {
 	t.Run("custom", func(t *testing.T) {
 		g := NewWithT(t)
-		objs, _ := render(t, valueSets["custom"])
+		objs, notes := render(t, valueSets["custom"])
 		d := managerOf(t, objs)
 		pod := d.Spec.Template.Spec
 		c := pod.Containers[0]
@@ -64,7 +64,8 @@ func TestValuesReachTheManager(t *testing.T) {
 			"--metrics-bind-address=:9443", "--metrics-secure", "--metrics-cert-path=/etc/mcpbridge/metrics-certs",
 			"--enable-http2",
 			"--health-probe-bind-address=:9081",
-			"--gateway-bind-address=:9090",
+			"--gateway-bind-address=:9090", "--gateway-token-audiences=mcpbridge.dev,agents.example.com",
+			"--gateway-cert-dir=/etc/mcpbridge/gateway-certs",
 			"--watch-namespaces=agents,tools",
 			"--upstream-allow-cidrs=127.0.0.1/32,fe80::/10",
 			"--zap-devel", "--zap-log-level=debug", "--zap-encoder=console", "--zap-stacktrace-level=panic",
@@ -89,6 +90,10 @@ func TestValuesReachTheManager(t *testing.T) {
 			VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "metrics-tls"}}}))
 		g.Expect(c.VolumeMounts).To(ContainElement(corev1.VolumeMount{Name: "metrics-certs",
 			MountPath: "/etc/mcpbridge/metrics-certs", ReadOnly: true}))
+		g.Expect(pod.Volumes).To(ContainElement(corev1.Volume{Name: "gateway-certs",
+			VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "gateway-tls"}}}))
+		g.Expect(c.VolumeMounts).To(ContainElement(corev1.VolumeMount{Name: "gateway-certs",
+			MountPath: "/etc/mcpbridge/gateway-certs", ReadOnly: true}))
 
 		sa := find(t, objs, "ServiceAccount", "bridge-sa")
 		g.Expect(sa.GetAnnotations()).To(HaveKeyWithValue("example.com/role", "mcp"))
@@ -112,6 +117,9 @@ func TestValuesReachTheManager(t *testing.T) {
 		g.Expect(*ep.TLSConfig.ServerName).To(Equal("bridge-metrics.mcpbridge-system.svc"))
 		g.Expect(ep.TLSConfig.CA.Secret.Name).To(Equal("metrics-tls"))
 		g.Expect(ep.BearerTokenFile).To(Equal("/var/run/secrets/kubernetes.io/serviceaccount/token")) //nolint:staticcheck // see servicemonitor.yaml
+
+		g.Expect(notes).To(ContainSubstring("https://bridge-gateway.mcpbridge-system.svc:80/namespaces/<namespace>/mcp"))
+		g.Expect(notes).To(ContainSubstring("kubectl -n agents create token my-agent --audience mcpbridge.dev"))
 	})
 
 	t.Run("minimal", func(t *testing.T) {
@@ -157,7 +165,7 @@ func TestNotesTellHowToUseTheGateway(t *testing.T) {
 	for _, want := range []string{
 		"http://mcp-bridge-gateway.mcpbridge-system.svc:8090/namespaces/<namespace>/mcp",
 		"--clusterrole=mcp-bridge-gateway-user --serviceaccount=agents:my-agent",
-		"kubectl -n agents create token my-agent",
+		"kubectl -n agents create token my-agent --audience mcpbridge.dev",
 		"port-forward service/mcp-bridge-gateway 8090:8090",
 		"--clusterrole=mcp-bridge-metrics-reader",
 		"kubectl delete crd mcpservers.mcpbridge.dev",

@@ -1,7 +1,8 @@
 // Package manager_test runs the manager binary against a real control plane
 // the way users start it: with --kubeconfig, and, as config/default deploys
 // it, under its own ServiceAccount with leader election and authenticated
-// metrics (kubebuilder's TokenReview and SubjectAccessReview filter).
+// metrics (a TokenReview and a SubjectAccessReview per scraper, as
+// kubebuilder's filter does).
 package manager_test
 
 import (
@@ -107,7 +108,7 @@ func TestMetricsAsDeployed(t *testing.T) {
 	}
 	// Out of a cluster the manager cannot know its namespace.
 	args = append(args, "--leader-election-namespace="+ns, "--kubeconfig="+tokenKubeconfig(t, ns, sa))
-	startManager(t, probes, args...)
+	logPath := startManager(t, probes, args...)
 
 	// Leading takes the Lease, with nothing but config/default's RBAC.
 	g.Eventually(func() string {
@@ -141,11 +142,16 @@ func TestMetricsAsDeployed(t *testing.T) {
 		}
 	}
 	g.Eventually(status(""), 30*time.Second, 100*time.Millisecond).Should(Equal(http.StatusUnauthorized), "no token")
-	// controller-runtime v0.25.2's filter answers a token the TokenReview
-	// rejects with 500, not 401: the apiserver's bearer token authenticator
-	// reports it as an error, which the filter takes for a failed review.
-	g.Expect(status("not-a-token")()).To(BeElementOf(http.StatusUnauthorized, http.StatusInternalServerError),
-		"a token the apiserver does not know")
+	g.Expect(status("not-a-token")()).To(Equal(http.StatusUnauthorized), "a token the apiserver does not know")
+	// Refusing a caller costs no log line: unauthenticated callers cannot
+	// fill the manager's log.
+	for i := range 20 {
+		g.Expect(status(fmt.Sprintf("garbage-%d", i))()).To(Equal(http.StatusUnauthorized))
+	}
+	managerLog, err := os.ReadFile(logPath)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(managerLog)).NotTo(ContainSubstring("garbage"))
+	g.Expect(string(managerLog)).NotTo(MatchRegexp(`(?i)authenticat`), "a log line about refused tokens")
 	g.Expect(status(createToken(t, ns, "stranger"))()).To(Equal(http.StatusForbidden), "a token without metrics-reader")
 
 	code, body, proto, err := get(hc, url, createToken(t, ns, "scraper"))
@@ -168,7 +174,7 @@ func TestMetricsCertificateRotates(t *testing.T) {
 	g := NewWithT(t)
 	dir := t.TempDir()
 	roots := x509.NewCertPool()
-	serial := func() string { return writeCert(t, dir, roots) }
+	serial := func() string { return writeCert(t, dir, roots, "cert.pem", "key.pem") }
 	first := serial()
 
 	metrics, probes := freeAddr(t), freeAddr(t)
@@ -176,15 +182,56 @@ func TestMetricsCertificateRotates(t *testing.T) {
 		"--metrics-cert-path="+dir, "--metrics-cert-name=cert.pem", "--metrics-cert-key=key.pem",
 		"--gateway-bind-address="+freeAddr(t), "--health-probe-bind-address="+probes)
 
-	served := func() (string, error) {
-		conn, err := tls.Dial("tcp", metrics, &tls.Config{RootCAs: roots, ServerName: "127.0.0.1"})
-		if err != nil {
-			return "", err
-		}
-		defer conn.Close()
-		return conn.ConnectionState().PeerCertificates[0].SerialNumber.String(), nil
-	}
+	served := servedSerial(metrics, roots)
 	g.Eventually(served, 30*time.Second, 100*time.Millisecond).Should(Equal(first))
+	second := serial()
+	g.Expect(second).NotTo(Equal(first))
+	g.Eventually(served, 30*time.Second, 100*time.Millisecond).Should(Equal(second), "the rotated certificate is not served")
+}
+
+// TestGatewayServesTLSAndRotates serves the gateway with a certificate from
+// --gateway-cert-dir and replaces it on disk: the new one is served without
+// a restart, over TLS only and HTTP/1.1 only.
+func TestGatewayServesTLSAndRotates(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	roots := x509.NewCertPool()
+	serial := func() string { return writeCert(t, dir, roots, "tls.crt", "tls.key") }
+	first := serial()
+
+	gw, probes := freeAddr(t), freeAddr(t)
+	startManager(t, probes, "--kubeconfig="+env.KubeconfigPath, "--metrics-bind-address=0",
+		"--gateway-bind-address="+gw, "--gateway-auth=none", "--gateway-cert-dir="+dir, "--health-probe-bind-address="+probes)
+
+	served := servedSerial(gw, roots)
+	g.Eventually(served, 30*time.Second, 100*time.Millisecond).Should(Equal(first))
+
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}, ForceAttemptHTTP2: true}}
+	defer hc.CloseIdleConnections()
+	initialize := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`
+	post := func(scheme string) (int, string, error) {
+		req, err := http.NewRequest(http.MethodPost, scheme+"://"+gw+"/namespaces/default/mcp", strings.NewReader(initialize))
+		if err != nil {
+			return 0, "", err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		resp, err := hc.Do(req)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode, resp.Proto, nil
+	}
+	code, proto, err := post("https")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(code).To(Equal(http.StatusOK), "initialize over HTTPS")
+	g.Expect(proto).To(Equal("HTTP/1.1"))
+	code, _, err = post("http")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(code).To(Equal(http.StatusBadRequest), "plain HTTP to the HTTPS gateway")
+
 	second := serial()
 	g.Expect(second).NotTo(Equal(first))
 	g.Eventually(served, 30*time.Second, 100*time.Millisecond).Should(Equal(second), "the rotated certificate is not served")
@@ -205,10 +252,11 @@ func TestPlainMetrics(t *testing.T) {
 }
 
 // startManager runs the manager binary with args and waits for its
-// readiness probe. $KUBECONFIG names a file that does not exist, so the
-// manager reaches the control plane only through --kubeconfig. The manager
-// is stopped, and its log shown on failure, when the test ends.
-func startManager(t *testing.T, probes string, args ...string) {
+// readiness probe, and returns the path of its log. $KUBECONFIG names a
+// file that does not exist, so the manager reaches the control plane only
+// through --kubeconfig. The manager is stopped, and its log shown on
+// failure, when the test ends.
+func startManager(t *testing.T, probes string, args ...string) string {
 	t.Helper()
 	dir := t.TempDir()
 	logPath := filepath.Join(dir, "manager.log")
@@ -255,6 +303,7 @@ func startManager(t *testing.T, probes string, args ...string) {
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(code).To(Equal(http.StatusOK))
 	}, time.Minute, 100*time.Millisecond).Should(Succeed(), "the manager is not ready")
+	return logPath
 }
 
 // tokenKubeconfig writes a kubeconfig that reaches the control plane with a
@@ -296,8 +345,8 @@ func clusterRole(t *testing.T, objs []*unstructured.Unstructured, suffix string)
 }
 
 // writeCert writes a new certificate for 127.0.0.1, signed by a new CA that
-// roots learns, to dir/cert.pem and dir/key.pem, and returns its serial.
-func writeCert(t *testing.T, dir string, roots *x509.CertPool) string {
+// roots learns, to dir/certName and dir/keyName, and returns its serial.
+func writeCert(t *testing.T, dir string, roots *x509.CertPool, certName, keyName string) string {
 	t.Helper()
 	crt, key, err := certutil.GenerateSelfSignedCertKey("127.0.0.1", []net.IP{net.IPv4(127, 0, 0, 1)}, nil)
 	if err != nil {
@@ -324,7 +373,7 @@ func writeCert(t *testing.T, dir string, roots *x509.CertPool) string {
 	for _, f := range []struct {
 		name string
 		data []byte
-	}{{"key.pem", key}, {"cert.pem", crt}} {
+	}{{keyName, key}, {certName, crt}} {
 		tmp := filepath.Join(dir, "."+f.name)
 		if err := os.WriteFile(tmp, f.data, 0o600); err != nil {
 			t.Fatal(err)
@@ -334,6 +383,19 @@ func writeCert(t *testing.T, dir string, roots *x509.CertPool) string {
 		}
 	}
 	return certs[0].SerialNumber.String()
+}
+
+// servedSerial returns the serial number of the certificate served at
+// addr, which roots must trust for 127.0.0.1.
+func servedSerial(addr string, roots *x509.CertPool) func() (string, error) {
+	return func() (string, error) {
+		conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: roots, ServerName: "127.0.0.1"})
+		if err != nil {
+			return "", err
+		}
+		defer conn.Close()
+		return conn.ConnectionState().PeerCertificates[0].SerialNumber.String(), nil
+	}
 }
 
 // get returns the status, body and protocol of a GET, with a bearer token

@@ -61,6 +61,16 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 /etc/mcpbridge/metrics-certs
 {{- end }}
 
+{{/* Where gateway.tls.secretName is mounted: --gateway-cert-dir. */}}
+{{- define "mcp-bridge.gatewayCertDir" -}}
+/etc/mcpbridge/gateway-certs
+{{- end }}
+
+{{/* The gateway's scheme: https with gateway.tls.secretName. */}}
+{{- define "mcp-bridge.gatewayScheme" -}}
+{{- ternary "https" "http" (ne .Values.gateway.tls.secretName "") }}
+{{- end }}
+
 {{/*
 The manager's arguments, one section per part of the manager. Flags that a
 newer manager adds get a value and a line in their section here (and in
@@ -94,6 +104,10 @@ values.schema.json); manager.extraArgs comes last, so it can override.
 - --gateway-auth=none
 {{- else }}
 - --gateway-bind-address=:{{ .Values.gateway.port }}
+- --gateway-token-audiences={{ join "," .Values.gateway.tokenAudiences }}
+{{- end }}
+{{- if .Values.gateway.tls.secretName }}
+- --gateway-cert-dir={{ include "mcp-bridge.gatewayCertDir" . }}
 {{- end }}
 {{- /* reconciler */}}
 {{- with .Values.manager.watchNamespaces }}

@@ -3,11 +3,19 @@
 // prints a markdown table with the command that reproduces it (
 // the gateway adds ≤ 0.5 ms at p50 and keeps ≥ 80% of direct throughput).
 //
-//	go run ./hack/bench/gateway [-duration=5s] [-callers=1,32] [-cpuprofile=FILE]
+//	go run ./hack/bench/gateway [-duration=5s] [-callers=1,32] [-auth=none,namespace,servers] [-cpuprofile=FILE]
 //
 // The fixture runs as a separate process (bin built into a temp dir, served
-// with --http=127.0.0.1:0); the supervisor, the gateway (no auth, as with
-// --gateway-auth=none) and the load-generating clients run in this process.
+// with --http=127.0.0.1:0); -servers supervisors connected to it, the
+// gateways and the load-generating clients run in this process. Each -auth
+// mode is a gateway of its own over the same registry: none (as with
+// --gateway-auth=none), namespace (token authentication, a token for
+// mcpbridge.dev whose ServiceAccount may use the namespace's McpServers) and
+// servers (a token whose ServiceAccount may use -allowed of the -servers
+// McpServers by name, RBAC resourceNames). The token modes review tokens
+// and access with a real kube-apiserver (internal/testenv, bin/k8s) and
+// cache the answers as the manager does; every gateway is called for the
+// first server's echo tool, which every mode may use.
 // It is a benchmark, not a test: it asserts nothing and exits 0 whether or
 // not a goal is met (exit 1 only when it cannot measure at all).
 // See docs/design.md, "How it is tested".
@@ -28,6 +36,7 @@ import (
 	"runtime"
 	"runtime/metrics"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -49,7 +58,6 @@ import (
 const (
 	fixturePkg = "github.com/mcpbridge/operator/test/fixture/cmd/mcp-fixture"
 	namespace  = "bench"
-	serverName = "fx"
 	// fixtureEcho is the fixture's tool that answers its text argument.
 	fixtureEcho = "echo"
 	echoText    = "hello"
@@ -68,9 +76,9 @@ var (
 	flagCPUProfile = flag.String("cpuprofile", "", "write a CPU profile of this process (agents + gateway + supervisor) to `FILE`; goroutines carry pprof labels role, mode, proto, callers")
 	flagMemProfile = flag.String("memprofile", "", "write an allocation profile of this process to `FILE` at the end (go tool pprof -sample_index=alloc_space)")
 	flagVerbose    = flag.Bool("v", false, "log the supervisor to stderr")
-	flagTracing    = flag.String("tracing", "", "also measure a second gateway with tracing on, every call sampled: "+
-		"memory (an SDK tracer provider exporting each span synchronously to the SDK's in-memory exporter, emptied after every round) "+
-		"or batch (the manager's shape: a batch span processor, whose exporter discards the spans)")
+	flagAuth       = flag.String("auth", "none,namespace,servers", "gateways to measure: none, namespace (may use every McpServer), servers (may use -allowed of them by name)")
+	flagServers    = flag.Int("servers", 20, "McpServers (supervisors of the same fixture) in the registry")
+	flagAllowed    = flag.Int("allowed", 5, "McpServers the servers mode may use by name")
 )
 
 func main() {
@@ -92,7 +100,7 @@ type cell struct {
 // result is what one cell measured on one path.
 type result struct {
 	cell
-	mode       string // "direct" or "gateway"
+	mode       string // "direct" or an -auth mode of the gateway
 	lat        []time.Duration
 	errs       int
 	elapsed    time.Duration
@@ -101,7 +109,6 @@ type result struct {
 	allocSelf  uint64        // heap bytes allocated by this process
 	negotiated string        // the agent's protocol version
 	upstream   string        // the supervisor's protocol version (gateway only)
-	spans      int64         // spans ended during the cell (gateway+tracing only)
 }
 
 func (r result) rate() float64 { return float64(len(r.lat)) / r.elapsed.Seconds() }
@@ -117,7 +124,9 @@ func (r result) perCall(d time.Duration) time.Duration {
 type bench struct {
 	fixture string
 	log     logr.Logger
-	results []result
+	modes   []string
+	auth    *authEnv   // nil without token modes
+	results [][]result // per cell: direct, then one per mode
 	notes   []string
 }
 
@@ -130,8 +139,17 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("-callers: %w", err)
 	}
-	if *flagTracing != "" && *flagTracing != tracingMemory && *flagTracing != tracingBatch {
-		return fmt.Errorf("-tracing must be %s or %s, not %q", tracingMemory, tracingBatch, *flagTracing)
+	if b.modes, err = parseModes(*flagAuth); err != nil {
+		return err
+	}
+	if *flagServers < 1 || *flagAllowed < 1 || *flagAllowed > *flagServers {
+		return errors.New("-servers and -allowed must be at least 1, -allowed at most -servers")
+	}
+	if slices.ContainsFunc(b.modes, func(m string) bool { return m != "none" }) {
+		if b.auth, err = startAuth(); err != nil {
+			return fmt.Errorf("the control plane for the token modes: %w", err)
+		}
+		defer b.auth.stop()
 	}
 	if *flagRounds < 1 || *flagDuration/time.Duration(*flagRounds) <= 0 {
 		return errors.New("-rounds must be at least 1 and at most -duration in nanoseconds")
@@ -217,18 +235,11 @@ func (b *bench) protocol(proto string, callers []int) error {
 		return err
 	}
 	defer fx.stop()
-	gw, err := b.startGateway(proto, fx.url, nil)
+	gw, err := b.startGateway(proto, fx.url)
 	if err != nil {
 		return err
 	}
 	defer gw.stop()
-	var traced *gatewayEnv
-	if *flagTracing != "" {
-		if traced, err = b.startGateway(proto, fx.url, newTracing(*flagTracing)); err != nil {
-			return err
-		}
-		defer traced.stop()
-	}
 	var cells []cell
 	for _, n := range callers {
 		cells = append(cells, cell{proto: proto, callers: n, sessions: n})
@@ -236,13 +247,9 @@ func (b *bench) protocol(proto string, callers []int) error {
 			cells = append(cells, cell{proto: proto, callers: n, sessions: 1})
 		}
 	}
-	targets := []target{
-		{mode: "direct", url: fx.url, tool: fixtureEcho},
-		{mode: "gateway", url: gw.url, tool: bridge.PublicName(serverName, fixtureEcho)},
-	}
-	if traced != nil {
-		targets = append(targets, target{mode: "gateway+tracing", url: traced.url, tool: bridge.PublicName(serverName, fixtureEcho),
-			afterRound: traced.tracing.reset})
+	targets := []target{{mode: "direct", url: fx.url, tool: fixtureEcho}}
+	for _, m := range b.modes {
+		targets = append(targets, target{mode: m, url: gw.urls[m], tool: bridge.PublicName(serverName(0), fixtureEcho), token: b.auth.token(m)})
 	}
 	for _, c := range cells {
 		fmt.Fprintf(os.Stderr, "%s: %d callers over %d sessions ...\n", proto, c.callers, c.sessions)
@@ -250,11 +257,10 @@ func (b *bench) protocol(proto string, callers []int) error {
 		if err != nil {
 			return fmt.Errorf("%d callers over %d sessions: %w", c.callers, c.sessions, err)
 		}
-		res[1].upstream = gw.upstreamProtocol()
-		if traced != nil {
-			res[2].upstream, res[2].spans = traced.upstreamProtocol(), traced.tracing.ended.Swap(0)
+		for i := 1; i < len(res); i++ {
+			res[i].upstream = gw.upstreamProtocol()
 		}
-		b.results = append(b.results, res...)
+		b.results = append(b.results, res)
 	}
 	return nil
 }
@@ -304,55 +310,66 @@ func (fx *fixtureProc) stop() {
 
 // ---- the gateway -----------------------------------------------------------
 
+// serverName is the name (and serverName) of the i-th McpServer.
+func serverName(i int) string { return fmt.Sprintf("fx%02d", i) }
+
 type gatewayEnv struct {
-	sup     *bridge.Supervisor
-	srv     *http.Server
-	url     string
-	cancel  context.CancelFunc
-	tracing *benchTracing // nil: tracing off
+	sups   []*bridge.Supervisor
+	srvs   []*http.Server
+	urls   map[string]string // by mode
+	cancel context.CancelFunc
 }
 
-// startGateway runs a supervisor connected to upstream, publishing into a
-// registry, and the gateway over that registry on a loopback port; it
-// returns once the supervisor is Ready. tr, if not nil, traces both.
-func (b *bench) startGateway(proto, upstream string, tr *benchTracing) (*gatewayEnv, error) {
+// startGateway runs -servers supervisors connected to upstream, publishing
+// into one registry, and a gateway per mode over that registry on a
+// loopback port each; it returns once every supervisor is Ready.
+func (b *bench) startGateway(proto, upstream string) (*gatewayEnv, error) {
 	reg := bridge.NewRegistry()
-	p := &policy.Policy{
-		ServerName:        serverName,
-		Transport:         v1alpha1.TransportStreamableHTTP,
-		HTTP:              &policy.HTTP{URL: upstream},
-		ToolCallTimeout:   30 * time.Second,
-		ConnectionTimeout: 10 * time.Second,
-		Reconnect:         policy.Reconnect{Enabled: true, InitialDelay: 100 * time.Millisecond, MaxDelay: time.Second, MaxAttempts: 10},
-	}
-	// The fixture upstream listens on loopback, which the egress policy
-	// refuses unless allowed, as --upstream-allow-cidrs=127.0.0.0/8 does.
-	o := bridge.Options{Namespace: namespace, Name: serverName, Policy: p, Registry: reg, Log: b.log,
-		Egress: egress.New([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})}
-	g := &gateway.Gateway{Registry: reg, Log: b.log}
-	if tr != nil {
-		o.TracerProvider = tr.provider
-	}
-	sup := bridge.New(o)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
 	ctx, cancel := context.WithCancel(context.Background())
-	env := &gatewayEnv{sup: sup, cancel: cancel, tracing: tr,
-		srv: &http.Server{Handler: g.Handler(), ReadHeaderTimeout: 10 * time.Second},
-		url: fmt.Sprintf("http://%s/namespaces/%s/mcp", ln.Addr(), namespace)}
-	// Everything started here (the supervisor's goroutines, the server's
+	env := &gatewayEnv{cancel: cancel, urls: map[string]string{}}
+	// Everything started here (the supervisors' goroutines, the servers'
 	// connection goroutines and the upstream calls they make) inherits
 	// role=gateway in the CPU profile.
+	var err error
 	pprof.Do(ctx, pprof.Labels("role", "gateway", "proto", proto), func(ctx context.Context) {
-		sup.Start(ctx)
-		go func() { _ = g.Start(ctx) }()
-		go func() { _ = env.srv.Serve(ln) }()
+		for i := range *flagServers {
+			p := &policy.Policy{
+				ServerName:        serverName(i),
+				Transport:         v1alpha1.TransportStreamableHTTP,
+				HTTP:              &policy.HTTP{URL: upstream},
+				ToolCallTimeout:   30 * time.Second,
+				ConnectionTimeout: 10 * time.Second,
+				Reconnect:         policy.Reconnect{Enabled: true, InitialDelay: 100 * time.Millisecond, MaxDelay: time.Second, MaxAttempts: 10},
+			}
+			// The fixture upstream listens on loopback, which the egress
+			// policy refuses unless allowed, as --upstream-allow-cidrs=127.0.0.0/8 does.
+			sup := bridge.New(bridge.Options{Namespace: namespace, Name: serverName(i), Policy: p, Registry: reg, Log: b.log,
+				Egress: egress.New([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})})
+			sup.Start(ctx)
+			env.sups = append(env.sups, sup)
+		}
+		for _, m := range b.modes {
+			g := &gateway.Gateway{Registry: reg, Log: b.log, Auth: b.auth.access(m)}
+			var ln net.Listener
+			if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+				return
+			}
+			srv := &http.Server{Handler: g.Handler(), ReadHeaderTimeout: 10 * time.Second}
+			env.srvs = append(env.srvs, srv)
+			env.urls[m] = fmt.Sprintf("http://%s/namespaces/%s/mcp", ln.Addr(), namespace)
+			go func() { _ = g.Start(ctx) }()
+			go func() { _ = srv.Serve(ln) }()
+		}
 	})
-	if err := waitReady(sup, 10*time.Second); err != nil {
+	if err != nil {
 		env.stop()
 		return nil, err
+	}
+	for _, sup := range env.sups {
+		if err := waitReady(sup, 30*time.Second); err != nil {
+			env.stop()
+			return nil, err
+		}
 	}
 	return env, nil
 }
@@ -374,7 +391,7 @@ func waitReady(s *bridge.Supervisor, limit time.Duration) error {
 }
 
 func (env *gatewayEnv) upstreamProtocol() string {
-	if info := env.sup.Snapshot().ServerInfo; info != nil {
+	if info := env.sups[0].Snapshot().ServerInfo; info != nil {
 		return info.ProtocolVersion
 	}
 	return "?"
@@ -383,22 +400,20 @@ func (env *gatewayEnv) upstreamProtocol() string {
 func (env *gatewayEnv) stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_ = env.srv.Shutdown(ctx)
+	for _, srv := range env.srvs {
+		_ = srv.Shutdown(ctx)
+	}
 	env.cancel()
-	_ = env.sup.Dispose(ctx)
-	if env.tracing != nil {
-		_ = env.tracing.provider.Shutdown(ctx)
+	for _, sup := range env.sups {
+		_ = sup.Dispose(ctx)
 	}
 }
 
 // ---- the load --------------------------------------------------------------
 
-// target is where agents send their calls; afterRound, if set, runs
-// after each measured round, outside the measurement.
-type target struct {
-	mode, url, tool string
-	afterRound      func()
-}
+// target is where agents send their calls, with a bearer token unless it
+// is empty.
+type target struct{ mode, url, tool, token string }
 
 // measure connects agents to each target, warms them up, then alternates
 // between the targets in -rounds rounds, so that a change of machine load
@@ -429,9 +444,6 @@ func measure(c cell, targets []target, fixturePid int) (res []result, err error)
 			res[i].cpuFixture += cpuOf(fixturePid) - fx0
 			res[i].allocSelf += allocated() - alloc0
 			res[i].lat, res[i].errs = append(res[i].lat, lat...), res[i].errs+errs
-			if f := targets[i].afterRound; f != nil {
-				f()
-			}
 		}
 	}
 	return res, nil
@@ -453,7 +465,11 @@ func connectAgents(c cell, t target) (a *agents, err error) {
 	a = &agents{c: c, t: t, labels: pprof.Labels("role", "agent", "mode", t.mode, "proto", c.proto, "callers", strconv.Itoa(c.callers))}
 	// Enough idle connections for every caller: the default transport keeps
 	// 2 per host, which would make the agents reconnect, in both modes.
-	a.hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2*c.callers + 4, IdleConnTimeout: time.Minute}}
+	var rt http.RoundTripper = &http.Transport{MaxIdleConnsPerHost: 2*c.callers + 4, IdleConnTimeout: time.Minute}
+	if t.token != "" {
+		rt = bearer{token: t.token, next: rt}
+	}
+	a.hc = &http.Client{Transport: rt}
 	client := mcp.NewClient(&mcp.Implementation{Name: "bench-agent", Version: "v0"}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -485,6 +501,24 @@ func (a *agents) close() {
 		_ = s.Close()
 	}
 	a.hc.CloseIdleConnections()
+}
+
+// bearer sends a token with every request, as an agent does.
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
+}
+
+func (b bearer) CloseIdleConnections() {
+	if c, ok := b.next.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
 }
 
 // checkEcho makes sure that the tool answers and echoes its argument.
@@ -578,17 +612,19 @@ func (b *bench) print(elapsed time.Duration, loadBefore string) {
 		*flagDuration, *flagRounds, *flagWarmup, elapsed.Round(time.Second), loadBefore, report.LoadAvg())
 	fmt.Println("| Protocol (agent / upstream) | Callers × sessions | Path | calls | p50 | p99 | calls/s | CPU/call: bench process (gateway's share) | CPU/call: fixture | Alloc/call: bench process | Added p50 | Throughput (CPU-bound) | Met: ≤ 0.5 ms, ≥ 80% |")
 	fmt.Println("|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|")
-	paths := 2 // direct, gateway (, gateway+tracing)
-	if *flagTracing != "" {
-		paths = 3
-	}
-	var groups [][]result
-	for i := 0; i+paths <= len(b.results); i += paths {
-		group := b.results[i : i+paths]
-		groups = append(groups, group)
-		b.printRow(group[0], "", " | | |")
-		for _, g := range group[1:] {
-			b.printVsDirect(group[0], g)
+	for _, cell := range b.results {
+		d := cell[0]
+		b.printRow(d, "", " | | |")
+		for _, g := range cell[1:] {
+			added := report.Percentile(g.lat, 50) - report.Percentile(d.lat, 50)
+			ratio := g.rate() / d.rate()
+			// The throughput ratio if CPU were the only limit: direct over
+			// gateway CPU per call, both processes summed. It moves less
+			// with the machine's other load than calls/s do.
+			cpuRatio := float64(d.perCall(d.cpuSelf+d.cpuFixture)) / float64(g.perCall(g.cpuSelf+g.cpuFixture))
+			share := fmt.Sprintf(" (%s)", msf(g.perCall(g.cpuSelf)-d.perCall(d.cpuSelf)))
+			b.printRow(g, share, fmt.Sprintf(" %s | %.0f%% (%.0f%%) | %s, %s |", msf(added), 100*ratio, 100*cpuRatio,
+				report.YesNo(added <= 500*time.Microsecond), report.YesNo(ratio >= 0.8)))
 		}
 	}
 	fmt.Println()
@@ -601,36 +637,23 @@ func (b *bench) print(elapsed time.Duration, loadBefore string) {
 	for _, n := range b.notes {
 		fmt.Println("- " + n)
 	}
-	if *flagTracing != "" {
-		b.printTracing(groups)
-	}
-}
-
-// printVsDirect prints a path through the gateway with what it adds to the
-// direct path d of the same cell.
-func (b *bench) printVsDirect(d, g result) {
-	added := report.Percentile(g.lat, 50) - report.Percentile(d.lat, 50)
-	ratio := g.rate() / d.rate()
-	// The throughput ratio if CPU were the only limit: direct over
-	// gateway CPU per call, both processes summed. It moves less with
-	// the machine's other load than calls/s do.
-	cpuRatio := float64(d.perCall(d.cpuSelf+d.cpuFixture)) / float64(g.perCall(g.cpuSelf+g.cpuFixture))
-	share := fmt.Sprintf(" (%s)", msf(g.perCall(g.cpuSelf)-d.perCall(d.cpuSelf)))
-	b.printRow(g, share, fmt.Sprintf(" %s | %.0f%% (%.0f%%) | %s, %s |", msf(added), 100*ratio, 100*cpuRatio,
-		report.YesNo(added <= 500*time.Microsecond), report.YesNo(ratio >= 0.8)))
 }
 
 // printRow prints one path of a cell; share follows the bench CPU, tail
 // closes the row.
 func (b *bench) printRow(r result, share, tail string) {
 	proto := r.negotiated
+	mode := r.mode
 	if r.mode != "direct" {
 		proto += " / " + r.upstream
+		mode = "gateway, auth " + map[string]string{"none": "none",
+			"namespace": "token, may use the namespace",
+			"servers":   fmt.Sprintf("token, may use %d of %d by name", *flagAllowed, *flagServers)}[r.mode]
 	}
 	if r.errs > 0 {
 		b.notes = append(b.notes, fmt.Sprintf("%s %s, %d callers: %d calls failed", r.proto, r.mode, r.callers, r.errs))
 	}
-	fmt.Printf("| %s | %d × %d | %s | %d | %s | %s | %.0f | %s%s | %s | %.0f kB |%s\n", proto, r.callers, r.sessions, r.mode,
+	fmt.Printf("| %s | %d × %d | %s | %d | %s | %s | %.0f | %s%s | %s | %.0f kB |%s\n", proto, r.callers, r.sessions, mode,
 		len(r.lat), msf(report.Percentile(r.lat, 50)), msf(report.Percentile(r.lat, 99)), r.rate(),
 		msf(r.perCall(r.cpuSelf)), share, msf(r.perCall(r.cpuFixture)), float64(r.allocSelf)/float64(max(1, len(r.lat)))/1e3, tail)
 }

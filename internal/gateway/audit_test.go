@@ -1,0 +1,80 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/go-logr/logr/funcr"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// logLines collects what a logger writes.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) add(prefix, args string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, prefix+" "+args)
+}
+
+func (l *logLines) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.lines...)
+}
+
+// Every tools/call, through the fast path or the SDK, answered or not,
+// writes one audit line with the tool, its server and the outcome, and no
+// line holds an argument or a result, even at the most verbose level.
+func TestAuditLinesNeverHoldArgumentsOrResults(t *testing.T) {
+	const secret = "sk-live-4f9a1c0b7e2d"
+	logs := &logLines{}
+	env := newTestEnv(t, envOptions{log: funcr.New(logs.add, funcr.Options{Verbosity: 10})})
+	env.fake.setHandle(func(context.Context, json.RawMessage) (json.RawMessage, bool, error) {
+		return json.RawMessage(`{"content":[{"type":"text","text":"` + secret + `"}]}`), false, nil
+	})
+	env.fake.setSDKHandle(func(context.Context) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: secret}}}, nil
+	})
+	cs := env.agent(statefulProto)
+	ctx := context.Background()
+	for _, tool := range []string{echoPublic, regionPublic} { // fast path, SDK path
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"password": secret, "region": "eu-" + secret}})
+		if err != nil || textOf(res) != secret {
+			t.Fatalf("%s: %v, %q", tool, err, textOf(res))
+		}
+	}
+	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "mcp__fx__nope", Arguments: map[string]any{"password": secret}}); err == nil {
+		t.Fatal("a call of an unknown tool succeeded")
+	}
+	if jsonCalls, sdkCalls := env.fake.counts(); jsonCalls != 1 || sdkCalls != 1 {
+		t.Fatalf("fast path %d calls, SDK path %d; want one each", jsonCalls, sdkCalls)
+	}
+
+	want := map[string]string{echoPublic: `"server"="fx" "outcome"="success"`,
+		regionPublic: `"server"="fx" "outcome"="success"`, "mcp__fx__nope": `"server"="" "outcome"="unknown_tool"`}
+	for tool, rest := range want {
+		var found []string
+		for _, l := range logs.all() {
+			if strings.Contains(l, `"msg"="tools/call"`) && strings.Contains(l, fmt.Sprintf(`"tool"=%q`, tool)) {
+				found = append(found, l)
+			}
+		}
+		if len(found) != 1 || !strings.Contains(found[0], `"user"="anonymous" "tool"=`) || !strings.Contains(found[0], rest) ||
+			!strings.Contains(found[0], `"durationSeconds"=`) || !strings.Contains(found[0], `"namespace"="agents"`) {
+			t.Errorf("audit lines of %s: %q; want one with %s", tool, found, rest)
+		}
+	}
+	for _, l := range logs.all() {
+		if strings.Contains(l, secret) {
+			t.Errorf("a log line holds the secret: %s", l)
+		}
+	}
+}

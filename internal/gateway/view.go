@@ -1,0 +1,347 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/mcpbridge/operator/internal/bridge"
+	"github.com/mcpbridge/operator/internal/kubeauth"
+)
+
+// A view is one caller identity's MCP server in a namespace: an SDK server
+// that holds exactly the tools of the McpServers that identity may use,
+// with its own sessions. Because the SDK sends
+// notifications/tools/list_changed to the sessions of the server whose
+// tools changed, a per-identity server makes list_changed per client
+// without any bookkeeping of ours: a change an identity cannot see
+// reaches none of its sessions, and a change of what it may use reaches
+// all of them. A session belongs to the view that created it, so another
+// identity's request cannot use it even with its id.
+//
+// Callers allowed the whole namespace have a view of their own too; a view
+// costs one SDK tool entry per tool (the tools' schemas are shared).
+type view struct {
+	e      *endpoint
+	server *mcp.Server
+	// 2025-11-25 clients keep a session; 2026-07-28 clients are sessionless
+	// and get list_changed through subscriptions/listen.
+	sessions, sessionless http.Handler
+
+	// caller is the identity's user as its latest request authenticated
+	// it, for refreshes that no request carries; nil without
+	// authentication.
+	caller atomic.Pointer[kubeauth.User]
+
+	// syncMu orders refreshes, so that an older registry snapshot never
+	// overwrites a newer one.
+	syncMu sync.Mutex
+	synced atomic.Bool
+
+	mu        sync.Mutex
+	published map[string]*mcp.Tool // public name -> the upstream entry served
+	plain     map[string]bool      // served tools without x-mcp-header parameters
+
+	// busy counts the requests being served and lastUsed is when the last
+	// one began; the endpoint's lock guards both.
+	busy     int
+	lastUsed time.Time
+
+	inflight inflight
+	activity activity
+}
+
+func newView(e *endpoint, u *kubeauth.User) *view {
+	v := &view{e: e, published: map[string]*mcp.Tool{}, plain: map[string]bool{}}
+	v.caller.Store(u)
+	v.server = mcp.NewServer(serverImpl, &mcp.ServerOptions{
+		// Advertise list_changed even while the view has no tools.
+		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
+	})
+	v.server.AddReceivingMiddleware(v.receive)
+	get := func(*http.Request) *mcp.Server { return v.server }
+	// Auth and Origin are checked before a request gets here.
+	v.sessions = mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{
+		DisableLocalhostProtection: true, // idle sessions: see sessions.go
+	})
+	v.sessionless = mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{
+		Stateless: true, DisableLocalhostProtection: true, PropagateRequestCancellation: true,
+	})
+	return v
+}
+
+// ServeHTTP routes by protocol version: the SDK's stateful handler would
+// hold a 2026-07-28 client to the older protocol.
+func (v *view) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// As for the SDK's timer, only POSTs are activity: an agent's open GET
+	// stream does not keep its session forever.
+	if sid := r.Header.Get("Mcp-Session-Id"); sid != "" && r.Method == http.MethodPost {
+		v.activity.begin(sid)
+		defer func() { v.activity.end(sid, time.Now()) }()
+	}
+	if r.Method == http.MethodPost && v.serveFast(w, r) {
+		return
+	}
+	if r.Header.Get("Mcp-Protocol-Version") >= bridge.SessionlessProtocol {
+		v.sessionless.ServeHTTP(w, r)
+		return
+	}
+	v.sessions.ServeHTTP(w, r)
+}
+
+// ensureSynced fills a new view before its first request is served.
+func (v *view) ensureSynced(ctx context.Context) error {
+	if v.synced.Load() {
+		return nil
+	}
+	v.syncMu.Lock()
+	defer v.syncMu.Unlock()
+	if v.synced.Load() {
+		return nil
+	}
+	return v.refreshLocked(ctx)
+}
+
+// refresh makes the served tools equal to the registry's tools of the
+// servers the identity may use now. The SDK sends
+// notifications/tools/list_changed for every change, debounced.
+func (v *view) refresh(ctx context.Context) error {
+	v.syncMu.Lock()
+	defer v.syncMu.Unlock()
+	return v.refreshLocked(ctx)
+}
+
+func (v *view) refreshLocked(ctx context.Context) error {
+	tools := v.e.registry.Tools(v.e.ns)
+	allowed, err := v.allowedServers(ctx, tools)
+	if err != nil {
+		return err
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	want := make(map[string]bool, len(tools))
+	for _, t := range tools {
+		if allowed != nil && !allowed[serverOf(t)] {
+			continue
+		}
+		want[t.Name] = true
+		if v.published[t.Name] == t.Upstream {
+			continue // unchanged entry: the registry keeps it on an equal swap
+		}
+		if err := v.add(t); err != nil {
+			v.e.log.Error(err, "tool not served", "tool", t.Name)
+			continue
+		}
+		v.published[t.Name] = t.Upstream
+		v.plain[t.Name] = !hasParamHeaders(t.Upstream)
+	}
+	var gone []string
+	for name := range v.published {
+		if !want[name] {
+			gone = append(gone, name)
+			delete(v.published, name)
+			delete(v.plain, name)
+		}
+	}
+	if len(gone) > 0 {
+		v.server.RemoveTools(gone...)
+	}
+	v.synced.Store(true)
+	return nil
+}
+
+// maxConcurrentReviews bounds the per-server reviews one refresh asks at
+// once.
+const maxConcurrentReviews = 8
+
+// allowedServers is nil when the identity may use the whole namespace, else
+// which of the servers that own tools it may use.
+func (v *view) allowedServers(ctx context.Context, tools []bridge.Tool) (map[string]bool, error) {
+	g, err := v.e.access.current(ctx, v.caller.Load(), v.e.ns)
+	if err != nil || g.all {
+		return nil, err
+	}
+	allowed := map[string]bool{}
+	var servers []string // every owner once, to range over while the map is written
+	for _, t := range tools {
+		if s := serverOf(t); len(servers) == 0 || servers[len(servers)-1] != s {
+			if _, seen := allowed[s]; !seen {
+				allowed[s] = false
+				servers = append(servers, s)
+			}
+		}
+	}
+	var mu sync.Mutex
+	eg, ctx := errgroup.WithContext(ctx)
+	eg.SetLimit(maxConcurrentReviews)
+	for _, server := range servers {
+		eg.Go(func() error {
+			ok, err := v.e.access.mayUse(ctx, g, v.e.ns, server)
+			mu.Lock()
+			allowed[server] = ok
+			mu.Unlock()
+			return err
+		})
+	}
+	return allowed, eg.Wait()
+}
+
+// serverOf is the name of the McpServer that publishes t (its owner is
+// "namespace/name").
+func serverOf(t bridge.Tool) string {
+	_, name, _ := strings.Cut(t.Owner, "/")
+	return name
+}
+
+// add serves one tool under its public name; the SDK panics on a schema it
+// cannot serve, which must not take the manager down.
+func (v *view) add(t bridge.Tool) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("the SDK refused the tool: %v", r)
+		}
+	}()
+	served := *t.Upstream
+	served.Name = t.Name
+	v.server.AddTool(&served, v.call(t.Name))
+	return nil
+}
+
+// call forwards a tools/call to the supervisor that owns the tool now: the
+// lookup happens per call, so a reconnect or a hot swap is followed.
+func (v *view) call(public string) mcp.ToolHandler {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		tool, caller, ok := v.e.registry.Lookup(v.e.ns, public)
+		if !ok {
+			return errorResult(fmt.Sprintf("tool %q is no longer published", public)), nil
+		}
+		var args any
+		if len(req.Params.Arguments) > 0 {
+			args = req.Params.Arguments
+		}
+		res, err := caller.CallTool(ctx, tool.RawName, args)
+		if err != nil {
+			return errorResult(err.Error()), nil
+		}
+		return res, nil
+	}
+}
+
+// receive is the view's receiving middleware: it refreshes the view before
+// a tools/list (so that a changed permission shows within the cache's
+// bounds), refuses a tools/call of a server the identity may no longer use
+// exactly as the SDK refuses an unknown tool, and counts, times and audits.
+func (v *view) receive(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		start := time.Now()
+		switch method {
+		case "tools/list":
+			if err := v.refresh(ctx); err != nil {
+				v.e.log.Error(err, "gateway authorization failed")
+				requests.WithLabelValues(method, "error").Inc()
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "authorization is unavailable"}
+			}
+		case "tools/call":
+			return v.receiveCall(ctx, next, req, start)
+		}
+		res, err := next(ctx, method, req)
+		requests.WithLabelValues(method, outcomeOf(res, err)).Inc()
+		return res, err
+	}
+}
+
+func (v *view) receiveCall(ctx context.Context, next mcp.MethodHandler, req mcp.Request, start time.Time) (mcp.Result, error) {
+	name := ""
+	if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok {
+		name = p.Name
+	}
+	tool, _, known := v.e.registry.Lookup(v.e.ns, name)
+	var res mcp.Result
+	var err error
+	outcome := ""
+	switch {
+	case !known:
+		res, err = next(ctx, "tools/call", req) // the SDK answers as it does
+		outcome = outcomeOf(res, err)
+		if err != nil {
+			outcome = "unknown_tool"
+		}
+	default:
+		g, gerr := v.e.access.current(ctx, v.caller.Load(), v.e.ns)
+		allowed := gerr == nil
+		if allowed {
+			allowed, gerr = v.e.access.mayUse(ctx, g, v.e.ns, serverOf(tool))
+		}
+		switch {
+		case gerr != nil:
+			v.e.log.Error(gerr, "gateway authorization failed")
+			err, outcome = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "authorization is unavailable"}, "error"
+		case !allowed:
+			err, outcome = unknownTool(name), "denied"
+		default:
+			res, err = next(ctx, "tools/call", req)
+			outcome = outcomeOf(res, err)
+		}
+	}
+	d := time.Since(start)
+	requests.WithLabelValues("tools/call", outcome).Inc()
+	callDuration.WithLabelValues(outcome).Observe(d.Seconds())
+	v.audit(name, tool, outcome, d)
+	return res, err
+}
+
+// unknownTool is the SDK's answer to a tools/call of a tool its server does
+// not have, word for word: a tool of a server the caller may not use must
+// not look any different.
+func unknownTool(name string) error {
+	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown tool %q", name)}
+}
+
+func outcomeOf(res mcp.Result, err error) string {
+	switch r, _ := res.(*mcp.CallToolResult); {
+	case err != nil:
+		return "error"
+	case r != nil && r.IsError:
+		return "tool_error"
+	}
+	return "success"
+}
+
+// hasSession: sid is a live session of this view.
+func (v *view) hasSession(sid string) bool {
+	for ss := range v.server.Sessions() {
+		if ss.ID() == sid {
+			return true
+		}
+	}
+	return false
+}
+
+// plainTool: the view serves the tool and it has no x-mcp-header
+// parameters, whose headers only the SDK checks and sets.
+func (v *view) plainTool(name string) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.plain[name]
+}
+
+func errorResult(msg string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: msg}}}
+}
+
+// hasParamHeaders: the tool's input schema binds a parameter to an HTTP
+// header (x-mcp-header), or cannot be read to tell.
+func hasParamHeaders(t *mcp.Tool) bool {
+	b, err := json.Marshal(t.InputSchema)
+	return err != nil || bytes.Contains(b, []byte(`"x-mcp-header"`))
+}

@@ -1,0 +1,196 @@
+package kubeauth
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+	"golang.org/x/time/rate"
+	authnv1 "k8s.io/api/authentication/v1"
+	"k8s.io/apimachinery/pkg/util/cache"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Errors of Authenticate; any other error means that the apiserver did not
+// answer (503).
+var (
+	// ErrInvalidToken: the apiserver does not accept the token, or not for
+	// any of the audiences asked for (401).
+	ErrInvalidToken = errors.New("the bearer token is not valid here")
+	// ErrRateLimited: the token is not in the cache and the TokenReviews of
+	// new tokens are over their rate (429).
+	ErrRateLimited = errors.New("too many new bearer tokens; try again shortly")
+)
+
+// Defaults of Options.
+const (
+	DefaultAllowTTL   = 30 * time.Second
+	DefaultDenyTTL    = 5 * time.Second
+	DefaultMaxEntries = 4096
+	// DefaultReviewsPerSecond and DefaultReviewBurst bound the TokenReviews
+	// of tokens not in the cache: enough for many agents starting at once,
+	// little for an apiserver.
+	DefaultReviewsPerSecond = 20
+	DefaultReviewBurst      = 50
+	// validTTL is how long a token that was valid is exempt from the rate
+	// limit: a ServiceAccount token's usual lifetime.
+	validTTL = time.Hour
+)
+
+// Options tune an Authenticator or an Authorizer; zero values take the
+// defaults.
+type Options struct {
+	// Audiences the TokenReview asks for (Authenticator only); the answer
+	// must name one of them. Empty asks for the apiserver's own audiences.
+	Audiences []string
+	// AllowTTL and DenyTTL: how long an answer that lets the caller in, and
+	// one that does not, is remembered.
+	AllowTTL, DenyTTL time.Duration
+	// MaxEntries bounds the cache; past it the least recently used answer
+	// is dropped.
+	MaxEntries int
+	// ReviewsPerSecond and ReviewBurst limit the TokenReviews of tokens not
+	// in the cache (Authenticator only).
+	ReviewsPerSecond float64
+	ReviewBurst      int
+	// Clock times the cache; nil is the real clock.
+	Clock clock.PassiveClock
+}
+
+// User is whom a TokenReview says a token belongs to.
+type User struct {
+	Name   string
+	UID    string
+	Groups []string
+	Extra  map[string]authnv1.ExtraValue
+	// Identity is the name and the sorted groups, which is what RBAC
+	// decides on: two tokens of one ServiceAccount have the same.
+	Identity string
+	// token is the SHA-256 of the token, which keys every decision about
+	// this caller.
+	token [sha256.Size]byte
+}
+
+// Authenticator reviews bearer tokens with TokenReviews.
+type Authenticator struct {
+	client    client.Client
+	audiences []string
+	allowTTL  time.Duration
+	denyTTL   time.Duration
+	answers   *cache.LRUExpireCache // token hash -> *User (nil: invalid)
+	// valid remembers, for much longer than an answer, which tokens were
+	// valid: their reviews when the answer expires are not limited, so that
+	// agents keep working through a flood of random tokens that lasts longer
+	// than AllowTTL. They are reviewed all the same, so a revoked token stops
+	// working as before.
+	valid  *cache.LRUExpireCache // token hash -> struct{}
+	limit  *rate.Limiter
+	flight singleflight.Group
+}
+
+// NewAuthenticator reviews tokens with c, which must reach the apiserver
+// (a TokenReview is never cached by controller-runtime).
+func NewAuthenticator(c client.Client, o Options) *Authenticator {
+	return &Authenticator{
+		client:    c,
+		audiences: slices.Clone(o.Audiences),
+		allowTTL:  cmpOr(o.AllowTTL, DefaultAllowTTL),
+		denyTTL:   cmpOr(o.DenyTTL, DefaultDenyTTL),
+		answers:   newCache(o),
+		valid:     newCache(o),
+		limit:     rate.NewLimiter(rate.Limit(cmpOr(o.ReviewsPerSecond, DefaultReviewsPerSecond)), cmpOr(o.ReviewBurst, DefaultReviewBurst)),
+	}
+}
+
+// Authenticate returns the token's user, ErrInvalidToken, ErrRateLimited,
+// or the error of a TokenReview the apiserver did not answer.
+func (a *Authenticator) Authenticate(ctx context.Context, token string) (*User, error) {
+	key := sha256.Sum256([]byte(token))
+	if u, ok := a.answers.Get(key); ok {
+		return known(u.(*User))
+	}
+	u, err, _ := a.flight.Do(string(key[:]), func() (any, error) {
+		if u, ok := a.answers.Get(key); ok {
+			return u, nil // answered while this call waited for the flight
+		}
+		if _, seen := a.valid.Get(key); !seen && !a.limit.Allow() {
+			return nil, ErrRateLimited
+		}
+		u, err := a.review(ctx, token)
+		if err != nil {
+			return nil, err
+		}
+		if u == nil {
+			a.answers.Add(key, u, a.denyTTL)
+		} else {
+			u.token = key
+			a.answers.Add(key, u, a.allowTTL)
+			a.valid.Add(key, struct{}{}, validTTL)
+		}
+		return u, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return known(u.(*User))
+}
+
+func known(u *User) (*User, error) {
+	if u == nil {
+		return nil, ErrInvalidToken
+	}
+	return u, nil
+}
+
+// review asks the apiserver; a nil User means the token is not valid for
+// the audiences.
+func (a *Authenticator) review(ctx context.Context, token string) (*User, error) {
+	tr := &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token, Audiences: a.audiences}}
+	if err := a.client.Create(ctx, tr); err != nil {
+		return nil, fmt.Errorf("token review: %w", err)
+	}
+	st := tr.Status
+	if !st.Authenticated || !a.audienceMatches(st.Audiences) {
+		return nil, nil
+	}
+	groups := slices.Clone(st.User.Groups)
+	slices.Sort(groups)
+	return &User{Name: st.User.Username, UID: st.User.UID, Groups: st.User.Groups, Extra: st.User.Extra,
+		Identity: st.User.Username + "\x00" + strings.Join(groups, "\x00")}, nil
+}
+
+// audienceMatches: the apiserver answers with the audiences of the request
+// that the token is valid for; without audiences asked, its own.
+func (a *Authenticator) audienceMatches(got []string) bool {
+	if len(a.audiences) == 0 {
+		return true
+	}
+	for _, aud := range got {
+		if slices.Contains(a.audiences, aud) {
+			return true
+		}
+	}
+	return false
+}
+
+func newCache(o Options) *cache.LRUExpireCache {
+	var clk clock.PassiveClock = clock.RealClock{}
+	if o.Clock != nil {
+		clk = o.Clock
+	}
+	return cache.NewLRUExpireCacheWithClock(cmpOr(o.MaxEntries, DefaultMaxEntries), clk)
+}
+
+// cmpOr is v when it is positive, else def.
+func cmpOr[T int | float64 | time.Duration](v, def T) T {
+	if v > 0 {
+		return v
+	}
+	return def
+}
