@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"errors"
+	"net/http"
 	"net/url"
 	"strconv"
 
@@ -41,14 +42,18 @@ func upstreamAttributes(ns, name string, p *policy.Policy) []attribute.KeyValue 
 	if err != nil {
 		return attrs
 	}
-	attrs = append(attrs, semconv.ServerAddress(u.Hostname()))
-	port, _ := strconv.Atoi(u.Port())
-	if port == 0 && u.Scheme == "https" {
-		port = 443
-	} else if port == 0 {
-		port = 80
+	return append(attrs, semconv.ServerAddress(u.Hostname()), semconv.ServerPort(urlPort(u)))
+}
+
+// urlPort is u's port, or its scheme's.
+func urlPort(u *url.URL) int {
+	if port, _ := strconv.Atoi(u.Port()); port != 0 {
+		return port
 	}
-	return append(attrs, semconv.ServerPort(port))
+	if u.Scheme == "https" {
+		return 443
+	}
+	return 80
 }
 
 // tracedConnect is connect inside its span; the stage a failed attempt
@@ -174,5 +179,35 @@ func callFailure(kind string) string {
 		return "The tool call failed"
 	default:
 		return "The server answered with JSON-RPC error " + kind
+	}
+}
+
+// startRequest starts the CLIENT span of one HTTP request to the upstream,
+// when the request is part of a traced operation (a connect, a sync, a
+// call): requests of no operation (the SDK's standing GET stream after a
+// connect) start no trace of their own. The span lasts until the answer's
+// body is closed, so an SSE answer is inside it. Never the URL: its query
+// may hold a key.
+func (t *sessionTransport) startRequest(ctx context.Context, req *http.Request) (context.Context, trace.Span) {
+	if !t.tracer.On() || !trace.SpanContextFromContext(ctx).IsValid() {
+		return ctx, trace.SpanFromContext(context.Background())
+	}
+	return t.tracer.Start(ctx, req.Method, trace.SpanKindClient,
+		semconv.HTTPRequestMethodKey.String(req.Method), semconv.ServerAddress(req.URL.Hostname()), semconv.ServerPort(urlPort(req.URL)))
+}
+
+// endRequest records how the upstream answered: its status, or the class
+// of the transport error. A status of 400 or more fails the span.
+func endRequest(span trace.Span, resp *http.Response, err error) {
+	if !span.IsRecording() {
+		return
+	}
+	if err != nil {
+		tracing.Fail(span, tracing.ErrorType(err), "The request failed")
+		return
+	}
+	span.SetAttributes(semconv.HTTPResponseStatusCode(resp.StatusCode))
+	if resp.StatusCode >= 400 {
+		tracing.Fail(span, strconv.Itoa(resp.StatusCode), http.StatusText(resp.StatusCode))
 	}
 }

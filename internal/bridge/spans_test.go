@@ -104,18 +104,44 @@ func TestTracingHTTPCall(t *testing.T) {
 		port := strings.TrimPrefix(up.srv.URL, "http://127.0.0.1:")
 		calls := waitSpans(t, exp, "tools/call echo", 2)
 		g.Expect(calls).To(HaveLen(2))
-		posted := map[string]bool{}
+		// _meta names the call's span (MCP's propagation), the header the
+		// span of the HTTP request that carried it, a child of the call's.
+		metaOf := map[string]string{} // _meta traceparent -> header traceparent
 		for _, r := range up.requests() {
 			if r.RPCMethod == "tools/call" {
-				// The header names the call's span; so does _meta, on both paths.
-				g.Expect(r.MetaTraceparent).To(Equal(r.Header.Get("Traceparent")))
-				posted[r.Header.Get("Traceparent")] = true
+				metaOf[r.MetaTraceparent] = r.Header.Get("Traceparent")
 			}
 		}
+		// An HTTP span ends when its answer's body is closed, which the
+		// SDK may do after the call returned.
+		var posts []tracetest.SpanStub
+		g.Eventually(func() int {
+			posts = spansNamed(exp, "POST")
+			ended := 0
+			for _, p := range posts {
+				for _, header := range metaOf {
+					if traceparent(p) == header {
+						ended++
+					}
+				}
+			}
+			return ended
+		}, eventually, 5*time.Millisecond).Should(Equal(len(metaOf)))
 		for _, c := range calls {
 			g.Expect(c.SpanKind).To(Equal(trace.SpanKindClient))
 			g.Expect(isChildOf(c, root.SpanContext())).To(BeTrue(), "a call's span is a child of the caller's")
-			g.Expect(posted).To(HaveKey(traceparent(c)), "the upstream saw the call's trace context")
+			g.Expect(metaOf).To(HaveKey(traceparent(c)), "the upstream saw the call's trace context in _meta")
+			var post *tracetest.SpanStub
+			for i := range posts {
+				if traceparent(posts[i]) == metaOf[traceparent(c)] {
+					post = &posts[i]
+				}
+			}
+			g.Expect(post).NotTo(BeNil(), "the traceparent header names an HTTP span")
+			g.Expect(isChildOf(*post, c.SpanContext)).To(BeTrue(), "the HTTP request is part of the call")
+			g.Expect(post.SpanKind).To(Equal(trace.SpanKindClient))
+			g.Expect(attrs(*post)).To(Equal(map[string]string{"http.request.method": "POST",
+				"server.address": "127.0.0.1", "server.port": port, "http.response.status_code": "200"}))
 			g.Expect(attrs(c)).To(Equal(map[string]string{
 				"mcp.method.name": "tools/call", "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "echo",
 				"mcpbridge.namespace": "ns", "mcpbridge.mcpserver": "srv", "mcpbridge.server_name": "fx",
@@ -141,7 +167,14 @@ func TestTracingHTTPCall(t *testing.T) {
 			HaveKeyWithValue("mcpbridge.tools.published", strconv.Itoa(len(fixture.BuiltinTools)))))
 		list, ok := up.lastCall("tools/list")
 		g.Expect(ok).To(BeTrue())
-		g.Expect(list.Header.Get("Traceparent")).To(Equal(traceparent(syncs[0])), "the sync's requests carry its trace context")
+		var listPost []tracetest.SpanStub
+		for _, p := range posts {
+			if traceparent(p) == list.Header.Get("Traceparent") {
+				listPost = append(listPost, p)
+			}
+		}
+		g.Expect(listPost).To(HaveLen(1), "the sync's request carries the trace context of its HTTP span")
+		g.Expect(isChildOf(listPost[0], syncs[0].SpanContext)).To(BeTrue(), "which is part of the sync")
 	})
 }
 

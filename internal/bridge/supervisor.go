@@ -133,19 +133,19 @@ func New(o Options) *Supervisor {
 		if grace <= 0 {
 			grace = s.barrier / 3
 		}
-		s.dialer = newDialer(o.Policy, s.log, grace, s.tasks.sniff, o.Egress)
+		s.dialer = newDialer(o.Policy, s.log, grace, s.tasks.sniff, o.Egress, s.tracer)
 	}
 	return s
 }
 
-func newDialer(p *policy.Policy, log logr.Logger, grace time.Duration, sniff func([]byte), eg *egress.Policy) dialer {
+func newDialer(p *policy.Policy, log logr.Logger, grace time.Duration, sniff func([]byte), eg *egress.Policy, tr tracing.Tracer) dialer {
 	if p.Stdio != nil {
 		return &stdioDialer{spec: p.Stdio, log: log, grace: grace, sniff: sniff}
 	}
 	if eg == nil {
 		eg = egress.Default()
 	}
-	return &httpDialer{spec: p.HTTP, sniff: sniff, egress: eg}
+	return &httpDialer{spec: p.HTTP, sniff: sniff, egress: eg, tracer: tr}
 }
 
 // Start runs the supervisor until ctx ends or Dispose; a second Start, or a

@@ -47,3 +47,12 @@ func (t Tracer) Start(ctx context.Context, name string, kind trace.SpanKind, att
 // offSpan is the span of a Tracer that is off: records nothing, carries no
 // trace context.
 var offSpan = trace.SpanFromContext(context.Background())
+
+// StartLinked is Start with links to other spans (a parent the span does
+// not take, such as an agent's params._meta trace context).
+func (t Tracer) StartLinked(ctx context.Context, name string, kind trace.SpanKind, links []trace.Link, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	if t.t == nil {
+		return ctx, offSpan
+	}
+	return t.t.Start(ctx, name, trace.WithSpanKind(kind), trace.WithLinks(links...), trace.WithAttributes(attrs...))
+}
