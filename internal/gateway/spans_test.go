@@ -172,16 +172,7 @@ func (e *tracedEnv) set(agentHeader, token string) {
 
 func (e *tracedEnv) agent(proto string) *mcp.ClientSession {
 	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
-	defer cancel()
-	client := mcp.NewClient(&mcp.Implementation{Name: "test-agent", Version: "v0"}, nil)
-	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: e.url, HTTPClient: e.hc, MaxRetries: -1},
-		&mcp.ClientSessionOptions{ProtocolVersion: proto})
-	if err != nil {
-		e.t.Fatalf("connect %s: %v", proto, err)
-	}
-	e.t.Cleanup(func() { _ = cs.Close() })
-	return cs
+	return connectAgent(e.t, e.url, e.hc, proto)
 }
 
 // post sends a hand-made message with the agent's headers.
