@@ -136,7 +136,7 @@ func setupControllers(mgr ctrl.Manager, opts *options) (*controller.Supervisors,
 // McpServer) unless --gateway-auth=none, and over TLS from
 // --gateway-cert-dir if given. See docs/design.md, "The gateway".
 func setupGateway(mgr ctrl.Manager, opts *options, registry *bridge.Registry) error {
-	gw := &gateway.Gateway{Registry: registry, Log: ctrl.Log.WithName("gateway")}
+	gw := &gateway.Gateway{Registry: registry, Log: ctrl.Log.WithName("gateway"), TracerProvider: opts.tracerProvider}
 	if opts.gatewayAuth == gatewayAuthToken {
 		c := mgr.GetClient() // creates go to the apiserver, never to the cache
 		gw.Auth = gateway.NewAccess(

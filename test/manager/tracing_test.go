@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -121,14 +122,15 @@ func TestTracesReachACollectorAndAreFlushedAtShutdown(t *testing.T) {
 	}
 	g.Expect(env.Client.Create(ctx(t), obj)).To(Succeed())
 	t.Cleanup(func() { _ = env.Client.Delete(ctx(t), obj) })
-	for _, args := range [][]string{
-		{"create", "serviceaccount", "agent"},
-		{"create", "role", "agent", "--verb=use", "--resource=mcpservers.mcpbridge.dev"},
-		{"create", "rolebinding", "agent", "--role=agent", "--serviceaccount=" + ns.Name + ":agent"},
-	} {
-		_, _, err := env.Kubectl(ctx(t), append([]string{"-n", ns.Name}, args...)...)
-		g.Expect(err).NotTo(HaveOccurred())
-	}
+	_, _, err = env.Kubectl(ctx(t), "-n", ns.Name, "create", "serviceaccount", "agent")
+	g.Expect(err).NotTo(HaveOccurred())
+	// kubectl create role knows only the built-in verbs.
+	meta := metav1.ObjectMeta{Namespace: ns.Name, Name: "agent"}
+	g.Expect(env.Client.Create(ctx(t), &rbacv1.Role{ObjectMeta: meta, Rules: []rbacv1.PolicyRule{{
+		APIGroups: []string{"mcpbridge.dev"}, Resources: []string{"mcpservers"}, Verbs: []string{"use"}}}})).To(Succeed())
+	g.Expect(env.Client.Create(ctx(t), &rbacv1.RoleBinding{ObjectMeta: meta,
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "agent"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: ns.Name, Name: "agent"}}})).To(Succeed())
 	out, _, err := env.Kubectl(ctx(t), "-n", ns.Name, "create", "token", "agent", "--audience=mcpbridge.dev", "--duration=1h")
 	g.Expect(err).NotTo(HaveOccurred())
 	token := strings.TrimSpace(out)
