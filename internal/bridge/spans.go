@@ -150,10 +150,11 @@ func (s *Supervisor) startCall(ctx context.Context, rawName string) (context.Con
 // arguments.
 func endCall(span trace.Span, g *generation, outcome string, err error) {
 	if span.IsRecording() {
-		span.SetAttributes(tracing.Outcome.String(outcome))
-		if g != nil {
-			span.SetAttributes(tracing.Generation.Int64(g.num),
+		if g != nil { // one SetAttributes: the span's slice grows once
+			span.SetAttributes(tracing.Outcome.String(outcome), tracing.Generation.Int64(g.num),
 				semconv.McpProtocolVersion(g.sess.InitializeResult().ProtocolVersion))
+		} else {
+			span.SetAttributes(tracing.Outcome.String(outcome))
 		}
 		switch outcome {
 		case tracing.OutcomeToolError:

@@ -146,7 +146,7 @@ func (v *view) startMethod(ctx context.Context, h http.Header, meta tracing.Meta
 	}
 	ctx, links := v.methodParent(ctx, h, meta)
 	name := method
-	attrs := make([]attribute.KeyValue, 0, 8)
+	attrs := make([]attribute.KeyValue, 0, 7)
 	attrs = append(attrs, semconv.McpMethodNameKey.String(method), tracing.Namespace.String(v.e.ns),
 		semconv.NetworkTransportTCP, semconv.NetworkProtocolName("http"))
 	if method == "tools/call" {
@@ -179,21 +179,26 @@ func endMethod(span trace.Span, version string, tool bridge.Tool, outcome string
 		return
 	}
 	defer span.End()
+	attrs := make([]attribute.KeyValue, 0, 6) // one SetAttributes: the span's slice grows once
 	if version != "" {
-		span.SetAttributes(semconv.McpProtocolVersion(version))
+		attrs = append(attrs, semconv.McpProtocolVersion(version))
 	}
 	if tool.Owner != "" {
-		span.SetAttributes(tracing.McpServer.String(serverOf(tool)), tracing.ServerName.String(tool.ServerName))
+		attrs = append(attrs, tracing.McpServer.String(serverOf(tool)), tracing.ServerName.String(tool.ServerName))
 	}
-	span.SetAttributes(tracing.Outcome.String(outcome))
+	attrs = append(attrs, tracing.Outcome.String(outcome))
 	switch kind := tracing.ErrorType(err); {
 	case err != nil:
 		if kind != tracing.ErrorTypeOther && kind != "timeout" && kind != "cancelled" {
-			span.SetAttributes(semconv.RPCResponseStatusCode(kind))
+			attrs = append(attrs, semconv.RPCResponseStatusCode(kind))
 		}
+		span.SetAttributes(attrs...)
 		tracing.Fail(span, kind, methodFailure(outcome))
 	case outcome == "tool_error":
+		span.SetAttributes(attrs...)
 		tracing.Fail(span, "tool_error", "The tool reported an error")
+	default:
+		span.SetAttributes(attrs...)
 	}
 }
 
