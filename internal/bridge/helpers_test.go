@@ -84,11 +84,18 @@ func loopbackEgress(t *testing.T, allow ...string) *egress.Policy {
 // waitFor waits until the snapshot satisfies cond, and returns it.
 func waitFor(t *testing.T, s *Supervisor, what string, cond func(Snapshot) bool) Snapshot {
 	t.Helper()
+	return waitForWithin(t, s, what, eventually, cond)
+}
+
+// waitForWithin is waitFor with its own bound, for the few tests that move
+// many megabytes (slow under -race on a loaded machine).
+func waitForWithin(t *testing.T, s *Supervisor, what string, within time.Duration, cond func(Snapshot) bool) Snapshot {
+	t.Helper()
 	var sn Snapshot
 	NewWithT(t).Eventually(func() bool {
 		sn = s.Snapshot()
 		return cond(sn)
-	}, eventually, 5*time.Millisecond).Should(BeTrue(), func() string {
+	}, within, 5*time.Millisecond).Should(BeTrue(), func() string {
 		return fmt.Sprintf("waiting for %s; last snapshot: %+v", what, sn)
 	})
 	return sn

@@ -838,7 +838,7 @@ func TestHTTPToolCallIsErrorBecomesToolError(t *testing.T) {
 // change is synced again.
 // See docs/design.md, "Tool sync".
 func TestHTTPListChangedResyncsAndFailedResyncKeepsLastGoodTools(t *testing.T) {
-	h := httpFixture(t, fixture.Options{ListChangedAfter: time.Second})
+	h := httpFixture(t, fixture.Options{ListChangedAfter: 3 * time.Second}) // counted from the server's start: room to connect under load
 	up := httpServe(t, h)
 	s, reg := startSupervisor(t, httpTestPolicy(up.URL()))
 	sn := waitFor(t, s, "Ready", isReady)
@@ -846,7 +846,7 @@ func TestHTTPListChangedResyncsAndFailedResyncKeepsLastGoodTools(t *testing.T) {
 		t.Fatalf("protocol %s, want %s", sn.ServerInfo.ProtocolVersion, httpStatefulVersion)
 	}
 	if httpHasTool(sn.Tools, fixture.ToolLate) {
-		t.Fatalf("%s already listed at connect (connecting took over 1s?)", fixture.ToolLate)
+		t.Fatalf("%s already listed at connect (connecting took over 3s?)", fixture.ToolLate)
 	}
 
 	sn = waitFor(t, s, "late_tool published", func(sn Snapshot) bool { return httpHasTool(sn.Tools, fixture.ToolLate) })

@@ -98,7 +98,9 @@ func TestToolListByteCap(t *testing.T) {
 	p := stdioPolicy("--tools=1100", "--schema-bytes=16000", "--page-size=100")
 	p.ConnectionTimeout = 60 * time.Second
 	s, reg := startSupervisor(t, p)
-	sn := waitFor(t, s, "a failed attempt", func(sn Snapshot) bool { return sn.FailedAttempts >= 1 })
+	// 17.6 MB of JSON through a pipe takes tens of seconds under -race on a
+	// loaded machine; the bound follows the connection timeout.
+	sn := waitForWithin(t, s, "a failed attempt", p.ConnectionTimeout, func(sn Snapshot) bool { return sn.FailedAttempts >= 1 })
 	g := NewWithT(t)
 	g.Expect(sn.LastError.Message()).To(Equal("the server's tools exceed 16 MiB of JSON"))
 	g.Expect(sn.LastError.Stage).To(MatchRegexp(`^tools-list page 1[01]$`), "16 MiB is crossed on page 10 or 11")
@@ -108,7 +110,7 @@ func TestToolListByteCap(t *testing.T) {
 	p = stdioPolicy("--tools=1000", "--schema-bytes=16000", "--page-size=100")
 	p.ConnectionTimeout = 60 * time.Second
 	s, reg = startSupervisor(t, p)
-	waitFor(t, s, "Ready", isReady)
+	waitForWithin(t, s, "Ready", p.ConnectionTimeout, isReady)
 	g.Expect(reg.Tools("ns")).To(HaveLen(1000 + 8))
 }
 
