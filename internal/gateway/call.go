@@ -158,7 +158,9 @@ func (v *view) fastCall(w http.ResponseWriter, r *http.Request, msg *message) bo
 	callDuration.WithLabelValues(outcome).Observe(d.Seconds())
 	writeResult(w, sid, msg.ID, res)
 	v.audit(msg.Params.Name, tool, outcome, d)
-	endMethod(span, r.Header.Get("Mcp-Protocol-Version"), tool, outcome, err)
+	if span.IsRecording() {
+		endMethod(span, r.Header.Get("Mcp-Protocol-Version"), tool, outcome, err)
+	}
 	return true
 }
 

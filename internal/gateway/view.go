@@ -248,7 +248,9 @@ func (v *view) receive(next mcp.MethodHandler) mcp.MethodHandler {
 			return v.receiveCall(ctx, next, req, start)
 		}
 		ctx, span := v.startSDKMethod(ctx, method, "", req)
-		defer func() { endMethod(span, sdkVersion(req), bridge.Tool{}, outcomeOf(res, err), err) }()
+		if span.IsRecording() {
+			defer func() { endMethod(span, sdkVersion(req), bridge.Tool{}, outcomeOf(res, err), err) }()
+		}
 		if method == "tools/list" {
 			if err := v.refresh(ctx); err != nil {
 				v.e.log.Error(err, "gateway authorization failed")
@@ -300,7 +302,9 @@ func (v *view) receiveCall(ctx context.Context, next mcp.MethodHandler, req mcp.
 	requests.WithLabelValues("tools/call", outcome).Inc()
 	callDuration.WithLabelValues(outcome).Observe(d.Seconds())
 	v.audit(name, tool, outcome, d)
-	endMethod(span, sdkVersion(req), tool, outcome, err)
+	if span.IsRecording() {
+		endMethod(span, sdkVersion(req), tool, outcome, err)
+	}
 	return res, err
 }
 
