@@ -21,4 +21,6 @@ stage "images" bash -c 'hack/image.sh manager ghcr.io/mcpbridge/operator:dev &&
   hack/image.sh mcp-fixture mcpbridge.dev/e2e/mcp-fixture:dev &&
   hack/image.sh pause "registry.k8s.io/pause:$(cat bin/node/pause.version)"'
 stage "suite build" go test -c -o bin/e2e.test ./test/e2e
+# The chart's installer (the Helm SDK), from the chart tests' own module.
+stage "chart installer build" bash -c 'cd test/chart && go build -o ../../bin/chart-release ./cmd/chart-release'
 stage "suite" hack/e2e-sandbox.sh bin/e2e.test -test.v -test.timeout=30m "$@"

@@ -45,20 +45,7 @@ var _ = Describe("The operator deployed from config/default", Ordered, func() {
 	})
 
 	It("publishes a Streamable HTTP server Pod's tools and serves them through the gateway to a ServiceAccount", func(ctx SpecContext) {
-		Expect(cluster.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: toolsNS}})).To(Succeed())
-		url := startFixturePod(ctx, toolsNS)
-
-		server = &v1alpha1.McpServer{
-			ObjectMeta: metav1.ObjectMeta{Name: "fixture", Namespace: toolsNS},
-			Spec: v1alpha1.McpServerSpec{
-				Transport:      v1alpha1.TransportStreamableHTTP,
-				StreamableHTTP: &v1alpha1.StreamableHTTPTransport{URL: url},
-			},
-		}
-		applied := time.Now()
-		Expect(cluster.Client.Create(ctx, server)).To(Succeed())
-		Eventually(serverReady(server, 0)).WithContext(ctx).Within(timeout).ProbeEvery(poll).Should(Succeed())
-		AddReportEntry("McpServer create -> Ready", time.Since(applied).Round(time.Millisecond).String())
+		server = readyFixtureServer(ctx, toolsNS, "McpServer create -> Ready")
 
 		token := agentToken(ctx, toolsNS, "agent")
 		expectGatewayServes(ctx, readyManagerPod(ctx), toolsNS, token)
@@ -126,8 +113,14 @@ func expectOverlayMatchesCluster(ctx context.Context) {
 }
 
 func deploymentAvailable(ctx context.Context) error {
+	return deploymentAvailableAt(ctx, client.ObjectKey{Namespace: systemNS, Name: deployment})
+}
+
+// deploymentAvailableAt passes once the manager Deployment key is Available
+// with its one replica Ready.
+func deploymentAvailableAt(ctx context.Context, key client.ObjectKey) error {
 	var d appsv1.Deployment
-	if err := cluster.Client.Get(ctx, client.ObjectKey{Namespace: systemNS, Name: deployment}, &d); err != nil {
+	if err := cluster.Client.Get(ctx, key, &d); err != nil {
 		return err
 	}
 	for _, c := range d.Status.Conditions {
@@ -135,12 +128,17 @@ func deploymentAvailable(ctx context.Context) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("deployment %s not Available: %+v", deployment, d.Status)
+	return fmt.Errorf("deployment %s not Available: %+v", key, d.Status)
 }
 
 func leaseHolder(ctx context.Context) (string, error) {
+	return leaseHolderIn(ctx, systemNS)
+}
+
+// leaseHolderIn returns who holds the manager's leader election Lease in ns.
+func leaseHolderIn(ctx context.Context, ns string) (string, error) {
 	var l coordinationv1.Lease
-	if err := cluster.Client.Get(ctx, client.ObjectKey{Namespace: systemNS, Name: leaseName}, &l); err != nil {
+	if err := cluster.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: leaseName}, &l); err != nil {
 		return "", err
 	}
 	if l.Spec.HolderIdentity == nil {
@@ -151,8 +149,13 @@ func leaseHolder(ctx context.Context) (string, error) {
 
 // managerPod returns the one Ready, not terminating manager Pod.
 func managerPod(ctx context.Context) (*corev1.Pod, error) {
+	return managerPodIn(ctx, systemNS)
+}
+
+// managerPodIn returns the one Ready, not terminating manager Pod in ns.
+func managerPodIn(ctx context.Context, ns string) (*corev1.Pod, error) {
 	var pods corev1.PodList
-	if err := cluster.Client.List(ctx, &pods, client.InNamespace(systemNS),
+	if err := cluster.Client.List(ctx, &pods, client.InNamespace(ns),
 		client.MatchingLabels{"app.kubernetes.io/component": "manager"}); err != nil {
 		return nil, err
 	}
@@ -169,9 +172,13 @@ func managerPod(ctx context.Context) (*corev1.Pod, error) {
 }
 
 func readyManagerPod(ctx context.Context) *corev1.Pod {
+	return readyManagerPodIn(ctx, systemNS)
+}
+
+func readyManagerPodIn(ctx context.Context, ns string) *corev1.Pod {
 	var pod *corev1.Pod
 	Eventually(func(ctx context.Context) (err error) {
-		pod, err = managerPod(ctx)
+		pod, err = managerPodIn(ctx, ns)
 		return err
 	}).WithContext(ctx).Within(timeout).ProbeEvery(poll).Should(Succeed())
 	return pod

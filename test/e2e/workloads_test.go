@@ -6,8 +6,10 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -17,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/mcpbridge/operator/api/v1alpha1"
 )
 
 const (
@@ -75,23 +79,50 @@ func startFixturePod(ctx context.Context, ns string) string {
 	return fmt.Sprintf("http://%s/mcp", net.JoinHostPort(pod.Status.PodIP, fmt.Sprint(fixturePort)))
 }
 
+// readyFixtureServer creates namespace ns with the fixture's Pod and an
+// McpServer for it, waits until that is Ready, and reports how long it took
+// under entry.
+func readyFixtureServer(ctx context.Context, ns, entry string) *v1alpha1.McpServer {
+	Expect(cluster.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+	url := startFixturePod(ctx, ns)
+	server := &v1alpha1.McpServer{
+		ObjectMeta: metav1.ObjectMeta{Name: "fixture", Namespace: ns},
+		Spec: v1alpha1.McpServerSpec{
+			Transport:      v1alpha1.TransportStreamableHTTP,
+			StreamableHTTP: &v1alpha1.StreamableHTTPTransport{URL: url},
+		},
+	}
+	created := time.Now()
+	Expect(cluster.Client.Create(ctx, server)).To(Succeed())
+	Eventually(serverReady(server, 0)).WithContext(ctx).Within(timeout).ProbeEvery(poll).Should(Succeed())
+	AddReportEntry(entry, time.Since(created).Round(time.Millisecond).String())
+	return server
+}
+
 // agentToken returns a token for ServiceAccount name in ns, with config/rbac's
 // gateway-user ClusterRole bound in ns (created on first use). The token is
 // bound to the gateway's audience and to the apiserver's: a manager that
 // reviews tokens for its audience accepts it, and so does one that sends
 // TokenReviews without audiences.
 func agentToken(ctx context.Context, ns, name string) string {
+	return roleToken(ctx, ns, name, "mcpbridge-gateway-user", tokenAudience, apiAudience)
+}
+
+// roleToken returns a token made for audiences for ServiceAccount name in
+// ns, with ClusterRole role bound in ns; the first call for name creates the
+// ServiceAccount and the RoleBinding.
+func roleToken(ctx context.Context, ns, name, role string, audiences ...string) string {
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
 	if err := cluster.Client.Create(ctx, sa); !apierrors.IsAlreadyExists(err) {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(cluster.Client.Create(ctx, &rbacv1.RoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: name + "-gateway-user", Namespace: ns},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "mcpbridge-gateway-user"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
 			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: name}},
 		})).To(Succeed())
 	}
 	tr := &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{
-		Audiences: []string{tokenAudience, apiAudience}, ExpirationSeconds: ptr.To[int64](3600),
+		Audiences: audiences, ExpirationSeconds: ptr.To[int64](3600),
 	}}
 	Expect(cluster.Client.SubResource("token").Create(ctx, sa, tr)).To(Succeed())
 	Expect(tr.Status.Token).NotTo(BeEmpty())
@@ -111,7 +142,7 @@ func expectGatewayServes(ctx context.Context, mgr *corev1.Pod, ns, token string)
 	Eventually(func(ctx context.Context) (err error) {
 		sess, err = agent.Connect(ctx, &mcp.StreamableClientTransport{
 			Endpoint:   gatewayEndpoint(mgr, ns),
-			HTTPClient: &http.Client{Transport: bearer{token: token, base: http.DefaultTransport}},
+			HTTPClient: bearerClient(token),
 		}, nil)
 		return err
 	}).WithContext(ctx).Within(timeout).ProbeEvery(poll).Should(Succeed())
@@ -140,9 +171,18 @@ func expectGatewayServes(ctx context.Context, mgr *corev1.Pod, ns, token string)
 // expectGatewayRefusesAnonymous connects without a token: the gateway
 // answers 401, which the SDK reports as Unauthorized.
 func expectGatewayRefusesAnonymous(ctx context.Context, mgr *corev1.Pod, ns string) {
-	agent := mcp.NewClient(&mcp.Implementation{Name: "anonymous", Version: "test"}, nil)
-	_, err := agent.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: gatewayEndpoint(mgr, ns), MaxRetries: -1}, nil)
+	expectGatewayRefuses(ctx, mgr, ns, http.DefaultClient)
+}
+
+// expectGatewayRefuses connects with hc: the gateway answers 401.
+func expectGatewayRefuses(ctx context.Context, mgr *corev1.Pod, ns string, hc *http.Client) {
+	agent := mcp.NewClient(&mcp.Implementation{Name: "refused", Version: "test"}, nil)
+	_, err := agent.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: gatewayEndpoint(mgr, ns), HTTPClient: hc, MaxRetries: -1}, nil)
 	Expect(err).To(MatchError(ContainSubstring("Unauthorized")))
+}
+
+func bearerClient(token string) *http.Client {
+	return &http.Client{Transport: bearer{token: token, base: http.DefaultTransport}}
 }
 
 type bearer struct {
