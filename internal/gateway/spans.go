@@ -38,12 +38,23 @@ const route = "/namespaces/{namespace}/mcp"
 // find its parent (methodParent).
 func (g *Gateway) traceRequest(w http.ResponseWriter, r *http.Request, ns string) (*statusWriter, *http.Request, trace.Span) {
 	ctx := g.tracer.Extract(r.Context(), r.Header, nil)
-	ctx, span := g.tracer.Start(ctx, r.Method+" "+route, trace.SpanKindServer,
-		semconv.HTTPRequestMethodKey.String(r.Method), semconv.HTTPRoute(route),
+	method := knownMethod(r.Method)
+	ctx, span := g.tracer.Start(ctx, method+" "+route, trace.SpanKindServer,
+		semconv.HTTPRequestMethodKey.String(method), semconv.HTTPRoute(route),
 		semconv.NetworkProtocolName("http"), semconv.NetworkProtocolVersion(protocolVersion(r)),
 		semconv.NetworkTransportTCP, tracing.Namespace.String(ns))
 	tracing.InjectHeader(ctx, r.Header)
 	return &statusWriter{ResponseWriter: w}, r.WithContext(ctx), span
+}
+
+// knownMethod is an HTTP method MCP uses, or _OTHER: a span name must not
+// take whatever method a client invents.
+func knownMethod(m string) string {
+	switch m {
+	case http.MethodPost, http.MethodGet, http.MethodDelete:
+		return m
+	}
+	return "_OTHER"
 }
 
 func protocolVersion(r *http.Request) string {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -398,6 +399,16 @@ func TestTracingRecordsRefusalsAndFailures(t *testing.T) {
 	g.Expect(res.IsError).To(BeTrue())
 	_, err = cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "mcp__zz__nothing"})
 	g.Expect(err).To(HaveOccurred())
+
+	// A method a client invents does not name a span.
+	req, err := http.NewRequest("BREW", env.url, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	resp, err := env.hc.Do(req)
+	g.Expect(err).NotTo(HaveOccurred())
+	resp.Body.Close()
+	brew := spanWith(t, exp, "the BREW request", named("_OTHER "+route, func(tracetest.SpanStub) bool { return true }))
+	g.Expect(spanAttrs(brew)).To(And(HaveKeyWithValue("http.request.method", "_OTHER"),
+		HaveKeyWithValue("http.response.status_code", strconv.Itoa(resp.StatusCode))))
 
 	for _, tc := range []struct{ name, outcome, errorType, status string }{
 		{"tools/call " + bridge.PublicName("fx", fixture.ToolFail), "tool_error", "tool_error", "The tool reported an error"},
