@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"go.opentelemetry.io/otel/trace"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -38,6 +39,8 @@ type options struct {
 	watchNamespaces         []string
 	upstreamAllowCIDRs      []netip.Prefix
 	zap                     zap.Options
+	// tracerProvider comes from the OTEL_* environment, not from a flag.
+	tracerProvider trace.TracerProvider
 }
 
 // parseOptions defines every flag on fs and parses args. The flags and

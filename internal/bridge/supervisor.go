@@ -8,10 +8,13 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"k8s.io/utils/clock"
 
 	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/policy"
+	"github.com/mcpbridge/operator/internal/tracing"
 )
 
 // Phase is the supervisor's connection state.
@@ -56,6 +59,9 @@ type Options struct {
 	// link-local, unspecified and multicast addresses: a caller has to
 	// allow them explicitly. See docs/design.md, "Egress policy".
 	Egress *egress.Policy
+	// TracerProvider receives the supervisor's spans; nil is tracing off.
+	// See docs/design.md, "Tracing".
+	TracerProvider trace.TracerProvider
 
 	dialer dialer // tests inject transports here
 }
@@ -73,8 +79,10 @@ type Supervisor struct {
 	changes  chan struct{}
 	syncMu   sync.Mutex // two syncs of this server never interleave
 
-	observer Observer
-	tasks    taskTools // tools of the live generation that require tasks
+	observer   Observer
+	tracer     tracing.Tracer
+	traceAttrs []attribute.KeyValue // what every span of this supervisor carries
+	tasks      taskTools            // tools of the live generation that require tasks
 	// filter is what of the server's tools is published: the policy's,
 	// until SetToolFilter changes it in place.
 	filter atomic.Pointer[policy.ToolFilter]
@@ -106,6 +114,9 @@ func New(o Options) *Supervisor {
 		closed:   make(chan struct{}),
 		snap:     Snapshot{Phase: PhasePending, Generation: o.BaseGeneration, MaxAttempts: o.Policy.Reconnect.MaxAttempts},
 	}
+	if s.tracer = tracing.New(o.TracerProvider); s.tracer.On() {
+		s.traceAttrs = upstreamAttributes(o.Namespace, o.Name, o.Policy)
+	}
 	filter := o.Policy.Tools
 	s.filter.Store(&filter)
 	if s.clock == nil {
@@ -122,19 +133,19 @@ func New(o Options) *Supervisor {
 		if grace <= 0 {
 			grace = s.barrier / 3
 		}
-		s.dialer = newDialer(o.Policy, s.log, grace, s.tasks.sniff, o.Egress)
+		s.dialer = newDialer(o.Policy, s.log, grace, s.tasks.sniff, o.Egress, s.tracer)
 	}
 	return s
 }
 
-func newDialer(p *policy.Policy, log logr.Logger, grace time.Duration, sniff func([]byte), eg *egress.Policy) dialer {
+func newDialer(p *policy.Policy, log logr.Logger, grace time.Duration, sniff func([]byte), eg *egress.Policy, tr tracing.Tracer) dialer {
 	if p.Stdio != nil {
 		return &stdioDialer{spec: p.Stdio, log: log, grace: grace, sniff: sniff}
 	}
 	if eg == nil {
 		eg = egress.Default()
 	}
-	return &httpDialer{spec: p.HTTP, sniff: sniff, egress: eg}
+	return &httpDialer{spec: p.HTTP, sniff: sniff, egress: eg, tracer: tr}
 }
 
 // Start runs the supervisor until ctx ends or Dispose; a second Start, or a
