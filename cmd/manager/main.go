@@ -51,6 +51,11 @@ func run(args []string) error {
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts.zap)))
 	log := ctrl.Log.WithName("setup")
+	flushTracing, err := setupTracing(opts)
+	if err != nil {
+		return err
+	}
+	defer flushTracing() // after the supervisors are disposed: their last spans too
 	if err := proc.BecomeSubreaper(); err != nil {
 		log.Error(err, "cannot adopt orphaned grandchildren of stdio servers; they may linger as zombies")
 	}
@@ -116,6 +121,7 @@ func setupControllers(mgr ctrl.Manager, opts *options) (*controller.Supervisors,
 	}
 	sups := &controller.Supervisors{Registry: registry, Log: ctrl.Log.WithName("supervisor"),
 		Egress: egress.New(opts.upstreamAllowCIDRs)}
+	sups.TracerProvider = opts.tracerProvider
 	r := &controller.McpServerReconciler{
 		Client:      mgr.GetClient(),
 		APIReader:   mgr.GetAPIReader(),
@@ -135,7 +141,7 @@ func setupControllers(mgr ctrl.Manager, opts *options) (*controller.Supervisors,
 // McpServer) unless --gateway-auth=none, and over TLS from
 // --gateway-cert-dir if given. See docs/design.md, "The gateway".
 func setupGateway(mgr ctrl.Manager, opts *options, registry *bridge.Registry) error {
-	gw := &gateway.Gateway{Registry: registry, Log: ctrl.Log.WithName("gateway")}
+	gw := &gateway.Gateway{Registry: registry, Log: ctrl.Log.WithName("gateway"), TracerProvider: opts.tracerProvider}
 	if opts.gatewayAuth == gatewayAuthToken {
 		c := mgr.GetClient() // creates go to the apiserver, never to the cache
 		gw.Auth = gateway.NewAccess(

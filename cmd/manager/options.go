@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/distribution/reference"
+	"go.opentelemetry.io/otel/trace"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -41,6 +42,8 @@ type options struct {
 	stdio                   stdioOptions
 	upstreamAllowCIDRs      []netip.Prefix
 	zap                     zap.Options
+	// tracerProvider comes from the OTEL_* environment, not from a flag.
+	tracerProvider trace.TracerProvider
 }
 
 // stdioOptions choose where stdio servers run; see docs/design.md,

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpbridge/operator/internal/tracing"
 )
 
 // CallTool sends tools/call with the raw name upstream, bounded by
@@ -16,14 +18,23 @@ import (
 // See docs/design.md, "Tool calls".
 func (s *Supervisor) CallTool(ctx context.Context, rawName string, args any) (res *mcp.CallToolResult, err error) {
 	start := time.Now()
-	defer func() { s.observer.ToolCall(callOutcome(res, err), time.Since(start)) }()
-	g, err := s.callable(rawName)
-	if err != nil {
+	ctx, span := s.startCall(ctx, rawName)
+	var g *generation
+	defer func() {
+		outcome := callOutcome(res, err)
+		s.observer.ToolCall(outcome, time.Since(start))
+		endCall(span, g, outcome, err)
+	}()
+	if g, err = s.callable(rawName); err != nil {
 		return nil, err
 	}
 	cctx, cancel := g.callContext(ctx, s.p.ToolCallTimeout)
 	defer cancel()
-	res, err = g.sess.CallTool(cctx, &mcp.CallToolParams{Name: rawName, Arguments: args})
+	params := &mcp.CallToolParams{Name: rawName, Arguments: args}
+	if s.tracer.On() {
+		params.Meta = tracing.Meta(cctx) // MCP's way to pass the trace on, over any transport
+	}
+	res, err = g.sess.CallTool(cctx, params)
 	if err != nil {
 		return nil, s.callFailed(ctx, cctx, g, err)
 	}
@@ -63,7 +74,7 @@ func (s *Supervisor) callFailed(ctx, cctx context.Context, g *generation, err er
 	case g.ctx.Err() != nil:
 		err = fmt.Errorf("%w: the connection was closed during the call", ErrUnavailable)
 	case errors.Is(cctx.Err(), context.DeadlineExceeded):
-		err = fmt.Errorf("the tool call timed out after %dms", s.p.ToolCallTimeout.Milliseconds())
+		err = errCallTimeout{timeout: s.p.ToolCallTimeout}
 	case isSessionLost(err):
 		g.lose(StageToolsCall, err)
 	case isTransportFailure(err):
@@ -71,6 +82,16 @@ func (s *Supervisor) callFailed(ctx, cctx context.Context, g *generation, err er
 	}
 	return &StageError{Stage: StageToolsCall, Err: err}
 }
+
+// errCallTimeout is a call's toolCallTimeoutMs running out; it is a
+// context.DeadlineExceeded for errors.Is.
+type errCallTimeout struct{ timeout time.Duration }
+
+func (e errCallTimeout) Error() string {
+	return fmt.Sprintf("the tool call timed out after %dms", e.timeout.Milliseconds())
+}
+
+func (errCallTimeout) Is(target error) bool { return target == context.DeadlineExceeded }
 
 // liveGeneration is the connected generation, or why there is none.
 func (s *Supervisor) liveGeneration() (*generation, string) {

@@ -43,7 +43,7 @@ func BenchmarkFramingEncodeCallOurs(b *testing.B) {
 	args := json.RawMessage(`{"text":"hello"}`)
 	for b.Loop() {
 		msg := callRequest{JSONRPC: "2.0", ID: "mcpbridge-7", Method: "tools/call", Params: callParams{Name: "echo", Arguments: args,
-			Meta: &requestMeta{ProtocolVersion: "2026-07-28", ClientInfo: clientImpl}}}
+			Meta: &callMeta{requestMeta: &requestMeta{ProtocolVersion: "2026-07-28", ClientInfo: clientImpl}}}}
 		if _, err := encode(msg); err != nil {
 			b.Fatal(err)
 		}
@@ -55,7 +55,7 @@ func BenchmarkFramingEncodeCallSDK(b *testing.B) {
 	args := json.RawMessage(`{"text":"hello"}`)
 	id, _ := jsonrpc.MakeID("mcpbridge-7")
 	for b.Loop() {
-		p, err := encode(callParams{Name: "echo", Arguments: args, Meta: &requestMeta{ProtocolVersion: "2026-07-28", ClientInfo: clientImpl}})
+		p, err := encode(callParams{Name: "echo", Arguments: args, Meta: &callMeta{requestMeta: &requestMeta{ProtocolVersion: "2026-07-28", ClientInfo: clientImpl}}})
 		if err != nil {
 			b.Fatal(err)
 		}

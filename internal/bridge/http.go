@@ -15,6 +15,7 @@ import (
 
 	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/policy"
+	"github.com/mcpbridge/operator/internal/tracing"
 )
 
 // httpDialer connects to a Streamable HTTP endpoint.
@@ -22,6 +23,7 @@ type httpDialer struct {
 	spec   *policy.HTTP
 	sniff  func([]byte) // optional: sees every line of every response body
 	egress *egress.Policy
+	tracer tracing.Tracer // a span per request of a traced operation
 }
 
 func (d *httpDialer) dial(_ context.Context, onLost func(error)) (link, error) {
@@ -39,7 +41,7 @@ func (d *httpDialer) dial(_ context.Context, onLost func(error)) (link, error) {
 		ResponseHeaderTimeout: 0, // a call may legitimately take toolCallTimeoutMs
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	rt := &sessionTransport{base: base, headers: d.spec.Headers, onLost: onLost, linkCtx: ctx, sniff: d.sniff}
+	rt := &sessionTransport{base: base, headers: d.spec.Headers, onLost: onLost, linkCtx: ctx, sniff: d.sniff, tracer: d.tracer}
 	// No Client.Timeout: it would cut the SSE streams; every request
 	// carries its own deadline instead.
 	client := &http.Client{
@@ -139,6 +141,7 @@ type sessionTransport struct {
 	onLost  func(error)
 	linkCtx context.Context // ends when the generation closes
 	sniff   func([]byte)
+	tracer  tracing.Tracer
 }
 
 func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -148,13 +151,16 @@ func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		// close barrier for the SDK's 5 s DELETE timeout.
 		ctx, cancel = context.WithTimeout(req.Context(), sessionDeleteTimeout)
 	}
+	ctx, span := t.startRequest(ctx, req)
 	stop := context.AfterFunc(t.linkCtx, cancel)
-	done := func() { stop(); cancel() }
+	done := func() { stop(); cancel(); span.End() }
 	req = req.Clone(ctx)
+	tracing.InjectHeader(ctx, req.Header) // before the configured headers, which win
 	for _, h := range t.headers {
 		req.Header.Set(h.Name, h.Value)
 	}
 	resp, err := t.base.RoundTrip(req)
+	endRequest(span, resp, err)
 	if err != nil {
 		done()
 		return nil, err

@@ -73,7 +73,7 @@ func (e *stopError) Error() string { return e.msg }
 // attempt runs one generation from connect to loss. A nil error means
 // "back off and try again"; a *stopError means stop for good.
 func (s *Supervisor) attempt(ctx context.Context, o *outage, everConnected *bool) error {
-	g, err := s.connect(ctx, *everConnected)
+	g, err := s.tracedConnect(ctx, *everConnected)
 	if ctx.Err() != nil {
 		if g != nil { // connected just as the supervisor was disposed
 			_ = s.closeGeneration(g)

@@ -14,6 +14,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpbridge/operator/internal/tracing"
 )
 
 // JSONCaller forwards a tools/call whose arguments and result stay JSON, so
@@ -34,15 +36,15 @@ func (s *Supervisor) CallToolJSON(ctx context.Context, rawName string, args json
 		return nil, false, &StageError{Stage: StageToolsCall, Err: errors.New("the arguments are not valid JSON")}
 	}
 	g, err := s.callable(rawName)
-	if err != nil {
-		s.observer.ToolCall(callOutcome(nil, err), 0)
-		return nil, false, err
+	var hl *httpLink
+	if err == nil {
+		hl, _ = g.link.(*httpLink)
 	}
-	hl, ok := g.link.(*httpLink)
-	if !ok {
+	if hl == nil { // not over HTTP, or no call at all: CallTool says why
 		return s.callToolAsJSON(ctx, rawName, args)
 	}
 	start := time.Now()
+	ctx, span := s.startCall(ctx, rawName)
 	cctx, cancel := g.callContext(ctx, s.p.ToolCallTimeout)
 	defer cancel()
 	res, isError, err := g.postCall(cctx, hl, rawName, args)
@@ -54,6 +56,7 @@ func (s *Supervisor) CallToolJSON(ctx context.Context, rawName string, args json
 		outcome = "tool_error"
 	}
 	s.observer.ToolCall(outcome, time.Since(start))
+	endCall(span, g, outcome, err)
 	return res, isError, err
 }
 
@@ -85,7 +88,15 @@ type callRequest struct {
 type callParams struct {
 	Name      string          `json:"name"`
 	Arguments json.RawMessage `json:"arguments"`
-	Meta      *requestMeta    `json:"_meta,omitempty"`
+	Meta      *callMeta       `json:"_meta,omitempty"`
+}
+
+// callMeta is a call's _meta: the client's identity for a 2026-07-28
+// server, and the W3C trace context of the call's span when tracing is on.
+type callMeta struct {
+	*requestMeta
+	Traceparent string `json:"traceparent,omitempty"`
+	Tracestate  string `json:"tracestate,omitempty"`
 }
 
 // requestMeta is what a 2026-07-28 server needs on every request (SEP-2575):
@@ -107,7 +118,13 @@ func (g *generation) postCall(ctx context.Context, hl *httpLink, rawName string,
 	msg := callRequest{JSONRPC: "2.0", ID: id, Method: "tools/call", Params: callParams{Name: rawName, Arguments: args}}
 	version := g.sess.InitializeResult().ProtocolVersion
 	if version >= SessionlessProtocol {
-		msg.Params.Meta = &requestMeta{ProtocolVersion: version, ClientInfo: clientImpl}
+		msg.Params.Meta = &callMeta{requestMeta: &requestMeta{ProtocolVersion: version, ClientInfo: clientImpl}}
+	}
+	if parent, state := tracing.Fields(ctx); parent != "" {
+		if msg.Params.Meta == nil {
+			msg.Params.Meta = &callMeta{}
+		}
+		msg.Params.Meta.Traceparent, msg.Params.Meta.Tracestate = parent, state
 	}
 	body, err := encode(msg)
 	if err != nil {

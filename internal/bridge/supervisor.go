@@ -9,11 +9,14 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"k8s.io/utils/clock"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/policy"
+	"github.com/mcpbridge/operator/internal/tracing"
 )
 
 // Phase is the supervisor's connection state.
@@ -63,6 +66,9 @@ type Options struct {
 	// Pod-runtime server's shim, whose address is the operator's own Pod's.
 	// See docs/design.md, "Egress policy".
 	Egress *egress.Policy
+	// TracerProvider receives the supervisor's spans; nil is tracing off.
+	// See docs/design.md, "Tracing".
+	TracerProvider trace.TracerProvider
 
 	dialer dialer // tests inject transports here
 }
@@ -80,8 +86,10 @@ type Supervisor struct {
 	changes  chan struct{}
 	syncMu   sync.Mutex // two syncs of this server never interleave
 
-	observer Observer
-	tasks    taskTools // tools of the live generation that require tasks
+	observer   Observer
+	tracer     tracing.Tracer
+	traceAttrs []attribute.KeyValue // what every span of this supervisor carries
+	tasks      taskTools            // tools of the live generation that require tasks
 	// filter is what of the server's tools is published: the policy's,
 	// until SetToolFilter changes it in place.
 	filter atomic.Pointer[policy.ToolFilter]
@@ -119,6 +127,9 @@ func New(o Options) *Supervisor {
 	if o.Policy.Stdio != nil {
 		s.snap.Runtime = o.Policy.Stdio.Runtime
 	}
+	if s.tracer = tracing.New(o.TracerProvider); s.tracer.On() {
+		s.traceAttrs = upstreamAttributes(o.Namespace, o.Name, o.Policy)
+	}
 	filter := o.Policy.Tools
 	s.filter.Store(&filter)
 	if s.clock == nil {
@@ -149,7 +160,7 @@ func (s *Supervisor) newDialer(o Options) dialer {
 		}
 		return &stdioDialer{spec: s.p.Stdio, log: s.log, grace: grace, sniff: s.tasks.sniff}
 	}
-	return &httpDialer{spec: s.p.HTTP, sniff: s.tasks.sniff, egress: cmp.Or(o.Egress, egress.Default())}
+	return &httpDialer{spec: s.p.HTTP, sniff: s.tasks.sniff, egress: cmp.Or(o.Egress, egress.Default()), tracer: s.tracer}
 }
 
 // Start runs the supervisor until ctx ends or Dispose; a second Start, or a

@@ -39,6 +39,8 @@ type httpRecord struct {
 	RPCMethod string          // JSON-RPC method of a POSTed message, "" otherwise
 	RPCID     json.RawMessage // JSON-RPC id of a POSTed call, nil otherwise
 	Header    http.Header
+	// MetaTraceparent is a POSTed message's params._meta.traceparent.
+	MetaTraceparent string
 }
 
 func (r httpRecord) sessionID() string { return r.Header.Get("Mcp-Session-Id") }
@@ -92,9 +94,14 @@ func (u *httpUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var m struct {
 			Method string          `json:"method"`
 			ID     json.RawMessage `json:"id"`
+			Params struct {
+				Meta struct {
+					Traceparent string `json:"traceparent"`
+				} `json:"_meta"`
+			} `json:"params"`
 		}
 		if json.Unmarshal(body, &m) == nil {
-			rec.RPCMethod, rec.RPCID = m.Method, m.ID
+			rec.RPCMethod, rec.RPCID, rec.MetaTraceparent = m.Method, m.ID, m.Params.Meta.Traceparent
 		}
 		u.inFlight.Add(1)
 		defer u.inFlight.Add(-1)

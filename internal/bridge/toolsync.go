@@ -28,9 +28,11 @@ const (
 // deadline into a complete set, then swap it into the registry in one step.
 // A failed fetch changes nothing; a refused swap keeps the previous set.
 // See docs/design.md, "Tool sync".
-func (s *Supervisor) syncTools(ctx context.Context, g *generation, stage *string) error {
+func (s *Supervisor) syncTools(ctx context.Context, g *generation, stage *string) (err error) {
 	s.syncMu.Lock()
 	defer s.syncMu.Unlock()
+	ctx, span := s.startSync(ctx, g)
+	defer func() { s.endSync(span, g, *stage, err) }()
 	start := time.Now()
 	tools, err := fetchTools(ctx, g.sess, stage)
 	s.observer.ToolSync(err == nil, time.Since(start))

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"go.opentelemetry.io/otel/trace"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -35,6 +36,8 @@ type Supervisors struct {
 	// Egress is the egress policy of every supervisor's HTTP upstreams; nil
 	// is egress.Default(). See docs/design.md, "Egress policy".
 	Egress *egress.Policy
+	// TracerProvider receives every supervisor's spans; nil is tracing off.
+	TracerProvider trace.TracerProvider
 	// Tune lets tests shorten the close barrier and grace periods.
 	Tune func(*bridge.Options)
 
@@ -166,7 +169,7 @@ func (s *Supervisors) Ensure(ctx context.Context, key types.NamespacedName, spec
 }
 
 func (s *Supervisors) start(key types.NamespacedName, specKey SwapKey, opts bridge.Options) *bridge.Supervisor {
-	opts.Registry, opts.Egress = s.Registry, s.Egress
+	opts.Registry, opts.Egress, opts.TracerProvider = s.Registry, s.Egress, s.TracerProvider
 	if opts.Log.GetSink() == nil {
 		opts.Log = s.Log
 	}

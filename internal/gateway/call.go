@@ -14,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpbridge/operator/internal/bridge"
+	"github.com/mcpbridge/operator/internal/tracing"
 )
 
 // The tools/call fast path. A call is most of what agents send, and going
@@ -142,6 +143,7 @@ func (v *view) fastCall(w http.ResponseWriter, r *http.Request, msg *message) bo
 		return false // the same id is in flight on this session: the SDK decides
 	}
 	defer done()
+	ctx, span := v.startMethod(ctx, nil, tracing.RawMeta(msg.Params.Meta), msg.Method, msg.Params.Name, msg.ID)
 	res, isError, err := jc.CallToolJSON(ctx, tool.RawName, msg.Params.Arguments)
 	if err != nil {
 		// As in the SDK path: a failed call is a tool error with the reason.
@@ -156,6 +158,9 @@ func (v *view) fastCall(w http.ResponseWriter, r *http.Request, msg *message) bo
 	callDuration.WithLabelValues(outcome).Observe(d.Seconds())
 	writeResult(w, sid, msg.ID, res)
 	v.audit(msg.Params.Name, tool, outcome, d)
+	if span.IsRecording() {
+		endMethod(span, r.Header.Get("Mcp-Protocol-Version"), tool, outcome, err)
+	}
 	return true
 }
 

@@ -178,23 +178,30 @@ func (e *testEnv) view() *view {
 // end of the test.
 func (e *testEnv) agent(proto string) *mcp.ClientSession {
 	e.t.Helper()
+	return connectAgent(e.t, e.url, e.hc, proto)
+}
+
+// connectAgent connects a real go-sdk client speaking proto to url; it is
+// closed at the end of the test.
+func connectAgent(t *testing.T, url string, hc *http.Client, proto string) *mcp.ClientSession {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
 	client := mcp.NewClient(&mcp.Implementation{Name: "test-agent", Version: "v0"}, nil)
-	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: e.url, HTTPClient: e.hc, MaxRetries: -1},
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc, MaxRetries: -1},
 		&mcp.ClientSessionOptions{ProtocolVersion: proto})
 	if err != nil {
-		e.t.Fatalf("connect %s: %v", proto, err)
+		t.Fatalf("connect %s: %v", proto, err)
 	}
 	if got := cs.InitializeResult().ProtocolVersion; got != proto {
 		_ = cs.Close()
-		e.t.Fatalf("negotiated %s, want %s", got, proto)
+		t.Fatalf("negotiated %s, want %s", got, proto)
 	}
 	if proto < bridge.SessionlessProtocol && cs.ID() == "" {
 		_ = cs.Close()
-		e.t.Fatalf("a %s agent got no session id", proto)
+		t.Fatalf("a %s agent got no session id", proto)
 	}
-	e.t.Cleanup(func() { _ = cs.Close() })
+	t.Cleanup(func() { _ = cs.Close() })
 	return cs
 }
 

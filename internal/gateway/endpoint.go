@@ -10,6 +10,7 @@ import (
 
 	"github.com/mcpbridge/operator/internal/bridge"
 	"github.com/mcpbridge/operator/internal/kubeauth"
+	"github.com/mcpbridge/operator/internal/tracing"
 )
 
 // serverImpl is how the gateway introduces itself to agents.
@@ -24,14 +25,16 @@ type endpoint struct {
 	access   *Access // nil without authentication
 	log      logr.Logger
 	auditLog logr.Logger
+	tracer   tracing.Tracer
 
 	mu    sync.Mutex
 	views map[string]*view // by identity
 }
 
-func newEndpoint(ns string, registry *bridge.Registry, access *Access, log logr.Logger) *endpoint {
+func newEndpoint(ns string, registry *bridge.Registry, access *Access, log logr.Logger, tracer tracing.Tracer) *endpoint {
 	log = log.WithValues("namespace", ns)
-	return &endpoint{ns: ns, registry: registry, access: access, log: log, auditLog: log.WithName("audit"), views: map[string]*view{}}
+	return &endpoint{ns: ns, registry: registry, access: access, log: log, auditLog: log.WithName("audit"),
+		tracer: tracer, views: map[string]*view{}}
 }
 
 // hold returns the view of u's identity, creating it on first use, and

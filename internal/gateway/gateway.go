@@ -12,12 +12,14 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"go.opentelemetry.io/otel/trace"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/mcpbridge/operator/internal/bridge"
 	"github.com/mcpbridge/operator/internal/kubeauth"
+	"github.com/mcpbridge/operator/internal/tracing"
 )
 
 // DefaultMaxBodyBytes bounds a request body.
@@ -53,13 +55,18 @@ type Gateway struct {
 	// ReadHeaderTimeout and IdleTimeout of the HTTP server; zero means
 	// DefaultReadHeaderTimeout and DefaultIdleTimeout.
 	ReadHeaderTimeout, IdleTimeout time.Duration
+	// TracerProvider receives the spans of requests and tool calls; nil is
+	// tracing off. See docs/design.md, "Tracing".
+	TracerProvider trace.TracerProvider
 
+	tracer    tracing.Tracer // of TracerProvider, set by Handler
 	mu        sync.Mutex
 	endpoints map[string]*endpoint
 }
 
 // Handler routes requests to the namespace endpoints.
 func (g *Gateway) Handler() http.Handler {
+	g.tracer = tracing.New(g.TracerProvider)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/namespaces/{namespace}/mcp", g.serve)
 	return mux
@@ -67,20 +74,25 @@ func (g *Gateway) Handler() http.Handler {
 
 func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 	ns := r.PathValue("namespace")
+	if g.tracer.On() {
+		sw, tr, span := g.traceRequest(w, r, ns)
+		defer endRequest(span, sw)
+		w, r = sw, tr
+	}
 	if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
-		refused("not_found")
+		refuse(r, "not_found")
 		http.Error(w, "invalid namespace", http.StatusNotFound)
 		return
 	}
 	if g.Auth == nil && !loopbackHost(r.Host) {
 		// Without authentication only loopback clients may call: a page
 		// that rebinds its own domain to 127.0.0.1 names itself in Host.
-		refused("not_loopback")
+		refuse(r, "not_loopback")
 		http.Error(w, "without authentication the gateway answers loopback hosts only", http.StatusForbidden)
 		return
 	}
 	if !sameOrigin(r) {
-		refused("cross_origin")
+		refuse(r, "cross_origin")
 		http.Error(w, "cross-origin request refused", http.StatusForbidden)
 		return
 	}
@@ -90,7 +102,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	v, release, err := g.view(r.Context(), ns, gr)
 	if err != nil {
-		refused("auth_unavailable")
+		refuse(r, "auth_unavailable")
 		g.Log.Error(err, "gateway authorization failed", "namespace", ns)
 		http.Error(w, "authorization is unavailable", http.StatusServiceUnavailable)
 		return
@@ -108,7 +120,7 @@ func (g *Gateway) authorize(w http.ResponseWriter, r *http.Request, ns string) (
 	}
 	token, ok := kubeauth.BearerToken(r)
 	if !ok {
-		refused("unauthorized")
+		refuse(r, "unauthorized")
 		kubeauth.Unauthorized(w)
 		return grant{}, false
 	}
@@ -118,17 +130,17 @@ func (g *Gateway) authorize(w http.ResponseWriter, r *http.Request, ns string) (
 	}
 	switch status := authStatus(err); status {
 	case http.StatusForbidden:
-		refused("forbidden")
+		refuse(r, "forbidden")
 		http.Error(w, `forbidden: the caller may not "use" mcpservers.mcpbridge.dev in namespace `+ns, http.StatusForbidden)
 	case http.StatusServiceUnavailable:
-		refused("auth_unavailable")
+		refuse(r, "auth_unavailable")
 		g.Log.Error(err, "gateway authorization failed", "namespace", ns)
 		kubeauth.WriteAuthenticationError(w, err)
 	case http.StatusTooManyRequests:
-		refused("rate_limited")
+		refuse(r, "rate_limited")
 		kubeauth.WriteAuthenticationError(w, err)
 	default:
-		refused("unauthorized")
+		refuse(r, "unauthorized")
 		kubeauth.WriteAuthenticationError(w, err)
 	}
 	return grant{}, false
@@ -167,7 +179,7 @@ func (g *Gateway) view(ctx context.Context, ns string, gr grant) (*view, func(),
 	}
 	e := g.endpoints[ns]
 	if e == nil {
-		e = newEndpoint(ns, g.Registry, g.Auth, g.Log)
+		e = newEndpoint(ns, g.Registry, g.Auth, g.Log, g.tracer)
 		g.endpoints[ns] = e
 	}
 	v, release := e.hold(gr.user)

@@ -242,19 +242,23 @@ func (v *view) call(public string) mcp.ToolHandler {
 // bounds), refuses a tools/call of a server the identity may no longer use
 // exactly as the SDK refuses an unknown tool, and counts, times and audits.
 func (v *view) receive(next mcp.MethodHandler) mcp.MethodHandler {
-	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+	return func(ctx context.Context, method string, req mcp.Request) (res mcp.Result, err error) {
 		start := time.Now()
-		switch method {
-		case "tools/list":
+		if method == "tools/call" {
+			return v.receiveCall(ctx, next, req, start)
+		}
+		ctx, span := v.startSDKMethod(ctx, method, "", req)
+		if span.IsRecording() {
+			defer func() { endMethod(span, sdkVersion(req), bridge.Tool{}, outcomeOf(res, err), err) }()
+		}
+		if method == "tools/list" {
 			if err := v.refresh(ctx); err != nil {
 				v.e.log.Error(err, "gateway authorization failed")
 				requests.WithLabelValues(method, "error").Inc()
 				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "authorization is unavailable"}
 			}
-		case "tools/call":
-			return v.receiveCall(ctx, next, req, start)
 		}
-		res, err := next(ctx, method, req)
+		res, err = next(ctx, method, req)
 		requests.WithLabelValues(method, outcomeOf(res, err)).Inc()
 		return res, err
 	}
@@ -265,6 +269,7 @@ func (v *view) receiveCall(ctx context.Context, next mcp.MethodHandler, req mcp.
 	if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok {
 		name = p.Name
 	}
+	ctx, span := v.startSDKMethod(ctx, "tools/call", name, req)
 	tool, _, known := v.e.registry.Lookup(v.e.ns, name)
 	var res mcp.Result
 	var err error
@@ -297,6 +302,9 @@ func (v *view) receiveCall(ctx context.Context, next mcp.MethodHandler, req mcp.
 	requests.WithLabelValues("tools/call", outcome).Inc()
 	callDuration.WithLabelValues(outcome).Observe(d.Seconds())
 	v.audit(name, tool, outcome, d)
+	if span.IsRecording() {
+		endMethod(span, sdkVersion(req), tool, outcome, err)
+	}
 	return res, err
 }
 

@@ -160,6 +160,32 @@ func TestValuesReachTheManager(t *testing.T) {
 	})
 }
 
+// TestTracingValuesReachTheManager: the tracing values become the OTEL_*
+// variables the manager reads at start, before tracing.env and
+// manager.extraEnv; by default the manager gets none, and traces nothing.
+func TestTracingValuesReachTheManager(t *testing.T) {
+	g := NewWithT(t)
+	objs, _ := render(t, nil)
+	g.Expect(managerOf(t, objs).Spec.Template.Spec.Containers[0].Env).To(BeEmpty())
+
+	headers := &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: "otlp-auth"}, Key: "headers"}}
+	objs, _ = render(t, map[string]any{
+		"tracing": map[string]any{"endpoint": "http://otel-collector.observability:4317", "protocol": "grpc", "samplerRatio": "0.25",
+			"env": []any{map[string]any{"name": "OTEL_EXPORTER_OTLP_HEADERS",
+				"valueFrom": map[string]any{"secretKeyRef": map[string]any{"name": "otlp-auth", "key": "headers"}}}}},
+		"manager": map[string]any{"extraEnv": []any{map[string]any{"name": "OTEL_SERVICE_NAME", "value": "bridge-eu"}}},
+	})
+	g.Expect(managerOf(t, objs).Spec.Template.Spec.Containers[0].Env).To(Equal([]corev1.EnvVar{
+		{Name: "OTEL_EXPORTER_OTLP_ENDPOINT", Value: "http://otel-collector.observability:4317"},
+		{Name: "OTEL_EXPORTER_OTLP_PROTOCOL", Value: "grpc"},
+		{Name: "OTEL_TRACES_SAMPLER", Value: "parentbased_traceidratio"},
+		{Name: "OTEL_TRACES_SAMPLER_ARG", Value: "0.25"},
+		{Name: "OTEL_EXPORTER_OTLP_HEADERS", ValueFrom: headers},
+		{Name: "OTEL_SERVICE_NAME", Value: "bridge-eu"},
+	}))
+}
+
 // TestNotesTellHowToUseTheGateway checks NOTES.txt of a default install:
 // the gateway's address, how to make an agent's token, how to let
 // Prometheus read the metrics, and that uninstall keeps the CRD.

@@ -150,3 +150,27 @@ values.schema.json); manager.extraArgs comes last, so it can override.
 - {{ . | quote }}
 {{- end }}
 {{- end }}
+
+{{/*
+The manager container's environment: the OTEL_* variables of tracing (the
+manager reads them at start; none set is tracing off), then tracing.env,
+then manager.extraEnv.
+*/}}
+{{- define "mcp-bridge.env" -}}
+{{- with .Values.tracing }}
+{{- if .endpoint }}
+- {name: OTEL_EXPORTER_OTLP_ENDPOINT, value: {{ .endpoint | quote }}}
+- {name: OTEL_EXPORTER_OTLP_PROTOCOL, value: {{ .protocol | quote }}}
+{{- end }}
+{{- if .samplerRatio }}
+- {name: OTEL_TRACES_SAMPLER, value: parentbased_traceidratio}
+- {name: OTEL_TRACES_SAMPLER_ARG, value: {{ .samplerRatio | quote }}}
+{{- end }}
+{{- with .env }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+{{- with .Values.manager.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}

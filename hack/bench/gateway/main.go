@@ -3,7 +3,7 @@
 // prints a markdown table with the command that reproduces it (
 // the gateway adds ≤ 0.5 ms at p50 and keeps ≥ 80% of direct throughput).
 //
-//	go run ./hack/bench/gateway [-duration=5s] [-callers=1,32] [-auth=none,namespace,servers] [-cpuprofile=FILE]
+//	go run ./hack/bench/gateway [-duration=5s] [-callers=1,32] [-auth=none,namespace,servers] [-tracing=memory|batch] [-cpuprofile=FILE]
 //
 // The fixture runs as a separate process (bin built into a temp dir, served
 // with --http=127.0.0.1:0); -servers supervisors connected to it, the
@@ -16,6 +16,9 @@
 // and access with a real kube-apiserver (internal/testenv, bin/k8s) and
 // cache the answers as the manager does; every gateway is called for the
 // first server's echo tool, which every mode may use.
+// With -tracing, every mode is measured a second time against a gateway
+// and supervisors with tracing on (a second set over the same fixture), in
+// the same alternating rounds, and a second table gives what tracing adds.
 // It is a benchmark, not a test: it asserts nothing and exits 0 whether or
 // not a goal is met (exit 1 only when it cannot measure at all).
 // See docs/design.md, "How it is tested".
@@ -46,6 +49,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/hack/bench/internal/report"
@@ -79,6 +83,9 @@ var (
 	flagAuth       = flag.String("auth", "none,namespace,servers", "gateways to measure: none, namespace (may use every McpServer), servers (may use -allowed of them by name)")
 	flagServers    = flag.Int("servers", 20, "McpServers (supervisors of the same fixture) in the registry")
 	flagAllowed    = flag.Int("allowed", 5, "McpServers the servers mode may use by name")
+	flagTracing    = flag.String("tracing", "", "also measure every -auth mode with tracing on, every call sampled, over a second set of "+
+		"-servers supervisors: memory (spans exported synchronously to the SDK's in-memory exporter, emptied after every round) "+
+		"or batch (the manager's shape: a batch span processor whose exporter drops the spans)")
 )
 
 func main() {
@@ -109,6 +116,7 @@ type result struct {
 	allocSelf  uint64        // heap bytes allocated by this process
 	negotiated string        // the agent's protocol version
 	upstream   string        // the supervisor's protocol version (gateway only)
+	spans      int64         // spans ended during the measured rounds (traced gateways only)
 }
 
 func (r result) rate() float64 { return float64(len(r.lat)) / r.elapsed.Seconds() }
@@ -141,6 +149,9 @@ func run() error {
 	}
 	if b.modes, err = parseModes(*flagAuth); err != nil {
 		return err
+	}
+	if *flagTracing != "" && *flagTracing != tracingMemory && *flagTracing != tracingBatch {
+		return fmt.Errorf("-tracing must be %s or %s, not %q", tracingMemory, tracingBatch, *flagTracing)
 	}
 	if *flagServers < 1 || *flagAllowed < 1 || *flagAllowed > *flagServers {
 		return errors.New("-servers and -allowed must be at least 1, -allowed at most -servers")
@@ -235,11 +246,18 @@ func (b *bench) protocol(proto string, callers []int) error {
 		return err
 	}
 	defer fx.stop()
-	gw, err := b.startGateway(proto, fx.url)
+	gw, err := b.startGateway(proto, fx.url, nil)
 	if err != nil {
 		return err
 	}
 	defer gw.stop()
+	var traced *gatewayEnv
+	if *flagTracing != "" {
+		if traced, err = b.startGateway(proto, fx.url, newTracing(*flagTracing)); err != nil {
+			return err
+		}
+		defer traced.stop()
+	}
 	var cells []cell
 	for _, n := range callers {
 		cells = append(cells, cell{proto: proto, callers: n, sessions: n})
@@ -250,6 +268,10 @@ func (b *bench) protocol(proto string, callers []int) error {
 	targets := []target{{mode: "direct", url: fx.url, tool: fixtureEcho}}
 	for _, m := range b.modes {
 		targets = append(targets, target{mode: m, url: gw.urls[m], tool: bridge.PublicName(serverName(0), fixtureEcho), token: b.auth.token(m)})
+		if traced != nil {
+			targets = append(targets, target{mode: m + tracedSuffix, url: traced.urls[m], tool: bridge.PublicName(serverName(0), fixtureEcho),
+				token: b.auth.token(m), tracing: traced.tracing})
+		}
 	}
 	for _, c := range cells {
 		fmt.Fprintf(os.Stderr, "%s: %d callers over %d sessions ...\n", proto, c.callers, c.sessions)
@@ -314,19 +336,25 @@ func (fx *fixtureProc) stop() {
 func serverName(i int) string { return fmt.Sprintf("fx%02d", i) }
 
 type gatewayEnv struct {
-	sups   []*bridge.Supervisor
-	srvs   []*http.Server
-	urls   map[string]string // by mode
-	cancel context.CancelFunc
+	sups    []*bridge.Supervisor
+	srvs    []*http.Server
+	urls    map[string]string // by mode
+	cancel  context.CancelFunc
+	tracing *benchTracing // nil: tracing off
 }
 
 // startGateway runs -servers supervisors connected to upstream, publishing
 // into one registry, and a gateway per mode over that registry on a
-// loopback port each; it returns once every supervisor is Ready.
-func (b *bench) startGateway(proto, upstream string) (*gatewayEnv, error) {
+// loopback port each; it returns once every supervisor is Ready. tr, if not
+// nil, traces the supervisors and the gateways.
+func (b *bench) startGateway(proto, upstream string, tr *benchTracing) (*gatewayEnv, error) {
 	reg := bridge.NewRegistry()
 	ctx, cancel := context.WithCancel(context.Background())
-	env := &gatewayEnv{cancel: cancel, urls: map[string]string{}}
+	env := &gatewayEnv{cancel: cancel, urls: map[string]string{}, tracing: tr}
+	var tp trace.TracerProvider // nil: off
+	if tr != nil {
+		tp = tr.provider
+	}
 	// Everything started here (the supervisors' goroutines, the servers'
 	// connection goroutines and the upstream calls they make) inherits
 	// role=gateway in the CPU profile.
@@ -344,12 +372,12 @@ func (b *bench) startGateway(proto, upstream string) (*gatewayEnv, error) {
 			// The fixture upstream listens on loopback, which the egress
 			// policy refuses unless allowed, as --upstream-allow-cidrs=127.0.0.0/8 does.
 			sup := bridge.New(bridge.Options{Namespace: namespace, Name: serverName(i), Policy: p, Registry: reg, Log: b.log,
-				Egress: egress.New([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})})
+				Egress: egress.New([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}), TracerProvider: tp})
 			sup.Start(ctx)
 			env.sups = append(env.sups, sup)
 		}
 		for _, m := range b.modes {
-			g := &gateway.Gateway{Registry: reg, Log: b.log, Auth: b.auth.access(m)}
+			g := &gateway.Gateway{Registry: reg, Log: b.log, Auth: b.auth.access(m), TracerProvider: tp}
 			var ln net.Listener
 			if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
 				return
@@ -407,13 +435,19 @@ func (env *gatewayEnv) stop() {
 	for _, sup := range env.sups {
 		_ = sup.Dispose(ctx)
 	}
+	if env.tracing != nil {
+		_ = env.tracing.provider.Shutdown(ctx)
+	}
 }
 
 // ---- the load --------------------------------------------------------------
 
 // target is where agents send their calls, with a bearer token unless it
-// is empty.
-type target struct{ mode, url, tool, token string }
+// is empty; tracing is the traced gateway's tracing, nil when off.
+type target struct {
+	mode, url, tool, token string
+	tracing                *benchTracing
+}
 
 // measure connects agents to each target, warms them up, then alternates
 // between the targets in -rounds rounds, so that a change of machine load
@@ -437,6 +471,8 @@ func measure(c cell, targets []target, fixturePid int) (res []result, err error)
 	slice := *flagDuration / time.Duration(*flagRounds)
 	for range *flagRounds {
 		for i, a := range ags {
+			tr := targets[i].tracing
+			tr.reset() // the warm-up's spans, or the last round's, out of the heap and the count
 			self0, fx0, alloc0, t0 := cpuSelf(), cpuOf(fixturePid), allocated(), time.Now()
 			lat, errs := a.load(slice)
 			res[i].elapsed += time.Since(t0)
@@ -444,6 +480,7 @@ func measure(c cell, targets []target, fixturePid int) (res []result, err error)
 			res[i].cpuFixture += cpuOf(fixturePid) - fx0
 			res[i].allocSelf += allocated() - alloc0
 			res[i].lat, res[i].errs = append(res[i].lat, lat...), res[i].errs+errs
+			res[i].spans += tr.ended()
 		}
 	}
 	return res, nil
@@ -637,6 +674,9 @@ func (b *bench) print(elapsed time.Duration, loadBefore string) {
 	for _, n := range b.notes {
 		fmt.Println("- " + n)
 	}
+	if *flagTracing != "" {
+		b.printTracing()
+	}
 }
 
 // printRow prints one path of a cell; share follows the bench CPU, tail
@@ -646,9 +686,13 @@ func (b *bench) printRow(r result, share, tail string) {
 	mode := r.mode
 	if r.mode != "direct" {
 		proto += " / " + r.upstream
+		auth, traced := strings.CutSuffix(r.mode, tracedSuffix)
 		mode = "gateway, auth " + map[string]string{"none": "none",
 			"namespace": "token, may use the namespace",
-			"servers":   fmt.Sprintf("token, may use %d of %d by name", *flagAllowed, *flagServers)}[r.mode]
+			"servers":   fmt.Sprintf("token, may use %d of %d by name", *flagAllowed, *flagServers)}[auth]
+		if traced {
+			mode += ", tracing " + *flagTracing
+		}
 	}
 	if r.errs > 0 {
 		b.notes = append(b.notes, fmt.Sprintf("%s %s, %d callers: %d calls failed", r.proto, r.mode, r.callers, r.errs))

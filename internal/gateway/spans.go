@@ -1,0 +1,248 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"strconv"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/mcpbridge/operator/internal/bridge"
+	"github.com/mcpbridge/operator/internal/tracing"
+)
+
+// The gateway's spans: one SERVER span per HTTP request to an endpoint
+// (spanRequest, refusals included), and inside it one span per MCP message
+// the gateway answers ("tools/call <public name>", "tools/list", ...), on
+// the fast path and the SDK's alike. A tools/call span is the parent of the
+// supervisor's call. Each checks whether the tracer is on before it builds
+// an attribute, so that tracing off costs a branch. The bearer token, the
+// session id, the arguments and the result are never recorded.
+// See docs/design.md, "Tracing".
+
+// spanRequest names the span of an HTTP request, after its route.
+const spanRequest = "POST /namespaces/{namespace}/mcp"
+
+const route = "/namespaces/{namespace}/mcp"
+
+// traceRequest starts the request's span, a child of the agent's
+// traceparent header if it sent one. The span's own trace context replaces
+// the header, so that the SDK, which hands a handler the headers but not
+// the context of the request that carried a message, lets the method span
+// find its parent (methodParent).
+func (g *Gateway) traceRequest(w http.ResponseWriter, r *http.Request, ns string) (*statusWriter, *http.Request, trace.Span) {
+	ctx := g.tracer.Extract(r.Context(), r.Header, nil)
+	method := knownMethod(r.Method)
+	ctx, span := g.tracer.Start(ctx, method+" "+route, trace.SpanKindServer,
+		semconv.HTTPRequestMethodKey.String(method), semconv.HTTPRoute(route),
+		semconv.NetworkProtocolName("http"), semconv.NetworkProtocolVersion(protocolVersion(r)),
+		semconv.NetworkTransportTCP, tracing.Namespace.String(ns))
+	tracing.InjectHeader(ctx, r.Header)
+	return &statusWriter{ResponseWriter: w}, r.WithContext(ctx), span
+}
+
+// knownMethod is an HTTP method MCP uses, or _OTHER: a span name must not
+// take whatever method a client invents.
+func knownMethod(m string) string {
+	switch m {
+	case http.MethodPost, http.MethodGet, http.MethodDelete:
+		return m
+	}
+	return "_OTHER"
+}
+
+func protocolVersion(r *http.Request) string {
+	if r.ProtoMajor == 2 {
+		return "2"
+	}
+	return strconv.Itoa(r.ProtoMajor) + "." + strconv.Itoa(r.ProtoMinor)
+}
+
+// endRequest records the status the request was answered with; a 5xx
+// fails the span, as OpenTelemetry's HTTP conventions have it for servers,
+// and a refusal says why in mcpbridge.outcome (set by refuse).
+func endRequest(span trace.Span, w *statusWriter) {
+	status := w.status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	span.SetAttributes(semconv.HTTPResponseStatusCode(status))
+	if status >= 500 {
+		tracing.Fail(span, strconv.Itoa(status), http.StatusText(status))
+	}
+	span.End()
+}
+
+// refuse counts a request turned away before MCP saw it, and says why on
+// its span.
+func refuse(r *http.Request, outcome string) {
+	refused(outcome)
+	if span := trace.SpanFromContext(r.Context()); span.IsRecording() {
+		span.SetAttributes(tracing.Outcome.String(outcome))
+	}
+}
+
+// statusWriter remembers the status of a traced request's answer. It
+// keeps the writer's Flush (the SDK streams SSE) and Hijack.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return http.NewResponseController(w.ResponseWriter).Hijack()
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// methodParent is the context a method span starts from, and its links.
+// On the fast path ctx is the request's own; the SDK hands a handler the
+// context its session was created with, so the request's span is found
+// again in the traceparent header that traceRequest rewrote. The agent's
+// params._meta.traceparent, MCP's own propagation, becomes the parent when
+// it names another trace than the request's (the agent sent no header, or
+// an unrelated one), and the request span is linked: the agent's trace
+// continues either way.
+func (v *view) methodParent(ctx context.Context, h http.Header, meta tracing.MetaGetter) (context.Context, []trace.Link) {
+	if h != nil { // the SDK's path
+		ctx = v.e.tracer.Extract(trace.ContextWithSpanContext(ctx, trace.SpanContext{}), h, nil)
+	}
+	if meta == nil || meta.Get(tracing.TraceparentKey) == "" {
+		return ctx, nil
+	}
+	agent := trace.SpanContextFromContext(v.e.tracer.Extract(context.Background(), nil, meta))
+	request := trace.SpanContextFromContext(ctx)
+	if !agent.IsValid() || agent.TraceID() == request.TraceID() {
+		return ctx, nil
+	}
+	var links []trace.Link
+	if request.IsValid() {
+		links = []trace.Link{{SpanContext: request}}
+	}
+	return trace.ContextWithRemoteSpanContext(ctx, agent), links
+}
+
+// startMethod starts the span of one MCP message, a child of methodParent's
+// context. id is the JSON-RPC id as the agent wrote it (nil for a
+// notification); tool is the public name of a tools/call's tool.
+func (v *view) startMethod(ctx context.Context, h http.Header, meta tracing.MetaGetter, method, tool string, id json.RawMessage) (context.Context, trace.Span) {
+	if !v.e.tracer.On() {
+		return v.e.tracer.Start(ctx, method, trace.SpanKindInternal)
+	}
+	ctx, links := v.methodParent(ctx, h, meta)
+	name := method
+	attrs := make([]attribute.KeyValue, 0, 7)
+	attrs = append(attrs, semconv.McpMethodNameKey.String(method), tracing.Namespace.String(v.e.ns),
+		semconv.NetworkTransportTCP, semconv.NetworkProtocolName("http"))
+	if method == "tools/call" {
+		name += " " + tool
+		attrs = append(attrs, semconv.GenAIOperationNameExecuteTool, semconv.GenAIToolName(tool))
+	}
+	if len(id) > 0 {
+		attrs = append(attrs, semconv.JSONRPCRequestID(requestID(id)))
+	}
+	return v.e.tracer.StartLinked(ctx, name, trace.SpanKindInternal, links, attrs...)
+}
+
+// requestID is a JSON-RPC id as a string: a string id unquoted.
+func requestID(id json.RawMessage) string {
+	var s string
+	if id[0] == '"' && json.Unmarshal(id, &s) == nil {
+		return s
+	}
+	return string(id)
+}
+
+// endMethod ends a method span with the protocol version the agent spoke,
+// the McpServer of the tool (when there is one) and the outcome, in the
+// audit line's words. A JSON-RPC error is error.type and
+// rpc.response.status_code; a tool's own error is error.type tool_error.
+// The status description is the gateway's words, never the error's
+// message, which may quote the arguments.
+func endMethod(span trace.Span, version string, tool bridge.Tool, outcome string, err error) {
+	if !span.IsRecording() {
+		return
+	}
+	defer span.End()
+	attrs := make([]attribute.KeyValue, 0, 6) // one SetAttributes: the span's slice grows once
+	if version != "" {
+		attrs = append(attrs, semconv.McpProtocolVersion(version))
+	}
+	if tool.Owner != "" {
+		attrs = append(attrs, tracing.McpServer.String(serverOf(tool)), tracing.ServerName.String(tool.ServerName))
+	}
+	attrs = append(attrs, tracing.Outcome.String(outcome))
+	switch kind := tracing.ErrorType(err); {
+	case err != nil:
+		if kind != tracing.ErrorTypeOther && kind != "timeout" && kind != "cancelled" {
+			attrs = append(attrs, semconv.RPCResponseStatusCode(kind))
+		}
+		span.SetAttributes(attrs...)
+		tracing.Fail(span, kind, methodFailure(outcome))
+	case outcome == "tool_error":
+		span.SetAttributes(attrs...)
+		tracing.Fail(span, "tool_error", "The tool reported an error")
+	default:
+		span.SetAttributes(attrs...)
+	}
+}
+
+func methodFailure(outcome string) string {
+	switch outcome {
+	case "unknown_tool", "denied":
+		return "Unknown tool" // what the agent was told, for both
+	case "error":
+		return "The request failed"
+	}
+	return "The request was answered with an error"
+}
+
+// startSDKMethod starts the span of a message the SDK serves.
+func (v *view) startSDKMethod(ctx context.Context, method, tool string, req mcp.Request) (context.Context, trace.Span) {
+	if !v.e.tracer.On() {
+		return v.e.tracer.Start(ctx, method, trace.SpanKindInternal)
+	}
+	var h http.Header
+	if extra := req.GetExtra(); extra != nil {
+		h = extra.Header
+	}
+	var meta tracing.MetaGetter
+	if p := req.GetParams(); p != nil {
+		meta = tracing.AnyMeta(p.GetMeta())
+	}
+	return v.startMethod(ctx, h, meta, method, tool, nil)
+}
+
+// sdkVersion is the protocol version a message the SDK serves came with.
+func sdkVersion(req mcp.Request) string {
+	if extra := req.GetExtra(); extra != nil && extra.Header != nil {
+		return extra.Header.Get("Mcp-Protocol-Version")
+	}
+	return ""
+}
