@@ -80,8 +80,8 @@ build: ## Build the manager and the shim (static, as in the image).
 	CGO_ENABLED=0 go build -o $(BIN)/shim ./cmd/shim
 
 .PHONY: run
-run: ## Run the manager against the cluster in $KUBECONFIG.
-	go run ./cmd/manager
+run: ## Run the manager against the cluster in $KUBECONFIG (stdio servers as its children: every namespace may run Local).
+	go run ./cmd/manager --local-stdio-namespaces='*' $(RUN_ARGS)
 
 .PHONY: demo
 demo: ## Run the operator on a local control plane with sample servers (Ctrl-C stops it).
@@ -110,8 +110,9 @@ uninstall: envtest ## Remove the CRDs from the cluster in $KUBECONFIG.
 	$(KUBECTL) delete --ignore-not-found -f config/crd/bases
 
 .PHONY: deploy
-deploy: envtest ## Deploy the operator with image $(IMG) to the cluster in $KUBECONFIG.
-	$(KUBECTL) kustomize config/default | sed 's|image: controller:latest|image: $(IMG)|' | $(KUBECTL) apply --server-side -f -
+deploy: envtest ## Deploy the operator with image $(IMG) to the cluster in $KUBECONFIG (IMG is also the Pods' --shim-image).
+	$(KUBECTL) kustomize config/default | sed -e 's|image: controller:latest|image: $(IMG)|' -e 's|--shim-image=controller:latest|--shim-image=$(IMG)|' \
+		| $(KUBECTL) apply --server-side -f -
 
 .PHONY: undeploy
 undeploy: envtest ## Remove the operator from the cluster in $KUBECONFIG.

@@ -7,19 +7,13 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-# Stop at once where the node cannot run, before a long build.
-hack/e2e-sandbox.sh --preflight
+hack/e2e-prepare.sh
 
 stage() { # name, command...
   local start=$SECONDS
   "${@:2}"
   echo "e2e: $1 took $((SECONDS - start)) s"
 }
-stage "envtest binaries" hack/build-envtest.sh
-stage "node binaries" hack/build-node.sh
-stage "images" bash -c 'hack/image.sh manager ghcr.io/mcpbridge/operator:dev &&
-  hack/image.sh mcp-fixture mcpbridge.dev/e2e/mcp-fixture:dev &&
-  hack/image.sh pause "registry.k8s.io/pause:$(cat bin/node/pause.version)"'
 stage "suite build" go test -c -o bin/e2e.test ./test/e2e
 # The chart's installer (the Helm SDK), from the chart tests' own module.
 stage "chart installer build" bash -c 'cd test/chart && go build -o ../../bin/chart-release ./cmd/chart-release'

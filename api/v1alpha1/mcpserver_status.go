@@ -53,6 +53,9 @@ const (
 	ReasonInvalidSpec        = "InvalidSpec"
 	ReasonSecretNotFound     = "SecretNotFound"
 	ReasonServerNameConflict = "ServerNameConflict"
+	// ReasonPodObjectConflict: the name of the server's Deployment or token
+	// Secret is taken by an object this McpServer does not own.
+	ReasonPodObjectConflict = "PodObjectConflict"
 )
 
 // Reasons of events on an McpServer that no condition carries.

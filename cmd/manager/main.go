@@ -28,6 +28,8 @@ import (
 	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/gateway"
 	"github.com/mcpbridge/operator/internal/kubeauth"
+	"github.com/mcpbridge/operator/internal/podruntime"
+	"github.com/mcpbridge/operator/internal/proc"
 )
 
 func main() {
@@ -54,7 +56,7 @@ func run(args []string) error {
 		return err
 	}
 	defer flushTracing() // after the supervisors are disposed: their last spans too
-	if err := bridge.BecomeSubreaper(); err != nil {
+	if err := proc.BecomeSubreaper(); err != nil {
 		log.Error(err, "cannot adopt orphaned grandchildren of stdio servers; they may linger as zombies")
 	}
 
@@ -78,7 +80,7 @@ func run(args []string) error {
 		LeaderElectionID:              "mcpbridge-manager.mcpbridge.dev",
 		LeaderElectionNamespace:       opts.leaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         cacheOptions(opts.watchNamespaces),
+		Cache:                         controller.CacheOptions(cacheOptions(opts.watchNamespaces)),
 		GracefulShutdownTimeout:       ptr.To(30 * time.Second),
 	})
 	if err != nil {
@@ -102,7 +104,8 @@ func run(args []string) error {
 
 	log.Info("starting manager", "gatewayBindAddress", opts.gatewayAddr, "gatewayAuth", opts.gatewayAuth,
 		"gatewayTokenAudiences", opts.gatewayAudiences, "gatewayTLS", opts.gatewayCertDir != "",
-		"watchNamespaces", opts.watchNamespaces, "upstreamAllowCIDRs", opts.upstreamAllowCIDRs, "metricsBindAddress", opts.metricsAddr, "metricsSecure", opts.metricsSecure)
+		"watchNamespaces", opts.watchNamespaces, "upstreamAllowCIDRs", opts.upstreamAllowCIDRs, "metricsBindAddress", opts.metricsAddr, "metricsSecure", opts.metricsSecure,
+		"localStdioNamespaces", opts.stdio.localNamespaces, "shimImage", opts.stdio.shimImage)
 	err = mgr.Start(ctrl.SetupSignalHandler())
 	// No stdio server may outlive the manager, however it stopped.
 	sups.DisposeAll()
@@ -124,6 +127,8 @@ func setupControllers(mgr ctrl.Manager, opts *options) (*controller.Supervisors,
 		APIReader:   mgr.GetAPIReader(),
 		Recorder:    mgr.GetEventRecorder("mcpbridge-manager"),
 		Supervisors: sups,
+		Runtime:     opts.stdio.runtimeConfig(),
+		PodRuntime:  podruntime.Options{ShimImage: opts.stdio.shimImage},
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up the McpServer controller: %w", err)

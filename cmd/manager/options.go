@@ -7,11 +7,13 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/distribution/reference"
 	"go.opentelemetry.io/otel/trace"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/mcpbridge/operator/internal/egress"
+	"github.com/mcpbridge/operator/internal/policy"
 )
 
 // Gateway authentication modes of --gateway-auth.
@@ -37,11 +39,25 @@ type options struct {
 	gatewayAudiences        []string
 	gatewayCertDir          string
 	watchNamespaces         []string
+	stdio                   stdioOptions
 	upstreamAllowCIDRs      []netip.Prefix
 	zap                     zap.Options
 	// tracerProvider comes from the OTEL_* environment, not from a flag.
 	tracerProvider trace.TracerProvider
 }
+
+// stdioOptions choose where stdio servers run; see docs/design.md,
+// "Choosing a runtime".
+type stdioOptions struct {
+	localNamespaces []string
+	shimImage       string
+	nodeImage       string
+	pythonImage     string
+}
+
+// defaultShimImage is the operator's own published image, which holds the
+// shim at /shim; the chart and config/default pass the image they deploy.
+const defaultShimImage = "ghcr.io/mcpbridge/operator:0.1.0"
 
 // parseOptions defines every flag on fs and parses args. The flags and
 // their defaults follow a kubebuilder manager's where one exists, so that
@@ -88,6 +104,7 @@ func parseOptions(fs *flag.FlagSet, args []string) (*options, error) {
 	fs.StringVar(&allowCIDRs, strings.TrimPrefix(egress.AllowFlag, "--"), "",
 		"Comma-separated CIDRs that Streamable HTTP upstreams may be reached at although they are loopback, link-local, "+
 			"unspecified or multicast addresses, which are refused otherwise, e.g. 127.0.0.0/8,::1/128 for local development.")
+	localStdio := o.stdio.bindFlags(fs)
 	o.zap.BindFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n\nRuns the mcp-bridge operator: the McpServer controller, "+
@@ -102,11 +119,45 @@ func parseOptions(fs *flag.FlagSet, args []string) (*options, error) {
 		return nil, fmt.Errorf("unexpected arguments %q: every option is a --flag", fs.Args())
 	}
 	o.watchNamespaces = splitList(namespaces)
+	o.stdio.localNamespaces = splitList(*localStdio)
 	o.gatewayAudiences = splitList(audiences)
 	if o.upstreamAllowCIDRs, err = egress.ParseCIDRs(allowCIDRs); err != nil {
 		return nil, fmt.Errorf("%s: %w", egress.AllowFlag, err)
 	}
 	return o, o.validate()
+}
+
+// bindFlags defines the runtime flags; the namespace list is split after
+// parsing.
+func (o *stdioOptions) bindFlags(fs *flag.FlagSet) *string {
+	local := fs.String("local-stdio-namespaces", "",
+		"Comma-separated namespaces whose stdio servers without spec.stdio.image run as child processes of the manager "+
+			"(the Local runtime), '*' for every namespace; empty (the default) runs every stdio server in a Pod of its own. "+
+			"Allow only namespaces whose McpServer authors you trust with the manager's privileges.")
+	fs.StringVar(&o.shimImage, "shim-image", defaultShimImage,
+		"Image the Pod of a stdio server copies the shim (/shim) from: the operator's own image.")
+	fs.StringVar(&o.nodeImage, "node-image", policy.DefaultNodeImage,
+		"Default image of stdio servers whose command is npx or node and that set no spec.stdio.image.")
+	fs.StringVar(&o.pythonImage, "python-image", policy.DefaultPythonImage,
+		"Default image of stdio servers whose command is uvx, uv, python or python3 and that set no spec.stdio.image.")
+	return local
+}
+
+// validate refuses image references the kubelet could not pull.
+func (o *stdioOptions) validate() error {
+	for _, f := range []struct{ flag, image string }{
+		{"shim-image", o.shimImage}, {"node-image", o.nodeImage}, {"python-image", o.pythonImage},
+	} {
+		if _, err := reference.ParseNormalizedNamed(f.image); err != nil {
+			return fmt.Errorf("--%s=%q is not an image reference: %w", f.flag, f.image, err)
+		}
+	}
+	return nil
+}
+
+// runtimeConfig is the resolve step's view of the flags.
+func (o *stdioOptions) runtimeConfig() policy.RuntimeConfig {
+	return policy.RuntimeConfig{LocalNamespaces: o.localNamespaces, NodeImage: o.nodeImage, PythonImage: o.pythonImage}
 }
 
 func (o *options) validate() error {
@@ -128,7 +179,7 @@ func (o *options) validate() error {
 	if o.leaderElectionNamespace != "" && !o.leaderElect {
 		return fmt.Errorf("--leader-election-namespace=%s needs --leader-elect", o.leaderElectionNamespace)
 	}
-	return nil
+	return o.stdio.validate()
 }
 
 // isLoopback is true only for an explicit loopback host: an empty host

@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
+
+	"github.com/mcpbridge/operator/internal/policy"
 )
 
 func TestEveryOperationsFlagIsDefined(t *testing.T) {
@@ -23,6 +25,7 @@ func TestEveryOperationsFlagIsDefined(t *testing.T) {
 		"kubeconfig", "metrics-bind-address", "metrics-secure", "metrics-cert-path", "metrics-cert-name",
 		"metrics-cert-key", "enable-http2", "health-probe-bind-address", "leader-elect", "leader-election-namespace",
 		"gateway-bind-address", "gateway-auth", "gateway-token-audiences", "gateway-cert-dir", "watch-namespaces", "upstream-allow-cidrs",
+		"local-stdio-namespaces", "shim-image", "node-image", "python-image",
 		"zap-devel", "zap-encoder", "zap-log-level", "zap-stacktrace-level", "zap-time-encoding",
 	} {
 		if fs.Lookup(name) == nil {
@@ -55,6 +58,10 @@ func TestOptionsThatCannotWorkAreRefused(t *testing.T) {
 		{[]string{"--leader-elect", "--leader-election-namespace=ops"}, ""},
 		{[]string{"--leader-election-namespace=ops"}, "needs --leader-elect"},
 		{[]string{"leader-elect"}, "unexpected arguments"},
+		{[]string{"--shim-image=registry.example.com/mcpbridge/operator@sha256:" + strings.Repeat("ab", 32)}, ""},
+		{[]string{"--shim-image="}, "--shim-image"},
+		{[]string{"--node-image=Not An Image"}, "--node-image"},
+		{[]string{"--python-image=library/UPPER:1"}, "--python-image"},
 		{[]string{"--upstream-allow-cidrs=127.0.0.0/8, ::1/128"}, ""},
 		{[]string{"--upstream-allow-cidrs=127.0.0.0/8,localhost"}, `--upstream-allow-cidrs: "localhost" is not a CIDR`},
 	}
@@ -70,6 +77,31 @@ func TestOptionsThatCannotWorkAreRefused(t *testing.T) {
 				t.Fatalf("error = %v, want one containing %q", err, tc.wantErr)
 			}
 		})
+	}
+}
+
+// TestStdioRuntimeFlagsReachTheResolveStep: no Local runtime unless
+// allowed, and the images the flags name.
+func TestStdioRuntimeFlagsReachTheResolveStep(t *testing.T) {
+	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+	o, err := parseOptions(fs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc := o.stdio.runtimeConfig(); rc.AllowsLocal("default") || rc.NodeImage != policy.DefaultNodeImage || rc.PythonImage != policy.DefaultPythonImage {
+		t.Errorf("defaults: %+v", rc)
+	}
+	if o.stdio.shimImage != defaultShimImage {
+		t.Errorf("shim image %q", o.stdio.shimImage)
+	}
+	fs = flag.NewFlagSet("manager", flag.ContinueOnError)
+	o, err = parseOptions(fs, []string{"--local-stdio-namespaces=dev, ci", "--node-image=node:24", "--python-image=python:3.14", "--shim-image=op:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := o.stdio.runtimeConfig()
+	if !rc.AllowsLocal("dev") || !rc.AllowsLocal("ci") || rc.AllowsLocal("prod") || rc.NodeImage != "node:24" || rc.PythonImage != "python:3.14" || o.stdio.shimImage != "op:1" {
+		t.Errorf("flags: %+v, shim %q", rc, o.stdio.shimImage)
 	}
 }
 

@@ -61,7 +61,10 @@ func (d *demo) startManager(ctx context.Context) error {
 	cmd := exec.Command(filepath.Join(d.dir, "bin", "manager"),
 		"--gateway-bind-address="+gateway, "--gateway-auth=none",
 		"--metrics-bind-address=0", "--health-probe-bind-address="+probes,
-		"--upstream-allow-cidrs=127.0.0.0/8,::1/128")
+		// The loopback upstreams of the demo are allowed, and it has no node
+		// to run Pods on: its stdio servers run as children of the manager
+		// (the Local runtime).
+		"--upstream-allow-cidrs=127.0.0.0/8,::1/128", "--local-stdio-namespaces=*")
 	cmd.Dir = d.root
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+d.kubeconfig)
 	if d.manager, err = startChild("manager", d.dir, cmd); err != nil {

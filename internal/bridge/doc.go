@@ -29,6 +29,20 @@
 // hot swap. A retry scheduled while the server has never been Ready keeps
 // the phase Connecting, as the first attempt had it.
 //
+// # Waiting for the server's Pod
+//
+// A Pod-runtime server (pod.go) can be absent for reasons that are not a
+// failed attempt: its Pod is being created, pulls its image, cannot be
+// scheduled. A dialer that implements awaiter is asked, at the start of
+// each generation and before the connection budget starts (awaitServer in
+// machine.go), to wait until its server can be dialled. Meanwhile the phase
+// stays what the generation began with (Connecting or Reconnecting), the
+// attempt is not counted, and every new reason to wait is written into the
+// snapshot as LastError at StagePod, with the Pod's name (waiting). The wait
+// has a connectionTimeoutMs bound of its own; when that passes, the attempt
+// fails like any other (errPodDeadline) and counts. A connection clears a
+// reason to wait from LastError.
+//
 // # One run goroutine
 //
 // Supervisor.run is the supervisor's only long-lived goroutine. Per
@@ -48,6 +62,8 @@
 //
 //   - watch (loss.go): the MCP session ended by itself (sess.Wait returned),
 //     or an exitReporter link reported that the server process exited.
+//   - the Pod runtime's link (pod.go, through the dialer's onLost): the
+//     tunnel's Pod was deleted, replaced or is no longer Ready.
 //   - the HTTP transport's round trips (http.go, through the dialer's onLost):
 //     a 404 to a request that carried the session id.
 //   - a caller of CallTool or CallToolJSON (call.go): the call failed with an
@@ -91,8 +107,10 @@
 //   - toolsync.go, tasks.go: fetching, publishing and re-syncing tools.
 //   - call.go: tool calls through the SDK; rawcall.go and rawcall_response.go:
 //     tool calls posted over HTTP by ourselves and the reader of their answer.
-//   - transport.go: the dialer and link a transport implements; stdio.go and
-//     http.go are the two transports.
+//   - transport.go: the dialer and link a transport implements, and the
+//     awaiter of a server that may not be there yet; stdio.go (a child
+//     process), pod.go (a tunnel to the shim in the server's Pod) and
+//     http.go are the three transports.
 //   - registry.go, naming.go: the tool registry and public names.
 //   - snapshot.go, events.go, observer.go, errors.go: what the supervisor
 //     reports.

@@ -18,6 +18,9 @@ const (
 	// of ours: the child exited, the session or its stream ended.
 	StageConnection = "connection"
 	StageToolsSync  = "tools-sync" // the swap into the registry, after a complete fetch
+	// StagePod is the wait for a Pod-runtime server's Pod to be Ready,
+	// before the connection budget starts.
+	StagePod = "pod"
 )
 
 // StageToolsList names the tools/list page a failure happened on, from 1.
@@ -46,6 +49,17 @@ func (e errDeadline) Error() string {
 func IsDeadline(err error) bool {
 	var d errDeadline
 	return errors.As(err, &d)
+}
+
+// errPodDeadline: the server's Pod was not Ready within its wait's
+// connectionTimeoutMs; reason is the kubelet's last word on why.
+type errPodDeadline struct {
+	budget time.Duration
+	reason string
+}
+
+func (e errPodDeadline) Error() string {
+	return fmt.Sprintf("the server's Pod was not Ready after %dms (connectionTimeoutMs): %s", e.budget.Milliseconds(), e.reason)
 }
 
 // ErrCloseTimeout means a generation did not report closed within the close

@@ -227,17 +227,6 @@ func (p *everythingProc) kill() {
 	<-p.exited
 }
 
-// everythingFreePort is a port nothing listens on right now.
-func everythingFreePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // everythingStartHTTP starts server-everything on port and waits until it
 // accepts connections; it is killed when the test ends.
 func everythingStartHTTP(t *testing.T, node, entry string, port int) *everythingProc {
@@ -279,7 +268,7 @@ func everythingStartHTTP(t *testing.T, node, entry string, port int) *everything
 // after the server is killed and started again on the same port.
 func TestEverythingStreamableHTTPConnectsListsCallsAndRecoversAfterRestart(t *testing.T) {
 	node, entry := everythingEntry(t)
-	port := everythingFreePort(t)
+	port := freeLoopbackPort(t)
 	proc := everythingStartHTTP(t, node, entry, port)
 	url := "http://127.0.0.1:" + strconv.Itoa(port) + "/mcp"
 	direct := everythingDirectTools(t, &mcp.StreamableClientTransport{Endpoint: url})

@@ -33,6 +33,12 @@ func (g *generation) watch() {
 	select {
 	case <-g.ctx.Done():
 	case <-g.sessDone:
+		select {
+		case <-exited: // the exit says more than the end of its stream
+			g.lose(StageConnection, ex.exitError())
+			return
+		default:
+		}
 		err := g.sessErr
 		if err == nil {
 			err = errors.New("the server closed the connection")

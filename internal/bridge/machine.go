@@ -164,16 +164,11 @@ func (s *Supervisor) lastErrorSuffix() string {
 // See docs/design.md, "The connection budget".
 func (s *Supervisor) connect(ctx context.Context, everConnected bool) (*generation, error) {
 	g := s.beginGeneration(everConnected)
-	dctx, cancel := context.WithTimeout(ctx, s.p.ConnectionTimeout)
-	defer cancel()
-	stage := StageTransportStart
-	err := s.open(dctx, g, &stage)
+	err := s.awaitServer(ctx)
 	if err == nil {
-		stage = StageToolsList(1)
-		err = s.syncTools(dctx, g, &stage)
+		err = s.openAndSync(ctx, g)
 	}
 	if err != nil {
-		err = s.attemptError(ctx, dctx, stage, err)
 		s.log.Info("connection attempt failed", "generation", g.num, "error", err.Error())
 		s.update(func(sn *Snapshot) { sn.LastError = err.(*StageError) })
 		if cerr := s.closeGeneration(g); cerr != nil {
@@ -183,6 +178,57 @@ func (s *Supervisor) connect(ctx context.Context, everConnected bool) (*generati
 	}
 	s.connected(g)
 	return g, nil
+}
+
+// openAndSync opens the generation and fetches and publishes its tools
+// under one connectionTimeoutMs deadline.
+func (s *Supervisor) openAndSync(ctx context.Context, g *generation) error {
+	dctx, cancel := context.WithTimeout(ctx, s.p.ConnectionTimeout)
+	defer cancel()
+	stage := StageTransportStart
+	err := s.open(dctx, g, &stage)
+	if err == nil {
+		stage = StageToolsList(1)
+		err = s.syncTools(dctx, g, &stage)
+	}
+	if err != nil {
+		return s.attemptError(ctx, dctx, stage, err)
+	}
+	return nil
+}
+
+// awaitServer waits until the server can be dialled at all (a Pod-runtime
+// server's Pod is Ready), before the connection budget starts. Waiting is
+// not an attempt: the phase stays what beginGeneration set, and every new
+// reason to wait goes into the snapshot as lastError, stage pod. The wait
+// has a connectionTimeoutMs bound of its own; when that runs out the
+// attempt fails, and counts, like any other.
+// See docs/design.md, "Pods that are not there yet".
+func (s *Supervisor) awaitServer(ctx context.Context) error {
+	a, ok := s.dialer.(awaiter)
+	if !ok {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, s.p.ConnectionTimeout)
+	defer cancel()
+	err := a.await(wctx, s.waiting)
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() == nil && errors.Is(wctx.Err(), context.DeadlineExceeded) {
+		err = errPodDeadline{budget: s.p.ConnectionTimeout, reason: err.Error()}
+	}
+	return &StageError{Stage: StagePod, Err: err}
+}
+
+// waiting records why the supervisor waits for its server's Pod.
+func (s *Supervisor) waiting(w PodWait) {
+	s.log.Info("waiting for the server's Pod", "pod", w.Pod, "reason", w.Reason)
+	report := &StageError{Stage: StagePod, Err: errors.New(w.Reason)}
+	s.update(func(sn *Snapshot) {
+		sn.PodName, sn.LastError = w.Pod, report
+		s.waitReport = report
+	})
 }
 
 // attemptError names the budget when the deadline, not the caller, ended it.
@@ -236,13 +282,36 @@ func (s *Supervisor) open(ctx context.Context, g *generation, stage *string) err
 	sess, err := client.Connect(ctx, l.transport(), nil)
 	stop()
 	if err != nil {
-		return startError(l, err)
+		return exitedInstead(ctx, l, startError(l, err))
 	}
 	g.sess = sess
 	g.goFn(g.waitSession)
 	g.goFn(g.watch)
 	return nil
 }
+
+// exitedInstead explains a failed handshake by the server's exit: "exit
+// status 1" says more than the EOF or the broken pipe that the session saw
+// first. The exit is waited for briefly, and not once ctx has ended (the
+// budget's deadline names the failure then).
+func exitedInstead(ctx context.Context, l link, err error) error {
+	ex, ok := l.(exitReporter)
+	if !ok || ctx.Err() != nil {
+		return err
+	}
+	timer := time.NewTimer(exitExplains)
+	defer timer.Stop()
+	select {
+	case <-l.closed():
+		return ex.exitError()
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	return err
+}
+
+// exitExplains bounds the wait for a server's exit after a failed handshake.
+const exitExplains = 200 * time.Millisecond
 
 // connected makes g the live generation and starts its background work.
 func (s *Supervisor) connected(g *generation) {
@@ -255,6 +324,12 @@ func (s *Supervisor) connected(g *generation) {
 	recovered := s.snap.Attempt > 0 || s.snap.Phase == PhaseReconnecting
 	s.live = g
 	s.snap.Phase, s.snap.ServerInfo = PhaseReady, info
+	if pl, ok := g.link.(podLink); ok {
+		s.snap.PodName = pl.podName()
+	}
+	if s.snap.LastError != nil && s.snap.LastError == s.waitReport {
+		s.snap.LastError = nil // a reason to wait, not an error, and over now
+	}
 	s.snap.LastConnected = s.clock.Now()
 	s.snap.Attempt, s.snap.NextRetry, s.snap.RetryDelay = 0, time.Time{}, 0
 	s.mu.Unlock()

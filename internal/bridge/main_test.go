@@ -9,10 +9,13 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/mcpbridge/operator/internal/proc"
 )
 
-// fixtureBin is the in-repo fixture server, built once for the package.
-var fixtureBin string
+// fixtureBin is the in-repo fixture server and shimBin the shim of the Pod
+// runtime, built once for the package.
+var fixtureBin, shimBin string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "bridge-test-")
@@ -21,16 +24,19 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	fixtureBin = filepath.Join(dir, "mcp-fixture")
+	shimBin = filepath.Join(dir, "shim")
 	_, self, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(self), "..", "..")
-	build := exec.Command("go", "build", "-o", fixtureBin, "./test/fixture/cmd/mcp-fixture")
-	build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build fixture:", err)
-		os.Exit(1)
+	for out, pkg := range map[string]string{fixtureBin: "./test/fixture/cmd/mcp-fixture", shimBin: "./cmd/shim"} {
+		build := exec.Command("go", "build", "-o", out, pkg)
+		build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "build", pkg+":", err)
+			os.Exit(1)
+		}
 	}
 	// As the manager does: orphaned grandchildren come back to us.
-	if err := BecomeSubreaper(); err != nil {
+	if err := proc.BecomeSubreaper(); err != nil {
 		fmt.Fprintln(os.Stderr, "subreaper:", err)
 		os.Exit(1)
 	}

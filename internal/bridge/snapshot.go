@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/mcpbridge/operator/api/v1alpha1"
 )
 
 // Snapshot is what a supervisor reports; the controller turns it into status.
@@ -30,6 +32,11 @@ type Snapshot struct {
 	ServerInfo    *ServerInfo
 	LastError     *StageError
 	LastConnected time.Time
+	// Runtime is where a stdio server runs (Local or Pod); empty for HTTP.
+	Runtime v1alpha1.Runtime
+	// PodName is the Pod of the current generation (Pod runtime), or the
+	// Pod the supervisor waits for; empty while there is none.
+	PodName string
 	// SyncConflict is set while the latest fetched tool set could not be
 	// published because a public name is held by another server.
 	SyncConflict string

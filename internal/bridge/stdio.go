@@ -2,14 +2,12 @@ package bridge
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +17,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpbridge/operator/internal/policy"
+	"github.com/mcpbridge/operator/internal/proc"
 )
 
 // envAllowlist are the manager variables a child inherits; anything
@@ -140,7 +139,7 @@ func (l *stdioLink) reap() {
 	l.waitErr = l.cmd.Wait()
 	pgid := l.cmd.Process.Pid
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
-	reapGroup(pgid)
+	proc.ReapGroup(pgid) // orphans of the group that came back to us as subreaper
 	closeAll(l.stdin, l.stdout)
 	// The last stderr lines belong to this generation; a descendant that
 	// escaped the group may hold the pipe, so do not wait for it forever.
@@ -154,31 +153,6 @@ func (l *stdioLink) reap() {
 // stderrDrain bounds the wait for a dead child's last stderr lines.
 const stderrDrain = 500 * time.Millisecond
 
-// reapGroup waits for the killed members of the child's process group that
-// became our children: with the manager as a child subreaper (see
-// BecomeSubreaper), orphaned grandchildren are re-parented to us and would
-// otherwise stay zombies. Without it, there is nothing to wait for.
-func reapGroup(pgid int) {
-	for {
-		_, err := syscall.Wait4(-pgid, nil, 0, nil)
-		if err != syscall.EINTR && err != nil {
-			return
-		}
-	}
-}
-
-// BecomeSubreaper makes this process adopt orphaned descendants, so that
-// the grandchildren of a stdio server (an npx launcher's node process) are
-// reaped by the supervisor instead of becoming zombies of PID 1 — which, in
-// a container, is the manager itself.
-func BecomeSubreaper() error {
-	const prSetChildSubreaper = 36
-	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0); errno != 0 {
-		return errno
-	}
-	return nil
-}
-
 // close escalates: stdin closed, then SIGTERM, then SIGKILL to the group.
 func (l *stdioLink) close() {
 	l.closeOnce.Do(func() {
@@ -189,7 +163,7 @@ func (l *stdioLink) close() {
 
 func (l *stdioLink) escalate() {
 	pgid := l.cmd.Process.Pid
-	if stopped(pgid) {
+	if proc.Stopped(pgid) {
 		// A stopped child reads no stdin and handles no SIGTERM: waiting
 		// for it would only hold the close barrier.
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
@@ -206,16 +180,6 @@ func (l *stdioLink) escalate() {
 }
 
 func (l *stdioLink) closed() <-chan struct{} { return l.exited }
-
-// stopped: the process is stopped by a signal (state T in /proc/PID/stat).
-func stopped(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	i := bytes.LastIndexByte(b, ')') // the command name may hold spaces and parentheses
-	return i >= 0 && i+2 < len(b) && b[i+2] == 'T'
-}
 
 func closeAll(files ...*os.File) {
 	for _, f := range files {

@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"k8s.io/utils/clock"
 
+	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/policy"
 	"github.com/mcpbridge/operator/internal/tracing"
@@ -54,10 +56,15 @@ type Options struct {
 	// TerminateGrace is the stdio wait between stdin close, SIGTERM and
 	// SIGKILL; it defaults to a third of CloseBarrier.
 	TerminateGrace time.Duration
+	// Pod reaches a server whose policy has the Pod runtime: its Pod and
+	// the tunnel's token. See docs/design.md, "The shim and the tunnel".
+	Pod *PodTunnel
 	// Egress decides which addresses a Streamable HTTP upstream may be
 	// reached at; nil is egress.Default(), which refuses loopback,
 	// link-local, unspecified and multicast addresses: a caller has to
-	// allow them explicitly. See docs/design.md, "Egress policy".
+	// allow them explicitly. It does not apply to the tunnel to a
+	// Pod-runtime server's shim, whose address is the operator's own Pod's.
+	// See docs/design.md, "Egress policy".
 	Egress *egress.Policy
 	// TracerProvider receives the supervisor's spans; nil is tracing off.
 	// See docs/design.md, "Tracing".
@@ -92,6 +99,9 @@ type Supervisor struct {
 	live   *generation // the connected generation, nil while down
 	last   *generation // the latest generation started, live or not
 	events []Event
+	// waitReport is the latest reason to wait for the Pod put into
+	// snap.LastError; a connection clears it from there.
+	waitReport *StageError
 
 	lifeMu sync.Mutex
 	cancel context.CancelFunc // nil until Start (or Dispose)
@@ -114,6 +124,9 @@ func New(o Options) *Supervisor {
 		closed:   make(chan struct{}),
 		snap:     Snapshot{Phase: PhasePending, Generation: o.BaseGeneration, MaxAttempts: o.Policy.Reconnect.MaxAttempts},
 	}
+	if o.Policy.Stdio != nil {
+		s.snap.Runtime = o.Policy.Stdio.Runtime
+	}
 	if s.tracer = tracing.New(o.TracerProvider); s.tracer.On() {
 		s.traceAttrs = upstreamAttributes(o.Namespace, o.Name, o.Policy)
 	}
@@ -129,23 +142,25 @@ func New(o Options) *Supervisor {
 		s.barrier = DefaultCloseBarrier
 	}
 	if s.dialer == nil {
-		grace := o.TerminateGrace
-		if grace <= 0 {
-			grace = s.barrier / 3
-		}
-		s.dialer = newDialer(o.Policy, s.log, grace, s.tasks.sniff, o.Egress, s.tracer)
+		s.dialer = s.newDialer(o)
 	}
 	return s
 }
 
-func newDialer(p *policy.Policy, log logr.Logger, grace time.Duration, sniff func([]byte), eg *egress.Policy, tr tracing.Tracer) dialer {
-	if p.Stdio != nil {
-		return &stdioDialer{spec: p.Stdio, log: log, grace: grace, sniff: sniff}
+// newDialer is the transport of the policy: a child process (Local stdio),
+// a tunnel to the server's Pod (Pod stdio), or Streamable HTTP.
+func (s *Supervisor) newDialer(o Options) dialer {
+	switch {
+	case s.p.Stdio != nil && s.p.Stdio.Runtime == v1alpha1.RuntimePod:
+		return newTunnelDialer(o.Pod, s.barrier, s.tasks.sniff)
+	case s.p.Stdio != nil:
+		grace := o.TerminateGrace
+		if grace <= 0 {
+			grace = s.barrier / 3
+		}
+		return &stdioDialer{spec: s.p.Stdio, log: s.log, grace: grace, sniff: s.tasks.sniff}
 	}
-	if eg == nil {
-		eg = egress.Default()
-	}
-	return &httpDialer{spec: p.HTTP, sniff: sniff, egress: eg, tracer: tr}
+	return &httpDialer{spec: s.p.HTTP, sniff: s.tasks.sniff, egress: cmp.Or(o.Egress, egress.Default()), tracer: s.tracer}
 }
 
 // Start runs the supervisor until ctx ends or Dispose; a second Start, or a

@@ -11,12 +11,13 @@ import (
 // connection budget, tool sync, health checks, calls, the close barrier) is
 // the same for every transport; a new transport is a new dialer and link.
 //
-// Two exist: stdioDialer (stdio.go) starts a child process and speaks MCP on
-// its pipes; httpDialer (http.go) speaks Streamable HTTP. A transport that
-// carries a child's stdio over some other byte stream (a tunnel to the
-// server's Pod) reuses the stdio shape: an mcp.IOTransport over the stream,
-// closed() once the far side confirms the child was reaped, and
-// exitReporter so that the child's exit is a loss like a local child's.
+// Three exist: stdioDialer (stdio.go) starts a child process and speaks MCP
+// on its pipes; tunnelDialer (pod.go) speaks MCP over a tunnel to the shim
+// in the server's Pod, which starts the child there; httpDialer (http.go)
+// speaks Streamable HTTP. The tunnel reuses the stdio shape: an
+// mcp.IOTransport over the stream, closed() once the far side confirms the
+// child was reaped, and exitReporter so that the child's exit is a loss
+// like a local child's.
 
 // dialer starts the transport of one generation. onLost may be called, from
 // any goroutine and more than once, when the transport itself learns that the
@@ -45,6 +46,23 @@ type link interface {
 type exitReporter interface {
 	link
 	exitError() error
+}
+
+// awaiter is a dialer whose server may not be there yet: the Pod of a
+// Pod-runtime server that is not Ready. Before a generation's connection
+// budget starts, the supervisor calls await, which returns once the server
+// can be dialled, and reports every new reason to wait through report.
+// Waiting is not an attempt; await returns an error (the last reason) only
+// when ctx ends, and the supervisor bounds ctx by connectionTimeoutMs.
+type awaiter interface {
+	dialer
+	await(ctx context.Context, report func(PodWait)) error
+}
+
+// podLink is a link to a server in a Pod; the snapshot names the Pod.
+type podLink interface {
+	link
+	podName() string
 }
 
 // refuser is a link that can refuse its destination (the egress policy of

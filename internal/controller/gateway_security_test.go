@@ -221,7 +221,13 @@ var _ = Describe("Gateway in a shared cluster", func() {
 			requests, elapsed.Round(time.Millisecond), reviews, bound, statuses, agentCalls.Load(), agentFailures.Load())
 		Expect(statuses[http.StatusUnauthorized] + statuses[http.StatusTooManyRequests]).To(Equal(requests))
 		Expect(statuses[http.StatusTooManyRequests]).To(BeNumerically(">", 0))
-		Expect(reviews).To(BeNumerically("<=", bound))
+		// Every random token that was reviewed got a 401: those are held to
+		// the limit on new tokens. The agent's own token is reviewed again
+		// whenever its cached answer (gatewayAllowTTL) expires, outside that
+		// limit: a loaded machine stretches the run past the TTL.
+		Expect(int64(statuses[http.StatusUnauthorized])).To(BeNumerically("<=", bound))
+		agentReviews := int64(math.Ceil(elapsed.Seconds()/gatewayAllowTTL.Seconds())) + 1
+		Expect(reviews).To(BeNumerically("<=", bound+agentReviews))
 		Expect(agentCalls.Load()).To(BeNumerically(">", 0))
 		Expect(agentFailures.Load()).To(BeZero())
 	})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,9 +17,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/bridge"
+	"github.com/mcpbridge/operator/internal/podruntime"
 	"github.com/mcpbridge/operator/internal/policy"
 )
 
@@ -30,8 +33,17 @@ type McpServerReconciler struct {
 	APIReader   client.Reader
 	Recorder    events.EventRecorder
 	Supervisors *Supervisors
+	// Runtime is the administrator's choice of where stdio servers run
+	// (--local-stdio-namespaces, --node-image, --python-image). The zero
+	// value runs every stdio server in a Pod of its own.
+	Runtime policy.RuntimeConfig
+	// PodRuntime renders the servers' Pods; ShimImage (--shim-image) is
+	// required once any server runs in a Pod.
+	PodRuntime podruntime.Options
 	// MaxConcurrentReconciles defaults to 8.
 	MaxConcurrentReconciles int
+
+	pods *Pods // finds each Pod-runtime server's Pod; built by SetupWithManager
 }
 
 // SetupWithManager registers the indexes, watches and the supervisor set.
@@ -48,13 +60,18 @@ func (r *McpServerReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	c := mgr.GetClient()
+	r.pods = &Pods{Reader: mgr.GetCache()}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("mcpserver").
 		// Our own status writes bump neither generation nor annotations.
 		For(&v1alpha1.McpServer{}, builder.WithPredicates(
 			predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Watches(&v1alpha1.McpServer{}, peersHandler(c)).
-		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(mapRefHolders(c, policy.SecretRef))).
+		// A server's Deployment edited or deleted by hand is put back; its
+		// status changes (the Pod's) reach status through the supervisor.
+		Owns(&appsv1.Deployment{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		WatchesRawSource(source.Kind(mgr.GetCache(), &corev1.Pod{}, r.pods.Handler())).
+		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(mapSecretUsers(c))).
 		WatchesMetadata(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(mapRefHolders(c, policy.ConfigMapRef))).
 		WatchesRawSource(r.Supervisors.Source()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.MaxConcurrentReconciles, 8)}).
@@ -70,23 +87,34 @@ func (r *McpServerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	if err := r.APIReader.Get(ctx, req.NamespacedName, obj); err != nil {
 		if apierrors.IsNotFound(err) {
 			recordGauges(req.Namespace, req.Name, nil)
-			return ctrl.Result{}, stopped(r.Supervisors.Stop(ctx, req.NamespacedName))
+			_, err := r.halt(ctx, req.NamespacedName, verdict{})
+			return ctrl.Result{}, err
 		}
 		return ctrl.Result{}, err
 	}
 	if obj.DeletionTimestamp != nil {
-		return ctrl.Result{}, stopped(r.Supervisors.Stop(ctx, req.NamespacedName))
+		_, err := r.halt(ctx, req.NamespacedName, verdict{})
+		return ctrl.Result{}, err
 	}
 	orig := obj.DeepCopy()
 	v, err := r.decide(ctx, obj)
+	if errors.Is(err, errRecreate) {
+		return ctrl.Result{RequeueAfter: conflictRetry}, nil
+	}
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	applyStatus(obj, serverNameOf(obj), v)
 	r.emitEvents(obj, &orig.Status, v)
 	recordGauges(obj.Namespace, obj.Name, v.snap)
+	// Nothing watches an object with a Pod-runtime name that we do not
+	// own (the caches hold only ours): look again later.
+	res = ctrl.Result{}
+	if v.reason == v1alpha1.ReasonPodObjectConflict {
+		res.RequeueAfter = podObjectRetry
+	}
 	if equality.Semantic.DeepEqual(orig.Status, obj.Status) {
-		return ctrl.Result{}, nil
+		return res, nil
 	}
 	patch := client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})
 	if err := r.Client.Status().Patch(ctx, obj, patch); err != nil {
@@ -95,7 +123,7 @@ func (r *McpServerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	return ctrl.Result{}, nil
+	return res, nil
 }
 
 // decide checks ownership and the spec, then runs (or swaps) the supervisor.
@@ -115,9 +143,7 @@ func (r *McpServerReconciler) decide(ctx context.Context, obj *v1alpha1.McpServe
 	if err != nil {
 		return verdict{}, err
 	}
-	// Every namespace runs Local until the manager's flags choose (see
-	// docs/design.md, "Choosing a runtime").
-	p, err := policy.Resolve(obj.Namespace, obj.Name, &obj.Spec, values, policy.RuntimeConfig{LocalNamespaces: []string{policy.AllNamespaces}})
+	p, err := policy.Resolve(obj.Namespace, obj.Name, &obj.Spec, values, r.Runtime)
 	var missing *policy.MissingRefError
 	switch {
 	case errors.As(err, &missing):
@@ -127,29 +153,98 @@ func (r *McpServerReconciler) decide(ctx context.Context, obj *v1alpha1.McpServe
 		return r.halt(ctx, key, verdict{phase: v1alpha1.PhaseInvalid, reason: v1alpha1.ReasonInvalidSpec,
 			message: "Invalid spec: " + err.Error()})
 	}
-	sup, err := r.Supervisors.Ensure(ctx, key, swapKey(obj, p), bridge.Options{
-		Namespace: obj.Namespace, Name: obj.Name, Policy: p,
-		BaseGeneration: obj.Status.ConnectionGeneration,
-		Log:            ctrl.LoggerFrom(ctx), Observer: observer{ns: obj.Namespace, name: obj.Name},
-	})
-	if errors.Is(err, bridge.ErrCloseTimeout) {
-		// The previous supervisor's server outlived its close barrier: no
-		// second one starts until it is gone; Supervisors reconciles this
-		// resource again then.
-		return verdict{phase: v1alpha1.PhaseFailed, reason: v1alpha1.ReasonCloseTimeout,
-			message: "The previous connection did not close within its close barrier; the new one starts once it has"}, nil
+	if p.Stdio != nil && p.Stdio.Runtime == v1alpha1.RuntimePod {
+		return r.runInPod(ctx, obj, p)
 	}
+	sup, err := r.Supervisors.Ensure(ctx, key, swapKey(obj, p), supervisorOptions(ctx, obj, p))
+	if err != nil {
+		return closeTimeoutVerdict(err)
+	}
+	// Switched from the Pod runtime: the old server is gone with its
+	// supervisor, its Pod goes now.
+	if err := r.removePodObjects(ctx, obj.Namespace, obj.Name); err != nil {
+		return verdict{}, err
+	}
+	return r.verdictOf(obj, sup), nil
+}
+
+// runInPod runs a Pod-runtime server: the token Secret, then the
+// supervisor bound to the Pod template, then the Deployment. The order keeps
+// one server process at a time: a new template only reaches the Deployment
+// once the previous supervisor has been disposed, its tunnel closed and the
+// shim's reap confirmed, and Recreate then replaces the Pod.
+// See docs/design.md, "The server's Pod".
+func (r *McpServerReconciler) runInPod(ctx context.Context, obj *v1alpha1.McpServer, p *policy.Policy) (verdict, error) {
+	key := client.ObjectKeyFromObject(obj)
+	if r.pods == nil {
+		return verdict{}, errors.New("the McpServer reconciler runs a Pod-runtime server only once SetupWithManager has given it a Pod cache")
+	}
+	token, err := r.ensureToken(ctx, obj)
+	if err != nil {
+		return r.podObjectFailure(ctx, key, err)
+	}
+	deploy, err := podruntime.Deployment(obj, p, token, r.PodRuntime)
 	if err != nil {
 		return verdict{}, err
 	}
-	v := verdictFromSnapshot(sup.Snapshot())
-	r.emitSupervisorEvents(obj, sup)
-	return v, nil
+	hash := deploy.Spec.Template.Annotations[podruntime.TemplateHashAnnotation]
+	opts := supervisorOptions(ctx, obj, p)
+	opts.Pod = &bridge.PodTunnel{Pods: r.pods.Source(obj.Namespace, obj.Name, hash), Token: token, Port: int(r.PodRuntime.Port)}
+	// The hash is keyed by the token: a new token is a new supervisor too.
+	k := swapKey(obj, p)
+	k.Connection += "/" + hash
+	sup, err := r.Supervisors.Ensure(ctx, key, k, opts)
+	if err != nil {
+		return closeTimeoutVerdict(err)
+	}
+	if err := r.applyDeployment(ctx, obj, deploy); err != nil {
+		return r.podObjectFailure(ctx, key, err)
+	}
+	return r.verdictOf(obj, sup), nil
 }
 
-// halt stops the supervisor (its tools leave the registry) and returns v.
+// podObjectFailure stops the server when an object of its Pod runtime
+// cannot be had: Conflict while another owner's object holds the name.
+func (r *McpServerReconciler) podObjectFailure(ctx context.Context, key client.ObjectKey, err error) (verdict, error) {
+	var foreign *foreignObjectError
+	if !errors.As(err, &foreign) {
+		return verdict{}, err
+	}
+	return r.halt(ctx, key, verdict{phase: v1alpha1.PhaseConflict, reason: v1alpha1.ReasonPodObjectConflict, message: foreign.Error()})
+}
+
+func supervisorOptions(ctx context.Context, obj *v1alpha1.McpServer, p *policy.Policy) bridge.Options {
+	return bridge.Options{
+		Namespace: obj.Namespace, Name: obj.Name, Policy: p,
+		BaseGeneration: obj.Status.ConnectionGeneration,
+		Log:            ctrl.LoggerFrom(ctx), Observer: observer{ns: obj.Namespace, name: obj.Name},
+	}
+}
+
+// closeTimeoutVerdict: the previous supervisor's server outlived its close
+// barrier, so no second one starts until it is gone; Supervisors
+// reconciles the resource again then. Any other error is returned.
+func closeTimeoutVerdict(err error) (verdict, error) {
+	if errors.Is(err, bridge.ErrCloseTimeout) {
+		return verdict{phase: v1alpha1.PhaseFailed, reason: v1alpha1.ReasonCloseTimeout,
+			message: "The previous connection did not close within its close barrier; the new one starts once it has"}, nil
+	}
+	return verdict{}, err
+}
+
+func (r *McpServerReconciler) verdictOf(obj *v1alpha1.McpServer, sup *bridge.Supervisor) verdict {
+	v := verdictFromSnapshot(sup.Snapshot())
+	r.emitSupervisorEvents(obj, sup)
+	return v
+}
+
+// halt stops the supervisor (its tools leave the registry), then removes
+// the objects of its Pod runtime, if any, and returns v.
 func (r *McpServerReconciler) halt(ctx context.Context, key client.ObjectKey, v verdict) (verdict, error) {
-	return v, stopped(r.Supervisors.Stop(ctx, key))
+	if err := stopped(r.Supervisors.Stop(ctx, key)); err != nil {
+		return v, err
+	}
+	return v, r.removePodObjects(ctx, key.Namespace, key.Name)
 }
 
 // stopped treats a supervisor that is still closing past its close barrier
@@ -177,3 +272,7 @@ func swapKey(obj *v1alpha1.McpServer, p *policy.Policy) SwapKey {
 
 // conflictRetry is how soon a status write that lost a race is retried.
 const conflictRetry = 50 * time.Millisecond
+
+// podObjectRetry is how often a server whose Deployment or token Secret
+// name is taken by someone else's object checks whether it is gone.
+const podObjectRetry = 30 * time.Second

@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -106,6 +107,20 @@ func mapRefHolders(c client.Reader, kind policy.RefKind) func(context.Context, c
 		reqs := make([]reconcile.Request, 0, len(list.Items))
 		for i := range list.Items {
 			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+		}
+		return reqs
+	}
+}
+
+// mapSecretUsers turns an event on a Secret into requests for the
+// McpServers that reference it and for the one that owns it (a token
+// Secret deleted by hand is created again, with a new token).
+func mapSecretUsers(c client.Reader) func(context.Context, client.Object) []reconcile.Request {
+	holders := mapRefHolders(c, policy.SecretRef)
+	return func(ctx context.Context, obj client.Object) []reconcile.Request {
+		reqs := holders(ctx, obj)
+		if ref := metav1.GetControllerOfNoCopy(obj); ref != nil && ownedByServer(obj, ref.Name) {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: ref.Name}})
 		}
 		return reqs
 	}

@@ -82,6 +82,7 @@ func applyStatus(obj *v1alpha1.McpServer, serverName string, v verdict) {
 	} else {
 		st.FailedAttempts, st.ToolCount, st.Tools, st.ToolsTruncated = 0, 0, nil, false
 		st.ServerInfo, st.NextRetryTime = nil, nil
+		st.Runtime, st.PodName = "", ""
 	}
 	setConditions(obj, v)
 }
@@ -92,6 +93,7 @@ func applySnapshot(st *v1alpha1.McpServerStatus, sn bridge.Snapshot) {
 	if sn.Phase == bridge.PhaseReady {
 		st.FailedAttempts = 0 // connected: no outage in progress
 	}
+	st.Runtime, st.PodName = sn.Runtime, sn.PodName
 	st.ToolCount = int32(len(sn.Tools))
 	st.Tools, st.ToolsTruncated = statusTools(sn.Tools)
 	st.ServerInfo = nil
@@ -103,8 +105,13 @@ func applySnapshot(st *v1alpha1.McpServerStatus, sn bridge.Snapshot) {
 	if sn.Phase == bridge.PhaseReconnecting || sn.Phase == bridge.PhaseConnecting {
 		st.NextRetryTime = statusTime(sn.NextRetry)
 	}
-	if le := sn.LastError; le != nil {
+	switch le := sn.LastError; {
+	case le != nil:
 		st.LastError = &v1alpha1.LastError{Stage: le.Stage, Message: bridge.Truncate(le.Message(), maxMessage)}
+	case st.LastError != nil && st.LastError.Stage == bridge.StagePod:
+		// A reason to wait for the Pod, not an error, and over: the
+		// supervisor cleared it. Real errors stay until the next one.
+		st.LastError = nil
 	}
 }
 

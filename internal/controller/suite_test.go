@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -34,6 +35,8 @@ import (
 	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/gateway"
 	"github.com/mcpbridge/operator/internal/kubeauth"
+	"github.com/mcpbridge/operator/internal/podruntime"
+	"github.com/mcpbridge/operator/internal/policy"
 	"github.com/mcpbridge/operator/internal/testenv"
 )
 
@@ -47,6 +50,7 @@ var (
 	registry   *bridge.Registry
 	sups       *controller.Supervisors
 	gatewayURL string
+	mgrCache   cache.Cache // the running manager's
 )
 
 func TestController(t *testing.T) {
@@ -79,21 +83,38 @@ var _ = AfterSuite(func() {
 	}
 })
 
+// localEverywhere runs every stdio server without an image as a child of
+// the test's manager, as the suite's specs written before the Pod runtime
+// expect.
+var localEverywhere = policy.RuntimeConfig{LocalNamespaces: []string{policy.AllNamespaces}}
+
+// testShimImage is what the test manager's Pods would copy the shim from;
+// envtest runs no Pod.
+const testShimImage = "example.com/mcpbridge/operator:test"
+
 // startManager runs a manager in-process with the reconciler, with test-sized
-// close barrier and grace.
-func startManager() {
+// close barrier and grace, and every namespace allowed to run Local.
+func startManager() { startManagerWith(localEverywhere, podruntime.Options{ShimImage: testShimImage}) }
+
+// startManagerWith runs the manager with the runtime flags given. Its cache
+// is set up as the manager binary's (controller.CacheOptions).
+func startManagerWith(rc policy.RuntimeConfig, po podruntime.Options) {
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:                 env.Scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Controller:             ctrlConfig(),
+		Cache:                  controller.CacheOptions(cache.Options{}),
 	})
 	Expect(err).NotTo(HaveOccurred())
 	registry = bridge.NewRegistry()
 	sups = &controller.Supervisors{Registry: registry, Log: ctrl.Log.WithName("supervisor"),
 		Egress: testEgress("127.0.0.0/8", "::1/128"),
 		Tune: func(o *bridge.Options) {
-			if strings.HasPrefix(o.Name, refusedPrefix) {
+			// Pod-runtime supervisors get the manager's default too: their
+			// shims listen on loopback and are reached all the same, since
+			// the tunnel to the operator's own Pod is not an upstream.
+			if strings.HasPrefix(o.Name, refusedPrefix) || o.Pod != nil {
 				o.Egress = testEgress() // the manager's default: nothing allowed
 			}
 			o.CloseBarrier = 3 * time.Second
@@ -107,8 +128,10 @@ func startManager() {
 	r := &controller.McpServerReconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
 		Recorder: mgr.GetEventRecorder("mcpbridge-manager"), Supervisors: sups,
+		Runtime: rc, PodRuntime: po,
 	}
 	Expect(r.SetupWithManager(mgr)).To(Succeed())
+	mgrCache = mgr.GetCache()
 	addGateway(mgr)
 	mgrCtx, mgrCancel = context.WithCancel(context.Background())
 	mgrDone = make(chan struct{})

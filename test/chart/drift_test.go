@@ -78,7 +78,10 @@ func TestChartMatchesConfigDefault(t *testing.T) {
 		g.Expect(gp.Volumes).To(Equal(wp.Volumes))
 		gc, wc := gp.Containers[0], wp.Containers[0]
 		g.Expect(gc.Name).To(Equal(wc.Name))
-		g.Expect(gc.Args).To(Equal(wc.Args))
+		// Both give the server Pods the shim from the image they deploy.
+		g.Expect(gc.Args).To(ContainElement("--shim-image="+gc.Image), "the chart's --shim-image")
+		g.Expect(wc.Args).To(ContainElement("--shim-image="+wc.Image), "config/default's --shim-image")
+		g.Expect(withoutImage(gc.Args, gc.Image)).To(Equal(withoutImage(wc.Args, wc.Image)))
 		g.Expect(gc.Ports).To(Equal(wc.Ports))
 		g.Expect(gc.SecurityContext).To(Equal(wc.SecurityContext))
 		g.Expect(gc.LivenessProbe).To(Equal(wc.LivenessProbe))
@@ -182,4 +185,14 @@ func serviceType(svc *corev1.Service) corev1.ServiceType {
 		return corev1.ServiceTypeClusterIP
 	}
 	return svc.Spec.Type
+}
+
+// withoutImage writes the container's own image as IMAGE in args: the
+// chart and config/default deploy different image names.
+func withoutImage(args []string, image string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = strings.ReplaceAll(a, image, "IMAGE")
+	}
+	return out
 }

@@ -67,6 +67,10 @@ func TestValuesReachTheManager(t *testing.T) {
 			"--gateway-bind-address=:9090", "--gateway-token-audiences=mcpbridge.dev,agents.example.com",
 			"--gateway-cert-dir=/etc/mcpbridge/gateway-certs",
 			"--watch-namespaces=agents,tools",
+			"--local-stdio-namespaces=agents,dev",
+			"--shim-image=registry.example.com/mcpbridge/operator:shim",
+			"--node-image=registry.example.com/node:22",
+			"--python-image=registry.example.com/uv:python3.13",
 			"--upstream-allow-cidrs=127.0.0.1/32,fe80::/10",
 			"--zap-devel", "--zap-log-level=debug", "--zap-encoder=console", "--zap-stacktrace-level=panic",
 			"--zap-time-encoding=iso8601",
@@ -137,6 +141,7 @@ func TestValuesReachTheManager(t *testing.T) {
 			"--metrics-bind-address=0", "--metrics-secure",
 			"--health-probe-bind-address=:8081",
 			"--gateway-bind-address=127.0.0.1:8090", "--gateway-auth=none",
+			"--shim-image=ghcr.io/mcpbridge/operator:" + loadChart(t).Metadata.AppVersion,
 		}))
 		g.Expect(c.Ports).NotTo(ContainElement(HaveField("Name", "metrics")))
 		g.Expect(notes).To(ContainSubstring("WITHOUT authentication"))
@@ -250,6 +255,19 @@ func TestEveryRenderedFlagIsTheManagers(t *testing.T) {
 			}
 		})
 	}
+	// Run by hand, the manager's Pods take the shim from the image this
+	// chart version deploys.
+	t.Run("default shim image", func(t *testing.T) {
+		out, err := exec.Command(bin, "--help").CombinedOutput()
+		if err != nil {
+			t.Fatalf("manager --help: %v\n%s", err, out)
+		}
+		want := `(default "ghcr.io/mcpbridge/operator:` + loadChart(t).Metadata.AppVersion + `")`
+		i := strings.Index(string(out), "-shim-image")
+		if i < 0 || !strings.Contains(strings.SplitN(string(out[i:]), "\n  -", 2)[0], want) {
+			t.Errorf("--help does not give --shim-image the default %s:\n%s", want, out)
+		}
+	})
 }
 
 func kindNames(objs []*unstructured.Unstructured) []string {

@@ -110,6 +110,11 @@ func expectOverlayMatchesCluster(ctx context.Context) {
 	Expect(out).To(ContainSubstring(fmt.Sprintf("value: %s", cluster.NodeIP)), "KUBERNETES_SERVICE_HOST")
 	Expect(out).To(ContainSubstring(fmt.Sprintf("value: \"%d\"", testcluster.APIServerPort)), "KUBERNETES_SERVICE_PORT")
 	Expect(out).To(ContainSubstring("image: " + managerImage))
+	Expect(out).To(ContainSubstring("--shim-image="+managerImage), "the servers' Pods copy the shim from the manager's image")
+	// The manager runs config/default's egress policy, allowing nothing
+	// extra: the Pod runtime's specs show that its tunnels to the servers'
+	// Pods are not refused by it (see docs/design.md, "Egress policy").
+	Expect(out).NotTo(ContainSubstring("--upstream-allow-cidrs"), "the e2e manager keeps the default egress policy")
 }
 
 func deploymentAvailable(ctx context.Context) error {

@@ -113,6 +113,17 @@ values.schema.json); manager.extraArgs comes last, so it can override.
 {{- with .Values.manager.watchNamespaces }}
 - --watch-namespaces={{ join "," . }}
 {{- end }}
+{{- /* stdio runtimes */}}
+{{- with .Values.stdio.localNamespaces }}
+- --local-stdio-namespaces={{ join "," . }}
+{{- end }}
+- --shim-image={{ .Values.stdio.images.shim | default (include "mcp-bridge.image" .) }}
+{{- with .Values.stdio.images.node }}
+- --node-image={{ . }}
+{{- end }}
+{{- with .Values.stdio.images.python }}
+- --python-image={{ . }}
+{{- end }}
 {{- /* supervisors */}}
 {{- with .Values.egress.upstreamAllowCIDRs }}
 - --upstream-allow-cidrs={{ join "," . }}

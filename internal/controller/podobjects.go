@@ -1,0 +1,174 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/mcpbridge/operator/api/v1alpha1"
+	"github.com/mcpbridge/operator/internal/podruntime"
+)
+
+// The objects of the Pod runtime, as the reconciler keeps them: the token
+// Secret (created once, owned by the McpServer) and the Deployment (created,
+// updated when its rendering changes, owned by the McpServer), both removed
+// when the server no longer runs in a Pod. podruntime renders them.
+// See docs/design.md, "The server's Pod".
+
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=create;delete
+// Owner references that block the owner's deletion need this where the
+// OwnerReferencesPermissionEnforcement admission plugin runs.
+// +kubebuilder:rbac:groups=mcpbridge.dev,resources=mcpservers/finalizers,verbs=update
+
+// foreignObjectError: an object with the name of one of the server's Pod
+// runtime objects exists and belongs to someone else.
+type foreignObjectError struct {
+	kind string
+	name string
+}
+
+func (e *foreignObjectError) Error() string {
+	return fmt.Sprintf("The %s %q exists and is not owned by this McpServer; delete or rename it, and this server's Pod is created",
+		e.kind, e.name)
+}
+
+// errRecreate: an object that could not be used was deleted (one left by
+// an earlier McpServer of the same name and not yet garbage-collected, a
+// token Secret emptied by hand); the reconcile is retried to create it anew.
+var errRecreate = errors.New("deleted an object to create it anew")
+
+// ensureToken returns obj's tunnel token, creating its Secret the first
+// time. It reads the Secret with the uncached reader: Secret data is never
+// cached, and after a manager restart the token comes back from there.
+func (r *McpServerReconciler) ensureToken(ctx context.Context, obj *v1alpha1.McpServer) (string, error) {
+	key := types.NamespacedName{Namespace: obj.Namespace, Name: podruntime.TokenSecretName(obj.Name)}
+	s := &corev1.Secret{}
+	err := r.APIReader.Get(ctx, key, s)
+	switch {
+	case apierrors.IsNotFound(err):
+		token := podruntime.NewToken()
+		if err := r.Client.Create(ctx, podruntime.TokenSecret(obj, token)); err != nil {
+			return "", fmt.Errorf("create the token Secret %s: %w", key, err)
+		}
+		return token, nil
+	case err != nil:
+		return "", fmt.Errorf("read the token Secret %s: %w", key, err)
+	}
+	if err := r.claim(ctx, s, obj, "Secret"); err != nil {
+		return "", err
+	}
+	if token := string(s.Data[podruntime.TokenKey]); token != "" {
+		return token, nil
+	}
+	// Emptied by hand: replaced by a new one, which rolls the Pod.
+	if err := r.deleteOwned(ctx, s); err != nil {
+		return "", err
+	}
+	return "", errRecreate
+}
+
+// applyDeployment creates want, or updates the existing Deployment when
+// its rendering differs (a new template hash, or a spec edited by hand).
+// The existing one is read from the label-selected cache.
+func (r *McpServerReconciler) applyDeployment(ctx context.Context, obj *v1alpha1.McpServer, want *appsv1.Deployment) error {
+	key := client.ObjectKeyFromObject(want)
+	cur := &appsv1.Deployment{}
+	err := r.Client.Get(ctx, key, cur)
+	switch {
+	case apierrors.IsNotFound(err):
+		err = r.Client.Create(ctx, want)
+		if !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		// Not in the cache: ours, created a moment ago, or one without our
+		// labels, which the cache does not hold.
+		if err := r.APIReader.Get(ctx, key, cur); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		return r.claim(ctx, cur, obj, "Deployment")
+	case err != nil:
+		return err
+	}
+	if err := r.claim(ctx, cur, obj, "Deployment"); err != nil {
+		return err
+	}
+	if equality.Semantic.DeepDerivative(want.Spec, cur.Spec) && equality.Semantic.DeepDerivative(want.Labels, cur.Labels) {
+		return nil
+	}
+	cur.Spec = want.Spec
+	if cur.Labels == nil {
+		cur.Labels = map[string]string{}
+	}
+	for k, v := range want.Labels {
+		cur.Labels[k] = v
+	}
+	return r.Client.Update(ctx, cur)
+}
+
+// claim accepts an existing object only when obj controls it. One left by
+// an earlier McpServer of the same name is deleted (errRecreate);
+// anything else is someone else's (*foreignObjectError).
+func (r *McpServerReconciler) claim(ctx context.Context, o client.Object, obj *v1alpha1.McpServer, kind string) error {
+	ref := metav1.GetControllerOfNoCopy(o)
+	switch {
+	case ref != nil && ref.UID == obj.UID:
+		return nil
+	case ownedByServer(o, obj.Name):
+		if err := r.deleteOwned(ctx, o); err != nil {
+			return err
+		}
+		return errRecreate
+	}
+	return &foreignObjectError{kind: kind, name: o.GetName()}
+}
+
+// removePodObjects deletes the Deployment and the token Secret of the
+// McpServer name, if they exist and an McpServer of that name controls
+// them. Both are read from caches: the Deployment from the label-selected
+// one, the Secret as metadata only.
+func (r *McpServerReconciler) removePodObjects(ctx context.Context, namespace, name string) error {
+	d := &appsv1.Deployment{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: podruntime.DeploymentName(name)}, d)
+	if err == nil && ownedByServer(d, name) {
+		err = r.deleteOwned(ctx, d)
+	}
+	if client.IgnoreNotFound(err) != nil {
+		return err
+	}
+	s := &metav1.PartialObjectMetadata{}
+	s.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	err = r.Client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: podruntime.TokenSecretName(name)}, s)
+	if err == nil && ownedByServer(s, name) {
+		err = r.deleteOwned(ctx, s)
+	}
+	return client.IgnoreNotFound(err)
+}
+
+// deleteOwned deletes o, only the version read (a UID precondition), and
+// lets the garbage collector remove what o owns (a Deployment's Pods).
+func (r *McpServerReconciler) deleteOwned(ctx context.Context, o client.Object) error {
+	uid := o.GetUID()
+	err := r.Client.Delete(ctx, o, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationBackground))
+	return client.IgnoreNotFound(err)
+}
+
+// ownedByServer: an McpServer named name controls o.
+func ownedByServer(o metav1.Object, name string) bool {
+	ref := metav1.GetControllerOfNoCopy(o)
+	if ref == nil || ref.Kind != "McpServer" || ref.Name != name {
+		return false
+	}
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	return err == nil && gv.Group == v1alpha1.GroupVersion.Group
+}
