@@ -668,20 +668,41 @@ func (b *bench) print(started time.Time, loadBefore string) {
 		time.Now().Format("2006-01-02"), runtime.NumCPU(), loadBefore, report.LoadAvg(), time.Since(started).Round(time.Second))
 	fmt.Println("| Pod runtime | n | p50 | p99 | Goal | Met |")
 	fmt.Println("|---|--:|--:|--:|---|---|")
-	fmt.Printf("| Local cold start of the fixture (spawn, initialize, tools/list) | %d | %s | %s | | |\n",
-		len(r.coldStarts), ms(p50(r.coldStarts)), ms(p99(r.coldStarts)))
-	fmt.Printf("| server process killed in its Pod → McpServer Ready at the next generation (status) | %d | %s | %s | p50 ≤ %s (initialDelayMs %s + cold start + 50 ms) | %s |\n",
-		len(r.kills), ms(p50(r.kills)), ms(p99(r.kills)), ms(killGoal), flagInitialDelay, report.YesNo(len(r.kills) > 0 && p50(r.kills) <= killGoal))
-	fmt.Printf("| server Pod deleted → McpServer Ready in its replacement (status) | %d | %s | %s | p50 ≤ 3 s | %s |\n",
-		len(r.deletes), ms(p50(r.deletes)), ms(p99(r.deletes)), report.YesNo(len(r.deletes) > 0 && p50(r.deletes) <= goalDeleted))
-	fmt.Printf("| tools/call echo, Local runtime (child's pipes) | %d | %s | %s | | |\n",
-		len(r.localCalls), us(p50(r.localCalls)), us(p99(r.localCalls)))
-	fmt.Printf("| tools/call echo, Pod runtime (tunnel to the Pod IP) | %d | %s | %s | | |\n",
-		len(r.podCalls), us(p50(r.podCalls)), us(p99(r.podCalls)))
-	fmt.Printf("| added by the tunnel at p50 | | %s | | ≤ 300 µs | %s |\n", us(added), report.YesNo(len(r.podCalls) > 0 && added <= goalAddedP50))
-	fmt.Printf("| %d Pod-runtime McpServers (cpu request %s) created at once → all Ready | %d Ready | %s | | ≤ 60 s | %s |\n",
-		*flagServers, cmp.Or(*flagFleetCPU, "50m"), r.fleetReadyN, ms(r.fleetReady), report.YesNo(r.fleetReadyN == *flagServers && r.fleetReady <= goalFleet))
-	fmt.Printf("| of which: the last server Pod Ready (kubelet; whole seconds) | | %s | | | |\n", ms(r.fleetPodsReady))
-	fmt.Printf("| manager RSS: %s before, %s with the %d servers | | %s per server | | ≤ 1 MB per server | %s |\n",
-		mb(r.rssBefore), mb(r.rssAfter), *flagServers, mb(perServer), report.YesNo(r.rssAfter > 0 && perServer <= goalRSS))
+	// Only the rows of the steps asked for (-steps); a step that failed
+	// midway shows what it measured.
+	ran := func(step string) bool { return slices.Contains(strings.Split(*flagSteps, ","), step) }
+	if ran("cold") {
+		fmt.Printf("| Local cold start of the fixture (spawn, initialize, tools/list) | %d | %s | %s | | |\n",
+			len(r.coldStarts), ms(p50(r.coldStarts)), ms(p99(r.coldStarts)))
+	}
+	if ran("kills") {
+		fmt.Printf("| server process killed in its Pod → McpServer Ready at the next generation (status) | %d | %s | %s | p50 ≤ %s (initialDelayMs %s + cold start + 50 ms) | %s |\n",
+			len(r.kills), ms(p50(r.kills)), ms(p99(r.kills)), ms(killGoal), flagInitialDelay, report.YesNo(len(r.kills) > 0 && p50(r.kills) <= killGoal))
+	}
+	if ran("deletes") {
+		fmt.Printf("| server Pod deleted → McpServer Ready in its replacement (status) | %d | %s | %s | p50 ≤ 3 s | %s |\n",
+			len(r.deletes), ms(p50(r.deletes)), ms(p99(r.deletes)), report.YesNo(len(r.deletes) > 0 && p50(r.deletes) <= goalDeleted))
+	}
+	if ran("calls") {
+		fmt.Printf("| tools/call echo, Local runtime (child's pipes) | %d | %s | %s | | |\n",
+			len(r.localCalls), us(p50(r.localCalls)), us(p99(r.localCalls)))
+	}
+	if ran("calls") {
+		fmt.Printf("| tools/call echo, Pod runtime (tunnel to the Pod IP) | %d | %s | %s | | |\n",
+			len(r.podCalls), us(p50(r.podCalls)), us(p99(r.podCalls)))
+	}
+	if ran("calls") {
+		fmt.Printf("| added by the tunnel at p50 | | %s | | ≤ 300 µs | %s |\n", us(added), report.YesNo(len(r.podCalls) > 0 && added <= goalAddedP50))
+	}
+	if ran("fleet") {
+		fmt.Printf("| %d Pod-runtime McpServers (cpu request %s) created at once → all Ready | %d Ready | %s | | ≤ 60 s | %s |\n",
+			*flagServers, cmp.Or(*flagFleetCPU, "50m"), r.fleetReadyN, ms(r.fleetReady), report.YesNo(r.fleetReadyN == *flagServers && r.fleetReady <= goalFleet))
+	}
+	if ran("fleet") {
+		fmt.Printf("| of which: the last server Pod Ready (kubelet; whole seconds) | | %s | | | |\n", ms(r.fleetPodsReady))
+	}
+	if ran("fleet") {
+		fmt.Printf("| manager RSS: %s before, %s with the %d servers | | %s per server | | ≤ 1 MB per server | %s |\n",
+			mb(r.rssBefore), mb(r.rssAfter), *flagServers, mb(perServer), report.YesNo(r.rssAfter > 0 && perServer <= goalRSS))
+	}
 }
