@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/transport"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -258,17 +259,6 @@ func tokenFor(ns, name string, audiences ...string) string {
 	return tr.Status.Token
 }
 
-type bearer struct {
-	token string
-	base  http.RoundTripper
-}
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return b.base.RoundTrip(r)
-}
-
 // connectAgent connects a go-sdk client to ns's gateway endpoint; changes,
 // when given, counts tools/list_changed notifications.
 func connectAgent(ns, token string, changes *atomic.Int32, protocol ...string) *mcp.ClientSession {
@@ -286,7 +276,7 @@ func connectAgent(ns, token string, changes *atomic.Int32, protocol ...string) *
 		var err error
 		sess, err = client.Connect(context.Background(), &mcp.StreamableClientTransport{
 			Endpoint:   gatewayURL + "/namespaces/" + ns + "/mcp",
-			HTTPClient: &http.Client{Transport: bearer{token: token, base: http.DefaultTransport}},
+			HTTPClient: &http.Client{Transport: transport.NewBearerAuthRoundTripper(token, http.DefaultTransport)},
 		}, sessOpts)
 		return err
 	}, eventuallyTimeout, poll).Should(Succeed())

@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/transport"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -182,16 +183,5 @@ func expectGatewayRefuses(ctx context.Context, mgr *corev1.Pod, ns string, hc *h
 }
 
 func bearerClient(token string) *http.Client {
-	return &http.Client{Transport: bearer{token: token, base: http.DefaultTransport}}
-}
-
-type bearer struct {
-	token string
-	base  http.RoundTripper
-}
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return b.base.RoundTrip(r)
+	return &http.Client{Transport: transport.NewBearerAuthRoundTripper(token, http.DefaultTransport)}
 }
