@@ -47,7 +47,7 @@ func (s *Supervisor) CallToolJSON(ctx context.Context, rawName string, args json
 	ctx, span := s.startCall(ctx, rawName)
 	cctx, cancel := g.callContext(ctx, s.p.ToolCallTimeout)
 	defer cancel()
-	res, isError, err := g.postCall(cctx, hl, rawName, args)
+	res, isError, err := g.postCall(withCallSpan(cctx), hl, rawName, args)
 	if err != nil {
 		err = s.callFailed(ctx, cctx, g, err)
 	}

@@ -17,7 +17,9 @@ import (
 
 // The supervisor's spans: one per connect attempt (mcpbridge.connect), per
 // tool sync (mcpbridge.tools.sync, a child of the connect it is part of)
-// and per tools/call (a CLIENT span, "tools/call <tool>"). Each checks
+// and per tools/call (a CLIENT span, "tools/call <tool>"), and one CLIENT
+// span per HTTP request of those to an upstream, except the POST of a call
+// CallToolJSON makes, whose span is the call's (withCallSpan). Each checks
 // whether it records before it computes an attribute, so that tracing off
 // costs a branch. See docs/design.md, "Tracing".
 
@@ -193,8 +195,27 @@ func (t *sessionTransport) startRequest(ctx context.Context, req *http.Request) 
 	if !t.tracer.On() || !trace.SpanContextFromContext(ctx).IsValid() {
 		return ctx, trace.SpanFromContext(context.Background())
 	}
+	if ctx.Value(callSpanKey{}) != nil {
+		span := trace.SpanFromContext(ctx)
+		span.SetAttributes(semconv.HTTPRequestMethodKey.String(req.Method))
+		return ctx, tracing.Borrowed(span)
+	}
 	return t.tracer.Start(ctx, req.Method, trace.SpanKindClient,
 		semconv.HTTPRequestMethodKey.String(req.Method), semconv.ServerAddress(req.URL.Hostname()), semconv.ServerPort(urlPort(req.URL)))
+}
+
+// callSpanKey marks the context of a call CallToolJSON posts itself: its
+// CLIENT span is the span of the HTTP request too (it carries the method and
+// the status, and the upstream's traceparent names it), as MCP's conventions
+// allow, rather than a child that would cost as much again.
+type callSpanKey struct{}
+
+// withCallSpan marks ctx, whose span is a call's, for startRequest.
+func withCallSpan(ctx context.Context) context.Context {
+	if !trace.SpanFromContext(ctx).IsRecording() {
+		return ctx
+	}
+	return context.WithValue(ctx, callSpanKey{}, true)
 }
 
 // endRequest records how the upstream answered: its status, or the class

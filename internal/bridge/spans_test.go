@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -104,8 +105,11 @@ func TestTracingHTTPCall(t *testing.T) {
 		port := strings.TrimPrefix(up.srv.URL, "http://127.0.0.1:")
 		calls := waitSpans(t, exp, "tools/call echo", 2)
 		g.Expect(calls).To(HaveLen(2))
-		// _meta names the call's span (MCP's propagation), the header the
-		// span of the HTTP request that carried it, a child of the call's.
+		// _meta names the call's span (MCP's propagation). The header names
+		// the span of the HTTP request that carried it: for CallTool (the
+		// SDK's) a child of the call's, for CallToolJSON (which posts the
+		// call itself) the call's own span, which carries the HTTP
+		// attributes.
 		metaOf := map[string]string{} // _meta traceparent -> header traceparent
 		for _, r := range up.requests() {
 			if r.RPCMethod == "tools/call" {
@@ -126,11 +130,30 @@ func TestTracingHTTPCall(t *testing.T) {
 				}
 			}
 			return ended
-		}, eventually, 5*time.Millisecond).Should(Equal(len(metaOf)))
+		}, eventually, 5*time.Millisecond).Should(Equal(1), "the SDK's call has an HTTP span")
+		callAttrs := map[string]string{
+			"mcp.method.name": "tools/call", "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "echo",
+			"mcpbridge.namespace": "ns", "mcpbridge.mcpserver": "srv", "mcpbridge.server_name": "fx",
+			"network.transport": "tcp", "network.protocol.name": "http",
+			"server.address": "127.0.0.1", "server.port": port,
+			"mcpbridge.generation": "1", "mcp.protocol.version": version, "mcpbridge.outcome": "success",
+		}
+		raw := 0
 		for _, c := range calls {
 			g.Expect(c.SpanKind).To(Equal(trace.SpanKindClient))
 			g.Expect(isChildOf(c, root.SpanContext())).To(BeTrue(), "a call's span is a child of the caller's")
 			g.Expect(metaOf).To(HaveKey(traceparent(c)), "the upstream saw the call's trace context in _meta")
+			g.Expect(c.Status.Code).To(Equal(codes.Unset))
+			if metaOf[traceparent(c)] == traceparent(c) { // CallToolJSON's
+				raw++
+				want := maps.Clone(callAttrs)
+				want["http.request.method"], want["http.response.status_code"] = "POST", "200"
+				g.Expect(attrs(c)).To(Equal(want))
+				for _, p := range posts {
+					g.Expect(isChildOf(p, c.SpanContext)).To(BeFalse(), "the raw call's span is its request's")
+				}
+				continue
+			}
 			var post *tracetest.SpanStub
 			for i := range posts {
 				if traceparent(posts[i]) == metaOf[traceparent(c)] {
@@ -142,15 +165,9 @@ func TestTracingHTTPCall(t *testing.T) {
 			g.Expect(post.SpanKind).To(Equal(trace.SpanKindClient))
 			g.Expect(attrs(*post)).To(Equal(map[string]string{"http.request.method": "POST",
 				"server.address": "127.0.0.1", "server.port": port, "http.response.status_code": "200"}))
-			g.Expect(attrs(c)).To(Equal(map[string]string{
-				"mcp.method.name": "tools/call", "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "echo",
-				"mcpbridge.namespace": "ns", "mcpbridge.mcpserver": "srv", "mcpbridge.server_name": "fx",
-				"network.transport": "tcp", "network.protocol.name": "http",
-				"server.address": "127.0.0.1", "server.port": port,
-				"mcpbridge.generation": "1", "mcp.protocol.version": version, "mcpbridge.outcome": "success",
-			}))
-			g.Expect(c.Status.Code).To(Equal(codes.Unset))
+			g.Expect(attrs(c)).To(Equal(callAttrs))
 		}
+		g.Expect(raw).To(Equal(1), "CallToolJSON's upstream request names its call's span")
 
 		connect := spansNamed(exp, spanConnect)
 		g.Expect(connect).To(HaveLen(1))

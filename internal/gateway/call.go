@@ -14,7 +14,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpbridge/operator/internal/bridge"
-	"github.com/mcpbridge/operator/internal/tracing"
 )
 
 // The tools/call fast path. A call is most of what agents send, and going
@@ -143,7 +142,7 @@ func (v *view) fastCall(w http.ResponseWriter, r *http.Request, msg *message) bo
 		return false // the same id is in flight on this session: the SDK decides
 	}
 	defer done()
-	ctx, span := v.startMethod(ctx, nil, tracing.RawMeta(msg.Params.Meta), msg.Method, msg.Params.Name, msg.ID)
+	ctx, span := v.startFastMethod(ctx, msg)
 	res, isError, err := jc.CallToolJSON(ctx, tool.RawName, msg.Params.Arguments)
 	if err != nil {
 		// As in the SDK path: a failed call is a tool error with the reason.

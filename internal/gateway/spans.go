@@ -19,9 +19,10 @@ import (
 
 // The gateway's spans: one SERVER span per HTTP request to an endpoint
 // (spanRequest, refusals included), and inside it one span per MCP message
-// the gateway answers ("tools/call <public name>", "tools/list", ...), on
-// the fast path and the SDK's alike. A tools/call span is the parent of the
-// supervisor's call. Each checks whether the tracer is on before it builds
+// the SDK answers ("tools/call <public name>", "tools/list", ...). A
+// tools/call the fast path answers is the request span itself, renamed
+// (startFastMethod). A tools/call span is the parent of the supervisor's
+// call. Each checks whether the tracer is on before it builds
 // an attribute, so that tracing off costs a branch. The bearer token, the
 // session id, the arguments and the result are never recorded.
 // See docs/design.md, "Tracing".
@@ -168,6 +169,28 @@ func (v *view) startMethod(ctx context.Context, h http.Header, meta tracing.Meta
 		attrs = append(attrs, semconv.JSONRPCRequestID(requestID(id)))
 	}
 	return v.e.tracer.StartLinked(ctx, name, trace.SpanKindInternal, links, attrs...)
+}
+
+// startFastMethod starts the span of a tools/call the fast path answers.
+// One POST carries that one message, so the request's SERVER span becomes
+// the call's span (renamed, with the MCP attributes) instead of getting a
+// child: MCP's conventions allow an MCP span without an HTTP span under it,
+// and a span costs more than the rest of a traced call. The request span
+// ends with the request (endRequest). Only when params._meta names another
+// trace than the request's does the call get a span of its own (methodParent).
+func (v *view) startFastMethod(ctx context.Context, msg *message) (context.Context, trace.Span) {
+	request := trace.SpanFromContext(ctx)
+	meta := tracing.RawMeta(msg.Params.Meta)
+	if !request.IsRecording() {
+		return v.startMethod(ctx, nil, meta, msg.Method, msg.Params.Name, msg.ID)
+	}
+	if parent, _ := v.methodParent(ctx, nil, meta); !trace.SpanContextFromContext(parent).Equal(request.SpanContext()) {
+		return v.startMethod(ctx, nil, meta, msg.Method, msg.Params.Name, msg.ID)
+	}
+	request.SetName(msg.Method + " " + msg.Params.Name)
+	request.SetAttributes(semconv.McpMethodNameKey.String(msg.Method), semconv.GenAIOperationNameExecuteTool,
+		semconv.GenAIToolName(msg.Params.Name), semconv.JSONRPCRequestID(requestID(msg.ID)))
+	return ctx, tracing.Borrowed(request)
 }
 
 // requestID is a JSON-RPC id as a string: a string id unquoted.

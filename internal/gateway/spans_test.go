@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -243,9 +244,11 @@ func named(name string, and func(tracetest.SpanStub) bool) func(tracetest.SpanSt
 // TestTracingFollowsACallFromTheAgentToTheUpstream: one trace from the
 // agent's traceparent header through the gateway's request span, its
 // tools/call span, the supervisor's call and the HTTP request that
-// carried it upstream, on the fast path and on the SDK's, for both
-// protocols; the upstream sees the HTTP span in its traceparent header and
-// the supervisor's call in params._meta.
+// carried it upstream, for both protocols. On the SDK's path each is a span;
+// on the fast path the request span is the tools/call span and the
+// supervisor's call is the upstream request's. The upstream sees the span
+// of its request in its traceparent header and the supervisor's call in
+// params._meta.
 func TestTracingFollowsACallFromTheAgentToTheUpstream(t *testing.T) {
 	tp, exp := spanRecorder(t)
 	env := newTracedEnv(t, tp, nil)
@@ -276,39 +279,52 @@ func TestTracingFollowsACallFromTheAgentToTheUpstream(t *testing.T) {
 				}
 
 				agent := agentSpan.SpanContext()
-				request := spanWith(t, exp, "the request span of the call", func(s tracetest.SpanStub) bool {
-					return s.Name == spanRequest && s.Parent.SpanID() == agent.SpanID() && spanAttrs(s)["mcpbridge.outcome"] == "" &&
-						hasChild(exp, s, "tools/call "+fxEcho)
-				})
-				g.Expect(request.SpanKind).To(Equal(trace.SpanKindServer))
-				g.Expect(request.SpanContext.TraceID()).To(Equal(agent.TraceID()), "the agent's trace continues")
-				g.Expect(spanAttrs(request)).To(Equal(map[string]string{"http.request.method": "POST", "http.route": route,
+				httpAttrs := map[string]string{"http.request.method": "POST", "http.route": route,
 					"network.protocol.name": "http", "network.protocol.version": "1.1", "network.transport": "tcp",
-					"mcpbridge.namespace": testNS, "http.response.status_code": "200"}))
-
-				call := spanWith(t, exp, "the gateway's tools/call span", named("tools/call "+fxEcho, childOf(request)))
+					"mcpbridge.namespace": testNS, "http.response.status_code": "200"}
 				want := map[string]string{"mcp.method.name": "tools/call", "gen_ai.operation.name": "execute_tool",
 					"gen_ai.tool.name": fxEcho, "mcpbridge.namespace": testNS, "network.transport": "tcp", "network.protocol.name": "http",
 					"mcp.protocol.version": proto, "mcpbridge.mcpserver": "fx", "mcpbridge.server_name": "fx", "mcpbridge.outcome": "success"}
+				var call, sup, upstreamSpan tracetest.SpanStub
 				if path == "fast" {
+					// One POST, one message: the request's SERVER span is
+					// the tools/call span, and the supervisor's call is
+					// the span the upstream's request names.
+					call = spanWith(t, exp, "the gateway's tools/call span", named("tools/call "+fxEcho, func(s tracetest.SpanStub) bool {
+						return s.Parent.SpanID() == agent.SpanID()
+					}))
+					g.Expect(call.SpanKind).To(Equal(trace.SpanKindServer))
+					maps.Copy(want, httpAttrs)
 					want["jsonrpc.request.id"] = spanAttrs(call)["jsonrpc.request.id"]
 					g.Expect(want["jsonrpc.request.id"]).NotTo(BeEmpty())
+					sup = spanWith(t, exp, "the supervisor's call", named("tools/call echo", childOf(call)))
+					g.Expect(spanAttrs(sup)).To(HaveKeyWithValue("http.request.method", "POST"))
+					g.Expect(spanAttrs(sup)).To(HaveKeyWithValue("http.response.status_code", "200"))
+					g.Expect(hasChild(exp, sup, "POST")).To(BeFalse(), "the call's span is the request's")
+					upstreamSpan = sup
+				} else {
+					request := spanWith(t, exp, "the request span of the call", func(s tracetest.SpanStub) bool {
+						return s.Name == spanRequest && s.Parent.SpanID() == agent.SpanID() && spanAttrs(s)["mcpbridge.outcome"] == "" &&
+							hasChild(exp, s, "tools/call "+fxEcho)
+					})
+					g.Expect(request.SpanKind).To(Equal(trace.SpanKindServer))
+					g.Expect(spanAttrs(request)).To(Equal(httpAttrs))
+					call = spanWith(t, exp, "the gateway's tools/call span", named("tools/call "+fxEcho, childOf(request)))
+					sup = spanWith(t, exp, "the supervisor's call", named("tools/call echo", childOf(call)))
+					upstreamSpan = spanWith(t, exp, "the upstream request", named("POST", childOf(sup)))
+					g.Expect(upstreamSpan.SpanKind).To(Equal(trace.SpanKindClient))
 				}
 				g.Expect(spanAttrs(call)).To(Equal(want))
 				g.Expect(call.Status.Code).To(Equal(codes.Unset))
-
-				sup := spanWith(t, exp, "the supervisor's call", named("tools/call echo", childOf(call)))
 				g.Expect(sup.SpanKind).To(Equal(trace.SpanKindClient))
-				post := spanWith(t, exp, "the upstream request", named("POST", childOf(sup)))
-				g.Expect(post.SpanKind).To(Equal(trace.SpanKindClient))
-				for _, s := range []tracetest.SpanStub{call, sup, post} {
+				for _, s := range []tracetest.SpanStub{call, sup, upstreamSpan} {
 					g.Expect(s.SpanContext.TraceID()).To(Equal(agent.TraceID()), "one trace: %s", s.Name)
 				}
 
 				calls := env.upstream.calls()
 				g.Expect(calls).To(HaveLen(before + 1))
 				g.Expect(calls[before]).To(Equal(upstreamRecord{method: "tools/call",
-					header: traceparentOf(post.SpanContext), meta: traceparentOf(sup.SpanContext)}))
+					header: traceparentOf(upstreamSpan.SpanContext), meta: traceparentOf(sup.SpanContext)}))
 			})
 		}
 	}
@@ -327,7 +343,8 @@ func hasChild(exp *tracetest.InMemoryExporter, s tracetest.SpanStub, name string
 // TestTracingContinuesAnAgentTraceFromParamsMeta: an agent that passes its
 // trace context the MCP way, in params._meta and not as a header, has its
 // trace continued from the tools/call span on, which links the request
-// span; a header and _meta of one trace keep the request span the parent.
+// span; a header and _meta of one trace keep one span for both, the
+// request's.
 func TestTracingContinuesAnAgentTraceFromParamsMeta(t *testing.T) {
 	g := NewWithT(t)
 	tp, exp := spanRecorder(t)
@@ -357,10 +374,11 @@ func TestTracingContinuesAnAgentTraceFromParamsMeta(t *testing.T) {
 	body = strings.Replace(body, `"id":3`, `"id":4`, 1)
 	code, answer = env.post(body, header)
 	g.Expect(code).To(Equal(http.StatusOK), answer)
-	request = spanWith(t, exp, "the second request span", func(s tracetest.SpanStub) bool {
-		return s.Name == spanRequest && s.Parent.SpanID() == agent.SpanID()
-	})
-	second := spanWith(t, exp, "the second tools/call span", named("tools/call "+fxEcho, childOf(request)))
+	// On the fast path the request span is the tools/call span.
+	second := spanWith(t, exp, "the second tools/call span", named("tools/call "+fxEcho, func(s tracetest.SpanStub) bool {
+		return s.Parent.SpanID() == agent.SpanID() && s.SpanKind == trace.SpanKindServer
+	}))
+	g.Expect(spanAttrs(second)).To(HaveKeyWithValue("http.route", route))
 	g.Expect(second.Links).To(BeEmpty())
 	g.Expect(second.SpanContext.TraceID()).To(Equal(agent.TraceID()))
 }

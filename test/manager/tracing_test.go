@@ -186,14 +186,19 @@ func TestTracesReachACollectorAndAreFlushedAtShutdown(t *testing.T) {
 		}
 		return nil
 	}
-	request := inAgentTrace("POST /namespaces/{namespace}/mcp")
+	request := inAgentTrace("POST /namespaces/{namespace}/mcp") // the initialize
 	g.Expect(request).NotTo(BeNil(), "the gateway continued the agent's trace; spans: %v", keys(byName))
+	// The fast path's tools/call is the request's SERVER span, and the
+	// supervisor's call the span of the upstream's request.
 	call := inAgentTrace("tools/call mcp__fx__echo")
 	g.Expect(call).NotTo(BeNil())
+	g.Expect(call.Kind).To(Equal(tracepb.Span_SPAN_KIND_SERVER))
+	g.Expect(fmt.Sprintf("%x", call.ParentSpanId)).To(Equal(agentSpan))
 	sup := inAgentTrace("tools/call echo")
 	g.Expect(sup).NotTo(BeNil())
 	g.Expect(sup.ParentSpanId).To(Equal(call.SpanId), "the supervisor's call is the gateway call's child")
-	g.Expect(up.traceparents()).To(ContainElement(ContainSubstring(agentTrace)), "the upstream saw the agent's trace")
+	g.Expect(up.traceparents()).To(ContainElement(fmt.Sprintf("00-%s-%x-01", agentTrace, sup.SpanId)),
+		"the upstream saw the agent's trace, in the supervisor's call")
 	g.Expect(raw).NotTo(ContainSubstring(token))
 	g.Expect(raw).NotTo(ContainSubstring(token[len(token)-20:]))
 }
