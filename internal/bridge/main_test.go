@@ -3,14 +3,13 @@ package bridge
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"testing"
 
 	"go.uber.org/goleak"
 
 	"github.com/mcpbridge/operator/internal/proc"
+	"github.com/mcpbridge/operator/internal/testenv"
 )
 
 // fixtureBin is the in-repo fixture server and shimBin the shim of the Pod
@@ -25,13 +24,9 @@ func TestMain(m *testing.M) {
 	}
 	fixtureBin = filepath.Join(dir, "mcp-fixture")
 	shimBin = filepath.Join(dir, "shim")
-	_, self, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(self), "..", "..")
 	for out, pkg := range map[string]string{fixtureBin: "./test/fixture/cmd/mcp-fixture", shimBin: "./cmd/shim"} {
-		build := exec.Command("go", "build", "-o", out, pkg)
-		build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "build", pkg+":", err)
+		if err := testenv.Build(out, pkg); err != nil {
+			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
 	}

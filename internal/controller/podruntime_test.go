@@ -46,12 +46,8 @@ var _ = Describe("The Pod runtime", Ordered, func() {
 	)
 
 	BeforeAll(func() {
-		root, err := testenv.ModuleRoot()
-		Expect(err).NotTo(HaveOccurred())
 		shimBin = filepath.Join(GinkgoT().TempDir(), "shim")
-		build := exec.Command("go", "build", "-o", shimBin, "./cmd/shim")
-		build.Dir, build.Stderr = root, GinkgoWriter
-		Expect(build.Run()).To(Succeed())
+		Expect(testenv.Build(shimBin, "./cmd/shim")).To(Succeed())
 		shimPort = freePort()
 		trusted = newNamespace()
 		stopManager()

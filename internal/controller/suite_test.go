@@ -8,8 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -62,13 +60,10 @@ var _ = BeforeSuite(func() {
 	// Everything the manager logs is also kept, so that a spec can show
 	// what never reaches the log (see the audit spec).
 	ctrl.SetLogger(zap.New(zap.WriteTo(io.MultiWriter(GinkgoWriter, managerLog)), zap.UseDevMode(true)))
-	root, err := testenv.ModuleRoot()
-	Expect(err).NotTo(HaveOccurred())
 	fixtureBin = filepath.Join(GinkgoT().TempDir(), "mcp-fixture")
-	build := exec.Command("go", "build", "-o", fixtureBin, "./test/fixture/cmd/mcp-fixture")
-	build.Dir, build.Stderr = root, os.Stderr
-	Expect(build.Run()).To(Succeed())
+	Expect(testenv.Build(fixtureBin, "./test/fixture/cmd/mcp-fixture")).To(Succeed())
 
+	var err error
 	env, err = testenv.Start()
 	Expect(err).NotTo(HaveOccurred())
 	k8s = env.Client

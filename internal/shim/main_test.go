@@ -3,12 +3,12 @@ package shim
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/mcpbridge/operator/internal/testenv"
 )
 
 // Binaries built once for the package: the shim itself (process-level
@@ -24,14 +24,9 @@ func TestMain(m *testing.M) {
 	}
 	shimBin = filepath.Join(dir, "shim")
 	fixtureBin = filepath.Join(dir, "mcp-fixture")
-	_, self, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(self), "..", "..")
 	for out, pkg := range map[string]string{shimBin: "./cmd/shim", fixtureBin: "./test/fixture/cmd/mcp-fixture"} {
-		build := exec.Command("go", "build", "-o", out, pkg)
-		build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if err := build.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "build", pkg+":", err)
+		if err := testenv.Build(out, pkg); err != nil {
+			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
 	}

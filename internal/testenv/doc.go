@@ -5,4 +5,7 @@
 // The binaries come from KUBEBUILDER_ASSETS or, when that is unset, from
 // <module root>/bin/k8s, where `make envtest` builds them. A missing control
 // plane is an error, never a skipped test.
+//
+// Build compiles the module's own programs (the shim, the fixture server)
+// for tests that run them as real processes.
 package testenv
