@@ -141,9 +141,9 @@ func (s *Supervisor) startCall(ctx context.Context, rawName string) (context.Con
 	if !s.tracer.On() {
 		return s.tracer.Start(ctx, "", trace.SpanKindClient)
 	}
-	attrs := append(s.traceAttrs[:len(s.traceAttrs):len(s.traceAttrs)],
-		semconv.McpMethodNameToolsCall, semconv.GenAIOperationNameExecuteTool, semconv.GenAIToolName(rawName))
-	return s.tracer.Start(ctx, "tools/call "+rawName, trace.SpanKindClient, attrs...)
+	ctx, span := s.tracer.Start(ctx, "tools/call "+rawName, trace.SpanKindClient, s.traceAttrs...)
+	tracing.SetAttributes(span, semconv.McpMethodNameToolsCall, semconv.GenAIOperationNameExecuteTool, semconv.GenAIToolName(rawName))
+	return ctx, span
 }
 
 // endCall ends a call's span with its outcome (callOutcome's words) on
@@ -152,11 +152,11 @@ func (s *Supervisor) startCall(ctx context.Context, rawName string) (context.Con
 // arguments.
 func endCall(span trace.Span, g *generation, outcome string, err error) {
 	if span.IsRecording() {
-		if g != nil { // one SetAttributes: the span's slice grows once
-			span.SetAttributes(tracing.Outcome.String(outcome), tracing.Generation.Int64(g.num),
+		if g != nil {
+			tracing.SetAttributes(span, tracing.Outcome.String(outcome), tracing.Generation.Int64(g.num),
 				semconv.McpProtocolVersion(g.sess.InitializeResult().ProtocolVersion))
 		} else {
-			span.SetAttributes(tracing.Outcome.String(outcome))
+			tracing.SetAttributes(span, tracing.Outcome.String(outcome))
 		}
 		switch outcome {
 		case tracing.OutcomeToolError:
@@ -197,7 +197,7 @@ func (t *sessionTransport) startRequest(ctx context.Context, req *http.Request) 
 	}
 	if ctx.Value(callSpanKey{}) != nil {
 		span := trace.SpanFromContext(ctx)
-		span.SetAttributes(semconv.HTTPRequestMethodKey.String(req.Method))
+		tracing.SetAttributes(span, semconv.HTTPRequestMethodKey.String(req.Method))
 		return ctx, tracing.Borrowed(span)
 	}
 	return t.tracer.Start(ctx, req.Method, trace.SpanKindClient,
@@ -228,7 +228,7 @@ func endRequest(span trace.Span, resp *http.Response, err error) {
 		tracing.Fail(span, tracing.ErrorType(err), "The request failed")
 		return
 	}
-	span.SetAttributes(semconv.HTTPResponseStatusCode(resp.StatusCode))
+	tracing.SetAttributes(span, semconv.HTTPResponseStatusCode(resp.StatusCode))
 	if resp.StatusCode >= 400 {
 		tracing.Fail(span, strconv.Itoa(resp.StatusCode), http.StatusText(resp.StatusCode))
 	}

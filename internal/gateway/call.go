@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -262,7 +263,13 @@ func writeResult(w http.ResponseWriter, sid string, id, result json.RawMessage) 
 	buf = append(buf, `,"result":`...)
 	buf = append(buf, result...)
 	buf = append(buf, '}', '\n')
+	// The whole answer leaves now, with its length: the agent has it while
+	// the gateway counts, audits and ends the call's spans.
+	h.Set("Content-Length", strconv.Itoa(len(buf)))
 	_, _ = w.Write(buf)
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
 }
 
 func errorResultJSON(msg string) json.RawMessage {

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +19,9 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	. "github.com/onsi/gomega"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/mcpbridge/operator/internal/bridge"
@@ -124,6 +128,7 @@ type envOptions struct {
 	idle    time.Duration
 	maxBody int64
 	log     logr.Logger
+	tracing trace.TracerProvider
 }
 
 func newTestEnv(t *testing.T, o envOptions) *testEnv {
@@ -138,7 +143,7 @@ func newTestEnv(t *testing.T, o envOptions) *testEnv {
 	if _, err := reg.Swap(testNS, testNS+"/"+testServer, testServer, tools, fake); err != nil {
 		t.Fatal(err)
 	}
-	g := &Gateway{Registry: reg, SessionIdleTimeout: o.idle, MaxBodyBytes: o.maxBody, Log: o.log}
+	g := &Gateway{Registry: reg, SessionIdleTimeout: o.idle, MaxBodyBytes: o.maxBody, Log: o.log, TracerProvider: o.tracing}
 	srv := httptest.NewUnstartedServer(g.Handler())
 	srv.Start() // httptest listens on 127.0.0.1
 	bodies := &bodyRecorder{}
@@ -981,3 +986,44 @@ func TestOversizedCallsAreRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestFastAnswerLeavesBeforeItsBookkeeping: the agent has the whole answer
+// of a fast-path call while the gateway is still ending the call's span
+// (a span processor holds the end here), so that a slow exporter, the audit
+// line or the metrics never add to a tool call's latency.
+func TestFastAnswerLeavesBeforeItsBookkeeping(t *testing.T) {
+	g := NewWithT(t)
+	hold := &holdingProcessor{ending: make(chan string, 1), release: make(chan struct{})}
+	env := newTestEnv(t, envOptions{tracing: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(hold))})
+	t.Cleanup(func() { close(hold.release) }) // before the server's close, which waits for the handler
+
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	body, header := sessionlessCall(1, echoPublic, `{"text":"hi"}`)
+	status, h, answer, err := env.post(ctx, body, header)
+	g.Expect(err).NotTo(HaveOccurred(), "the answer must not wait for the span's end")
+	g.Expect(status).To(Equal(http.StatusOK))
+	id, res := fastAnswer(t, h, answer)
+	g.Expect(string(id)).To(Equal("1"))
+	g.Expect(res.IsError).To(BeFalse())
+	g.Expect(h.Get("Content-Length")).To(Equal(strconv.Itoa(len(answer))))
+	g.Eventually(hold.ending, waitLimit).Should(Receive(Equal("tools/call "+echoPublic)), "the span ends after the answer")
+}
+
+// holdingProcessor holds every span's end until release is closed, and
+// says which span is ending.
+type holdingProcessor struct {
+	ending  chan string
+	release chan struct{}
+}
+
+func (p *holdingProcessor) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+func (p *holdingProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
+	select {
+	case p.ending <- s.Name():
+	default:
+	}
+	<-p.release
+}
+func (p *holdingProcessor) Shutdown(context.Context) error   { return nil }
+func (p *holdingProcessor) ForceFlush(context.Context) error { return nil }

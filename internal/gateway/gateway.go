@@ -74,73 +74,77 @@ func (g *Gateway) Handler() http.Handler {
 
 func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 	ns := r.PathValue("namespace")
+	ctx := r.Context()
 	if g.tracer.On() {
-		sw, tr, span := g.traceRequest(w, r, ns)
+		var sw *statusWriter
+		var span trace.Span
+		ctx, sw, span = g.traceRequest(w, r, ns)
 		defer endRequest(span, sw)
-		w, r = sw, tr
+		w = sw
 	}
 	if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
-		refuse(r, "not_found")
+		refuse(ctx, "not_found")
 		http.Error(w, "invalid namespace", http.StatusNotFound)
 		return
 	}
 	if g.Auth == nil && !loopbackHost(r.Host) {
 		// Without authentication only loopback clients may call: a page
 		// that rebinds its own domain to 127.0.0.1 names itself in Host.
-		refuse(r, "not_loopback")
+		refuse(ctx, "not_loopback")
 		http.Error(w, "without authentication the gateway answers loopback hosts only", http.StatusForbidden)
 		return
 	}
 	if !sameOrigin(r) {
-		refuse(r, "cross_origin")
+		refuse(ctx, "cross_origin")
 		http.Error(w, "cross-origin request refused", http.StatusForbidden)
 		return
 	}
-	gr, ok := g.authorize(w, r, ns)
+	gr, ok := g.authorize(ctx, w, r, ns)
 	if !ok {
 		return
 	}
-	v, release, err := g.view(r.Context(), ns, gr)
+	v, release, err := g.view(ctx, ns, gr)
 	if err != nil {
-		refuse(r, "auth_unavailable")
+		refuse(ctx, "auth_unavailable")
 		g.Log.Error(err, "gateway authorization failed", "namespace", ns)
 		http.Error(w, "authorization is unavailable", http.StatusServiceUnavailable)
 		return
 	}
 	defer release()
 	r.Body = http.MaxBytesReader(w, r.Body, cmp.Or(g.MaxBodyBytes, DefaultMaxBodyBytes))
-	v.ServeHTTP(w, r.WithContext(withGrant(r.Context(), gr)))
+	// One copy of the request, with the span and the grant.
+	v.ServeHTTP(w, r.WithContext(withGrant(ctx, gr)))
 }
 
 // authorize writes 401, 403, 429 or 503 and returns false unless the
 // caller may use some of ns's McpServers. The token is never logged.
-func (g *Gateway) authorize(w http.ResponseWriter, r *http.Request, ns string) (grant, bool) {
+func (g *Gateway) authorize(ctx context.Context, w http.ResponseWriter, r *http.Request, ns string) (grant, bool) {
 	if g.Auth == nil {
 		return grant{all: true}, true
 	}
 	token, ok := kubeauth.BearerToken(r)
 	if !ok {
-		refuse(r, "unauthorized")
+		refuse(ctx, "unauthorized")
 		kubeauth.Unauthorized(w)
 		return grant{}, false
 	}
-	gr, err := g.Auth.grant(r.Context(), token, ns)
+	gr, err := g.Auth.grant(ctx, token, ns)
 	if err == nil {
 		return gr, true
 	}
 	switch status := authStatus(err); status {
 	case http.StatusForbidden:
-		refuse(r, "forbidden")
+		refuse(ctx, "forbidden")
 		http.Error(w, `forbidden: the caller may not "use" mcpservers.mcpbridge.dev in namespace `+ns, http.StatusForbidden)
 	case http.StatusServiceUnavailable:
-		refuse(r, "auth_unavailable")
+		refuse(ctx, "auth_unavailable")
 		g.Log.Error(err, "gateway authorization failed", "namespace", ns)
 		kubeauth.WriteAuthenticationError(w, err)
 	case http.StatusTooManyRequests:
-		refuse(r, "rate_limited")
+		refuse(ctx, "rate_limited")
 		kubeauth.WriteAuthenticationError(w, err)
 	default:
-		refuse(r, "unauthorized")
+		refuse(ctx, "unauthorized")
 		kubeauth.WriteAuthenticationError(w, err)
 	}
 	return grant{}, false

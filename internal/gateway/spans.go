@@ -33,29 +33,39 @@ const spanRequest = "POST /namespaces/{namespace}/mcp"
 const route = "/namespaces/{namespace}/mcp"
 
 // traceRequest starts the request's span, a child of the agent's
-// traceparent header if it sent one. The span's own trace context replaces
-// the header, so that the SDK, which hands a handler the headers but not
-// the context of the request that carried a message, lets the method span
-// find its parent (methodParent).
-func (g *Gateway) traceRequest(w http.ResponseWriter, r *http.Request, ns string) (*statusWriter, *http.Request, trace.Span) {
+// traceparent header if it sent one, and returns the request's context
+// with it.
+func (g *Gateway) traceRequest(w http.ResponseWriter, r *http.Request, ns string) (context.Context, *statusWriter, trace.Span) {
 	ctx := g.tracer.Extract(r.Context(), r.Header, nil)
-	method := knownMethod(r.Method)
-	ctx, span := g.tracer.Start(ctx, method+" "+route, trace.SpanKindServer,
+	method, name := knownMethod(r.Method)
+	ctx, span := g.tracer.Start(ctx, name, trace.SpanKindServer,
 		semconv.HTTPRequestMethodKey.String(method), semconv.HTTPRoute(route),
 		semconv.NetworkProtocolName("http"), semconv.NetworkProtocolVersion(protocolVersion(r)),
 		semconv.NetworkTransportTCP, tracing.Namespace.String(ns))
-	tracing.InjectHeader(ctx, r.Header)
-	return &statusWriter{ResponseWriter: w}, r.WithContext(ctx), span
+	return ctx, &statusWriter{ResponseWriter: w}, span
 }
 
 // knownMethod is an HTTP method MCP uses, or _OTHER: a span name must not
-// take whatever method a client invents.
-func knownMethod(m string) string {
+// take whatever method a client invents. name is the span's.
+func knownMethod(m string) (method, name string) {
 	switch m {
-	case http.MethodPost, http.MethodGet, http.MethodDelete:
-		return m
+	case http.MethodPost:
+		return m, http.MethodPost + " " + route
+	case http.MethodGet:
+		return m, http.MethodGet + " " + route
+	case http.MethodDelete:
+		return m, http.MethodDelete + " " + route
 	}
-	return "_OTHER"
+	return "_OTHER", "_OTHER " + route
+}
+
+// forSDK puts the request span's trace context in the traceparent header,
+// in place of the agent's, before the SDK serves r: it hands a handler the
+// headers but not the context of the request that carried a message, and
+// so the method span finds its parent there (methodParent). The fast path
+// has the context and needs no header.
+func forSDK(r *http.Request) {
+	tracing.InjectHeader(r.Context(), r.Header)
 }
 
 func protocolVersion(r *http.Request) string {
@@ -73,7 +83,7 @@ func endRequest(span trace.Span, w *statusWriter) {
 	if status == 0 {
 		status = http.StatusOK
 	}
-	span.SetAttributes(semconv.HTTPResponseStatusCode(status))
+	tracing.SetAttributes(span, semconv.HTTPResponseStatusCode(status))
 	if status >= 500 {
 		tracing.Fail(span, strconv.Itoa(status), http.StatusText(status))
 	}
@@ -81,10 +91,10 @@ func endRequest(span trace.Span, w *statusWriter) {
 }
 
 // refuse counts a request turned away before MCP saw it, and says why on
-// its span.
-func refuse(r *http.Request, outcome string) {
+// its span (ctx's).
+func refuse(ctx context.Context, outcome string) {
 	refused(outcome)
-	if span := trace.SpanFromContext(r.Context()); span.IsRecording() {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.SetAttributes(tracing.Outcome.String(outcome))
 	}
 }
@@ -125,7 +135,7 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // methodParent is the context a method span starts from, and its links.
 // On the fast path ctx is the request's own; the SDK hands a handler the
 // context its session was created with, so the request's span is found
-// again in the traceparent header that traceRequest rewrote. The agent's
+// again in the traceparent header that forSDK rewrote. The agent's
 // params._meta.traceparent, MCP's own propagation, becomes the parent when
 // it names another trace than the request's (the agent sent no header, or
 // an unrelated one), and the request span is linked: the agent's trace
@@ -188,7 +198,7 @@ func (v *view) startFastMethod(ctx context.Context, msg *message) (context.Conte
 		return v.startMethod(ctx, nil, meta, msg.Method, msg.Params.Name, msg.ID)
 	}
 	request.SetName(msg.Method + " " + msg.Params.Name)
-	request.SetAttributes(semconv.McpMethodNameKey.String(msg.Method), semconv.GenAIOperationNameExecuteTool,
+	tracing.SetAttributes(request, semconv.McpMethodNameKey.String(msg.Method), semconv.GenAIOperationNameExecuteTool,
 		semconv.GenAIToolName(msg.Params.Name), semconv.JSONRPCRequestID(requestID(msg.ID)))
 	return ctx, tracing.Borrowed(request)
 }
@@ -213,7 +223,7 @@ func endMethod(span trace.Span, version string, tool bridge.Tool, outcome string
 		return
 	}
 	defer span.End()
-	attrs := make([]attribute.KeyValue, 0, 6) // one SetAttributes: the span's slice grows once
+	attrs := make([]attribute.KeyValue, 0, 6)
 	if version != "" {
 		attrs = append(attrs, semconv.McpProtocolVersion(version))
 	}
@@ -226,13 +236,13 @@ func endMethod(span trace.Span, version string, tool bridge.Tool, outcome string
 		if kind != tracing.ErrorTypeOther && kind != "timeout" && kind != "cancelled" {
 			attrs = append(attrs, semconv.RPCResponseStatusCode(kind))
 		}
-		span.SetAttributes(attrs...)
+		tracing.SetAttributes(span, attrs...)
 		tracing.Fail(span, kind, methodFailure(outcome))
 	case outcome == "tool_error":
-		span.SetAttributes(attrs...)
+		tracing.SetAttributes(span, attrs...)
 		tracing.Fail(span, "tool_error", "The tool reported an error")
 	default:
-		span.SetAttributes(attrs...)
+		tracing.SetAttributes(span, attrs...)
 	}
 }
 

@@ -6,9 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -16,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/mcpbridge/operator/internal/bridge"
+	"github.com/mcpbridge/operator/internal/testenv"
 )
 
 // What tracing costs the gateway's handling of one fast-path tools/call
@@ -43,7 +42,7 @@ func benchmarkToolCall(b *testing.B, tp trace.TracerProvider, reset func()) {
 	h := (&Gateway{Registry: reg, TracerProvider: tp}).Handler()
 	body, header := sessionlessCall(1, echoPublic, `{"text":"hello"}`)
 	b.ReportAllocs()
-	i, cpu0 := 0, cpuTime()
+	i, cpu0 := 0, testenv.CPUTime()
 	for b.Loop() {
 		req := httptest.NewRequest(http.MethodPost, "http://127.0.0.1/namespaces/"+testNS+"/mcp", strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
@@ -60,16 +59,5 @@ func benchmarkToolCall(b *testing.B, tp trace.TracerProvider, reset func()) {
 			reset()
 		}
 	}
-	// The process's CPU time per call: on a machine busy with other work
-	// it moves far less than ns/op, which counts the waits for a CPU.
-	b.ReportMetric(float64(cpuTime()-cpu0)/float64(i), "cpu-ns/op")
-}
-
-// cpuTime is this process's user and system CPU time, GC included.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	b.ReportMetric(float64(testenv.CPUTime()-cpu0)/float64(i), "cpu-ns/op")
 }

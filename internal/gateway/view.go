@@ -92,6 +92,7 @@ func (v *view) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodPost && v.serveFast(w, r) {
 		return
 	}
+	forSDK(r)
 	if r.Header.Get("Mcp-Protocol-Version") >= bridge.SessionlessProtocol {
 		v.sessionless.ServeHTTP(w, r)
 		return

@@ -75,6 +75,6 @@ func ErrorType(err error) string {
 // description, which must be safe to show: a message the operator wrote,
 // never one that could carry arguments, results or secrets.
 func Fail(span trace.Span, errType, description string) {
-	span.SetAttributes(semconv.ErrorTypeKey.String(errType))
+	SetAttributes(span, semconv.ErrorTypeKey.String(errType))
 	span.SetStatus(codes.Error, description)
 }

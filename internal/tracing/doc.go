@@ -1,9 +1,10 @@
 // Package tracing owns the operator's OpenTelemetry tracing: the tracer
 // provider the manager builds from the standard OTEL_* environment
-// variables (setup.go), the Tracer handle instrumented code holds, the
-// attribute keys spans carry (attributes.go), and W3C trace-context
-// propagation in HTTP headers and in an MCP request's params._meta
-// (propagate.go).
+// variables (setup.go), the Tracer handle instrumented code holds and its
+// spans, which gather their attributes until they end and hand them to the
+// SDK at once (tracer.go), the attribute keys spans carry (attributes.go),
+// and W3C trace-context propagation in HTTP headers and in an MCP
+// request's params._meta (propagate.go).
 //
 // Tracing is off unless the environment asks for an exporter. Off, a
 // Tracer is its zero value: Start returns the caller's context and a

@@ -2,6 +2,7 @@ package tracing
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"net/http"
 
@@ -22,23 +23,38 @@ const (
 )
 
 // InjectHeader sets traceparent (and tracestate) on h when ctx carries a
-// span context; with tracing off it never does.
+// span context, replacing any there; with tracing off it never does.
 func InjectHeader(ctx context.Context, h http.Header) {
-	if !trace.SpanContextFromContext(ctx).IsValid() {
+	parent, state := Fields(ctx)
+	if parent == "" {
 		return
 	}
-	traceContext.Inject(ctx, propagation.HeaderCarrier(h))
+	h["Traceparent"] = []string{parent} // the canonical key: no copy of it per request
+	if state != "" {
+		h["Tracestate"] = []string{state}
+	} else {
+		delete(h, "Tracestate") // another trace's state must not follow this one
+	}
 }
 
 // Fields are the traceparent and tracestate of ctx's span context, empty
-// when it carries none.
+// when it carries none. traceparent is W3C Trace Context's version 00, the
+// one propagation.TraceContext writes, formatted here into one string
+// where the propagator's carrier would cost an allocation per request more.
 func Fields(ctx context.Context) (traceparent, tracestate string) {
-	if !trace.SpanContextFromContext(ctx).IsValid() {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
 		return "", ""
 	}
-	c := propagation.MapCarrier{}
-	traceContext.Inject(ctx, c)
-	return c[TraceparentKey], c[TracestateKey]
+	tid, sid := sc.TraceID(), sc.SpanID()
+	var b [55]byte // 00-<32 hex>-<16 hex>-<2 hex>
+	copy(b[:], "00-")
+	hex.Encode(b[3:35], tid[:])
+	b[35] = '-'
+	hex.Encode(b[36:52], sid[:])
+	b[52] = '-'
+	hex.Encode(b[53:55], []byte{byte(sc.TraceFlags() & (trace.FlagsSampled | trace.FlagsRandom))}) // the flags the spec defines
+	return string(b[:]), sc.TraceState().String()
 }
 
 // Meta is ctx's trace context as params._meta entries, or nil.
@@ -80,8 +96,12 @@ type MetaGetter interface {
 type RawMeta map[string]json.RawMessage
 
 func (m RawMeta) Get(key string) string {
+	raw, ok := m[key]
+	if !ok {
+		return ""
+	}
 	var s string
-	if json.Unmarshal(m[key], &s) != nil {
+	if json.Unmarshal(raw, &s) != nil {
 		return ""
 	}
 	return s

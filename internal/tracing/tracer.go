@@ -32,16 +32,18 @@ func New(tp trace.TracerProvider) Tracer {
 // On reports whether spans are recorded at all.
 func (t Tracer) On() bool { return t.t != nil }
 
-// Start starts a span of kind with attrs as a child of ctx's span. Off, it
-// returns ctx and a non-recording span without allocating; callers that
-// compute attributes check On first.
+// Start starts a span of kind with attrs as a child of ctx's span, and
+// returns it in the context too. Off, it returns ctx and a non-recording
+// span without allocating; callers that compute attributes check On first.
+// A recording span keeps its attributes until it ends (batched).
 func (t Tracer) Start(ctx context.Context, name string, kind trace.SpanKind, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
 	if t.t == nil {
 		// Never ctx's own span: ending what Start returned must not end
 		// a span of the caller's.
 		return ctx, offSpan
 	}
-	return t.t.Start(ctx, name, trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
+	ctx, span := t.t.Start(ctx, name, kindOption(kind)...)
+	return batch(ctx, span, attrs)
 }
 
 // offSpan is the span of a Tracer that is off: records nothing, carries no
@@ -54,7 +56,24 @@ func (t Tracer) StartLinked(ctx context.Context, name string, kind trace.SpanKin
 	if t.t == nil {
 		return ctx, offSpan
 	}
-	return t.t.Start(ctx, name, trace.WithSpanKind(kind), trace.WithLinks(links...), trace.WithAttributes(attrs...))
+	ctx, span := t.t.Start(ctx, name, trace.WithSpanKind(kind), trace.WithLinks(links...))
+	return batch(ctx, span, attrs)
+}
+
+// kindOptions are the start options of a span of each kind, made once: an
+// option built per span is an allocation per span.
+var kindOptions = func() (opts [trace.SpanKindConsumer + 1][]trace.SpanStartOption) {
+	for k := range opts {
+		opts[k] = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKind(k))}
+	}
+	return opts
+}()
+
+func kindOption(kind trace.SpanKind) []trace.SpanStartOption {
+	if int(kind) >= len(kindOptions) {
+		return kindOptions[trace.SpanKindInternal]
+	}
+	return kindOptions[kind]
 }
 
 // Borrowed is a span another step started and will end: a step that

@@ -10,6 +10,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	. "github.com/onsi/gomega"
+	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -142,6 +143,31 @@ func TestPropagation(t *testing.T) {
 		g.Expect(fmt.Sprintf("00-%s-%s-01", got.TraceID(), got.SpanID())).To(Equal(tc.want), name)
 	}
 	g.Expect(trace.SpanContextFromContext(tr.Extract(context.Background(), nil, nil)).IsValid()).To(BeFalse())
+}
+
+func TestFieldsAreWhatTheW3CPropagatorWrites(t *testing.T) {
+	g := NewWithT(t)
+	state, err := trace.ParseTraceState("vendor=abc,other=x-1")
+	g.Expect(err).NotTo(HaveOccurred())
+	for name, sc := range map[string]trace.SpanContext{
+		"sampled":     trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{0x4b, 0xf9, 15: 0x36}, SpanID: trace.SpanID{0, 0xf0, 7: 0xb7}, TraceFlags: trace.FlagsSampled}),
+		"not sampled": trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1, 15: 2}, SpanID: trace.SpanID{3, 7: 4}}),
+		"with state":  trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{0xff, 15: 0xee}, SpanID: trace.SpanID{0xdd, 7: 0xcc}, TraceFlags: trace.FlagsSampled, TraceState: state}),
+		"other flags": trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{9, 15: 9}, SpanID: trace.SpanID{9, 7: 9}, TraceFlags: 0xff}),
+	} {
+		ctx := trace.ContextWithSpanContext(context.Background(), sc)
+		want := propagation.MapCarrier{}
+		propagation.TraceContext{}.Inject(ctx, want)
+		parent, st := Fields(ctx)
+		g.Expect(parent).To(Equal(want.Get(TraceparentKey)), name)
+		g.Expect(st).To(Equal(want.Get(TracestateKey)), name)
+
+		// An agent's trace context in the header is replaced, state too.
+		h := http.Header{"Traceparent": {"00-11111111111111111111111111111111-2222222222222222-01"}, "Tracestate": {"agent=1"}}
+		InjectHeader(ctx, h)
+		g.Expect(h.Values("Traceparent")).To(Equal([]string{want.Get(TraceparentKey)}), name)
+		g.Expect(h.Get("Tracestate")).To(Equal(want.Get(TracestateKey)), name)
+	}
 }
 
 func TestErrorType(t *testing.T) {

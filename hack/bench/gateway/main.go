@@ -3,7 +3,7 @@
 // prints a markdown table with the command that reproduces it (
 // the gateway adds ≤ 0.5 ms at p50 and keeps ≥ 80% of direct throughput).
 //
-//	go run ./hack/bench/gateway [-duration=5s] [-callers=1,32] [-auth=none,namespace,servers] [-tracing=memory|batch] [-cpuprofile=FILE]
+//	go run ./hack/bench/gateway [-duration=5s] [-callers=1,32] [-auth=none,namespace,servers] [-tracing=memory|batch|control] [-cpuprofile=FILE]
 //
 // The fixture runs as a separate process (bin built into a temp dir, served
 // with --http=127.0.0.1:0); -servers supervisors connected to it, the
@@ -18,7 +18,9 @@
 // first server's echo tool, which every mode may use.
 // With -tracing, every mode is measured a second time against a gateway
 // and supervisors with tracing on (a second set over the same fixture), in
-// the same alternating rounds, and a second table gives what tracing adds.
+// the same alternating rounds, and a second table gives what tracing adds;
+// -tracing=control leaves the second set untraced, so that the table shows
+// the spread of the comparison itself.
 // It is a benchmark, not a test: it asserts nothing and exits 0 whether or
 // not a goal is met (exit 1 only when it cannot measure at all).
 // See docs/design.md, "How it is tested".
@@ -77,7 +79,7 @@ var (
 	flagShared     = flag.Bool("shared", true, "also measure every caller count > 1 over one shared client session")
 	flagProtocols  = flag.String("protocols", "2026-07-28,2025-11-25", "client protocol versions (2026-07-28: sessionless, 2025-11-25: sessions)")
 	flagFixture    = flag.String("fixture", "", "fixture binary (default: go build "+fixturePkg+" into a temp dir)")
-	flagCPUProfile = flag.String("cpuprofile", "", "write a CPU profile of this process (agents + gateway + supervisor) to `FILE`; goroutines carry pprof labels role, mode, proto, callers")
+	flagCPUProfile = flag.String("cpuprofile", "", "write a CPU profile of this process (agents + gateway + supervisor) to `FILE`; goroutines carry pprof labels role, mode, proto, callers, and tracing on the gateway's")
 	flagMemProfile = flag.String("memprofile", "", "write an allocation profile of this process to `FILE` at the end (go tool pprof -sample_index=alloc_space)")
 	flagVerbose    = flag.Bool("v", false, "log the supervisor to stderr")
 	flagAuth       = flag.String("auth", "none,namespace,servers", "gateways to measure: none, namespace (may use every McpServer), servers (may use -allowed of them by name)")
@@ -85,7 +87,8 @@ var (
 	flagAllowed    = flag.Int("allowed", 5, "McpServers the servers mode may use by name")
 	flagTracing    = flag.String("tracing", "", "also measure every -auth mode with tracing on, every call sampled, over a second set of "+
 		"-servers supervisors: memory (spans exported synchronously to the SDK's in-memory exporter, emptied after every round) "+
-		"or batch (the manager's shape: a batch span processor whose exporter drops the spans)")
+		"or batch (the manager's shape: a batch span processor whose exporter drops the spans); control runs the second set untraced too, "+
+		"to show how far two identical gateways differ")
 )
 
 func main() {
@@ -150,8 +153,8 @@ func run() error {
 	if b.modes, err = parseModes(*flagAuth); err != nil {
 		return err
 	}
-	if *flagTracing != "" && *flagTracing != tracingMemory && *flagTracing != tracingBatch {
-		return fmt.Errorf("-tracing must be %s or %s, not %q", tracingMemory, tracingBatch, *flagTracing)
+	if *flagTracing != "" && *flagTracing != tracingMemory && *flagTracing != tracingBatch && *flagTracing != tracingControl {
+		return fmt.Errorf("-tracing must be %s, %s or %s, not %q", tracingMemory, tracingBatch, tracingControl, *flagTracing)
 	}
 	if *flagServers < 1 || *flagAllowed < 1 || *flagAllowed > *flagServers {
 		return errors.New("-servers and -allowed must be at least 1, -allowed at most -servers")
@@ -352,14 +355,15 @@ func (b *bench) startGateway(proto, upstream string, tr *benchTracing) (*gateway
 	ctx, cancel := context.WithCancel(context.Background())
 	env := &gatewayEnv{cancel: cancel, urls: map[string]string{}, tracing: tr}
 	var tp trace.TracerProvider // nil: off
-	if tr != nil {
-		tp = tr.provider
+	traced := "off"
+	if tr != nil && tr.provider != nil {
+		tp, traced = tr.provider, "on"
 	}
 	// Everything started here (the supervisors' goroutines, the servers'
 	// connection goroutines and the upstream calls they make) inherits
-	// role=gateway in the CPU profile.
+	// role=gateway and tracing=on|off in the CPU profile.
 	var err error
-	pprof.Do(ctx, pprof.Labels("role", "gateway", "proto", proto), func(ctx context.Context) {
+	pprof.Do(ctx, pprof.Labels("role", "gateway", "proto", proto, "tracing", traced), func(ctx context.Context) {
 		for i := range *flagServers {
 			p := &policy.Policy{
 				ServerName:        serverName(i),
@@ -435,7 +439,7 @@ func (env *gatewayEnv) stop() {
 	for _, sup := range env.sups {
 		_ = sup.Dispose(ctx)
 	}
-	if env.tracing != nil {
+	if env.tracing != nil && env.tracing.provider != nil {
 		_ = env.tracing.provider.Shutdown(ctx)
 	}
 }

@@ -15,8 +15,9 @@ import (
 
 // Values of -tracing.
 const (
-	tracingMemory = "memory"
-	tracingBatch  = "batch"
+	tracingMemory  = "memory"
+	tracingBatch   = "batch"
+	tracingControl = "control"
 )
 
 // tracedSuffix marks the mode of a traced gateway.
@@ -24,15 +25,19 @@ const tracedSuffix = "+tracing"
 
 // benchTracing is the tracer provider of the traced gateways and
 // supervisors: every call sampled, its spans exported to memory or batched
-// to nowhere.
+// to nowhere; none for -tracing=control, whose second set runs untraced
+// like the first, so that the comparison's own spread shows.
 type benchTracing struct {
-	provider *sdktrace.TracerProvider
+	provider *sdktrace.TracerProvider    // nil: -tracing=control
 	memory   *tracetest.InMemoryExporter // -tracing=memory only
 	count    atomic.Int64                // spans ended since the last reset
 }
 
 func newTracing(kind string) *benchTracing {
 	t := &benchTracing{}
+	if kind == tracingControl {
+		return t
+	}
 	opts := []sdktrace.TracerProviderOption{sdktrace.WithSampler(sdktrace.AlwaysSample()),
 		sdktrace.WithSpanProcessor(counter{&t.count})}
 	if kind == tracingMemory {
@@ -102,9 +107,16 @@ func (discard) Shutdown(context.Context) error                             { ret
 // printTracing prints what tracing adds: each traced gateway row against
 // the same mode's untraced row of the same cell.
 func (b *bench) printTracing() {
-	fmt.Printf("\nTracing on (-tracing=%s) against the same gateway mode without it, same cell, alternating rounds:\n\n", *flagTracing)
+	if *flagTracing == tracingControl {
+		fmt.Printf("\nControl (-tracing=control): a second set of supervisors and gateways, untraced like the first, against the first, " +
+			"same cell, alternating rounds; \"on\" is the second set. Its added p50 is how far two identical gateways differ here.\n\n")
+	} else {
+		fmt.Printf("\nTracing on (-tracing=%s) against the same gateway mode without it, same cell, alternating rounds:\n\n", *flagTracing)
+	}
 	fmt.Println("| Protocol | Callers × sessions | Auth | p50 off | p50 on | Added p50 | CPU/call added | Alloc/call added | Spans/call | Met: ≤ 0.1 ms |")
 	fmt.Println("|---|---|---|--:|--:|--:|--:|--:|--:|---|")
+	var sum time.Duration
+	var cells int
 	for _, cell := range b.results {
 		off := map[string]result{}
 		for _, r := range cell[1:] {
@@ -117,6 +129,7 @@ func (b *bench) printTracing() {
 			}
 			o := off[mode]
 			added := report.Percentile(on.lat, 50) - report.Percentile(o.lat, 50)
+			sum, cells = sum+added, cells+1
 			fmt.Printf("| %s | %d × %d | %s | %s | %s | %s | %s | %.1f kB | %.1f | %s |\n", on.negotiated, on.callers, on.sessions, mode,
 				msf(report.Percentile(o.lat, 50)), msf(report.Percentile(on.lat, 50)), msf(added),
 				msf(on.perCall(on.cpuSelf)-o.perCall(o.cpuSelf)),
@@ -125,6 +138,7 @@ func (b *bench) printTracing() {
 		}
 	}
 	fmt.Println()
+	fmt.Printf("Added p50, mean over the %d cells: %s.\n", cells, msf(sum/time.Duration(max(1, cells))))
 	fmt.Println("Spans/call: spans ended during the measured rounds over the calls (on the fast path the gateway's " +
 		"request span, which is its tools/call span, and the supervisor's call, which is the upstream HTTP request's). Alloc/call and CPU/call added: traced row minus untraced row of the same mode.")
 }
