@@ -74,38 +74,36 @@ func (g *Gateway) Handler() http.Handler {
 
 func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 	ns := r.PathValue("namespace")
-	ctx := r.Context()
+	var rt *requestTrace // nil: tracing off
 	if g.tracer.On() {
-		var sw *statusWriter
-		var span trace.Span
-		ctx, sw, span = g.traceRequest(w, r, ns)
-		defer endRequest(span, sw)
-		w = sw
+		rt = g.traceRequest(w, r, ns)
+		defer rt.end()
+		w = &rt.w
 	}
 	if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
-		refuse(ctx, "not_found")
+		rt.refuse("not_found")
 		http.Error(w, "invalid namespace", http.StatusNotFound)
 		return
 	}
 	if g.Auth == nil && !loopbackHost(r.Host) {
 		// Without authentication only loopback clients may call: a page
 		// that rebinds its own domain to 127.0.0.1 names itself in Host.
-		refuse(ctx, "not_loopback")
+		rt.refuse("not_loopback")
 		http.Error(w, "without authentication the gateway answers loopback hosts only", http.StatusForbidden)
 		return
 	}
 	if !sameOrigin(r) {
-		refuse(ctx, "cross_origin")
+		rt.refuse("cross_origin")
 		http.Error(w, "cross-origin request refused", http.StatusForbidden)
 		return
 	}
-	gr, ok := g.authorize(ctx, w, r, ns)
+	gr, ok := g.authorize(rt, w, r, ns)
 	if !ok {
 		return
 	}
-	v, release, err := g.view(ctx, ns, gr)
+	v, release, err := g.view(r.Context(), ns, gr)
 	if err != nil {
-		refuse(ctx, "auth_unavailable")
+		rt.refuse("auth_unavailable")
 		g.Log.Error(err, "gateway authorization failed", "namespace", ns)
 		http.Error(w, "authorization is unavailable", http.StatusServiceUnavailable)
 		return
@@ -113,38 +111,38 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 	defer release()
 	r.Body = http.MaxBytesReader(w, r.Body, cmp.Or(g.MaxBodyBytes, DefaultMaxBodyBytes))
 	// One copy of the request, with the span and the grant.
-	v.ServeHTTP(w, r.WithContext(withGrant(ctx, gr)))
+	v.ServeHTTP(w, r.WithContext(withGrant(rt.served(r.Context()), gr)))
 }
 
 // authorize writes 401, 403, 429 or 503 and returns false unless the
 // caller may use some of ns's McpServers. The token is never logged.
-func (g *Gateway) authorize(ctx context.Context, w http.ResponseWriter, r *http.Request, ns string) (grant, bool) {
+func (g *Gateway) authorize(rt *requestTrace, w http.ResponseWriter, r *http.Request, ns string) (grant, bool) {
 	if g.Auth == nil {
 		return grant{all: true}, true
 	}
 	token, ok := kubeauth.BearerToken(r)
 	if !ok {
-		refuse(ctx, "unauthorized")
+		rt.refuse("unauthorized")
 		kubeauth.Unauthorized(w)
 		return grant{}, false
 	}
-	gr, err := g.Auth.grant(ctx, token, ns)
+	gr, err := g.Auth.grant(r.Context(), token, ns)
 	if err == nil {
 		return gr, true
 	}
 	switch status := authStatus(err); status {
 	case http.StatusForbidden:
-		refuse(ctx, "forbidden")
+		rt.refuse("forbidden")
 		http.Error(w, `forbidden: the caller may not "use" mcpservers.mcpbridge.dev in namespace `+ns, http.StatusForbidden)
 	case http.StatusServiceUnavailable:
-		refuse(ctx, "auth_unavailable")
+		rt.refuse("auth_unavailable")
 		g.Log.Error(err, "gateway authorization failed", "namespace", ns)
 		kubeauth.WriteAuthenticationError(w, err)
 	case http.StatusTooManyRequests:
-		refuse(ctx, "rate_limited")
+		rt.refuse("rate_limited")
 		kubeauth.WriteAuthenticationError(w, err)
 	default:
-		refuse(ctx, "unauthorized")
+		rt.refuse("unauthorized")
 		kubeauth.WriteAuthenticationError(w, err)
 	}
 	return grant{}, false

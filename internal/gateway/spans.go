@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.opentelemetry.io/otel/attribute"
@@ -18,7 +19,7 @@ import (
 )
 
 // The gateway's spans: one SERVER span per HTTP request to an endpoint
-// (spanRequest, refusals included), and inside it one span per MCP message
+// (spanRequest, refusals included, in a trace of their own: requestTrace), and inside it one span per MCP message
 // the SDK answers ("tools/call <public name>", "tools/list", ...). A
 // tools/call the fast path answers is the request span itself, renamed
 // (startFastMethod). A tools/call span is the parent of the supervisor's
@@ -32,17 +33,67 @@ const spanRequest = "POST /namespaces/{namespace}/mcp"
 
 const route = "/namespaces/{namespace}/mcp"
 
-// traceRequest starts the request's span, a child of the agent's
-// traceparent header if it sent one, and returns the request's context
-// with it.
-func (g *Gateway) traceRequest(w http.ResponseWriter, r *http.Request, ns string) (context.Context, *statusWriter, trace.Span) {
-	ctx := g.tracer.Extract(r.Context(), r.Header, nil)
-	method, name := knownMethod(r.Method)
-	ctx, span := g.tracer.Start(ctx, name, trace.SpanKindServer,
+// requestTrace is the tracing of one HTTP request to the gateway. Its span
+// starts, dated from the request's arrival, once the gateway knows whether
+// it serves the caller: a request it serves continues the agent's
+// traceparent header (served); one it refuses is a trace of its own (end),
+// so that a caller turned away neither decides whether it is sampled (a
+// ratio sampler follows a sampled parent) nor adds spans to a trace of its
+// choosing. See docs/design.md, "Tracing".
+type requestTrace struct {
+	g       *Gateway
+	r       *http.Request
+	ns      string
+	arrival time.Time
+	w       statusWriter
+	span    trace.Span // nil until started
+	outcome string     // why the request was refused
+}
+
+func (g *Gateway) traceRequest(w http.ResponseWriter, r *http.Request, ns string) *requestTrace {
+	rt := &requestTrace{g: g, r: r, ns: ns, arrival: time.Now()}
+	rt.w.ResponseWriter = w
+	return rt
+}
+
+// served starts the span of a request the gateway serves, a child of the
+// agent's traceparent header if it sent one, and returns ctx with it.
+func (rt *requestTrace) served(ctx context.Context) context.Context {
+	if rt == nil {
+		return ctx
+	}
+	ctx, rt.span = rt.start(rt.g.tracer.Extract(ctx, rt.r.Header, nil))
+	return ctx
+}
+
+func (rt *requestTrace) start(ctx context.Context) (context.Context, trace.Span) {
+	method, name := knownMethod(rt.r.Method)
+	return rt.g.tracer.StartAt(ctx, rt.arrival, name, trace.SpanKindServer,
 		semconv.HTTPRequestMethodKey.String(method), semconv.HTTPRoute(route),
-		semconv.NetworkProtocolName("http"), semconv.NetworkProtocolVersion(protocolVersion(r)),
-		semconv.NetworkTransportTCP, tracing.Namespace.String(ns))
-	return ctx, &statusWriter{ResponseWriter: w}, span
+		semconv.NetworkProtocolName("http"), semconv.NetworkProtocolVersion(protocolVersion(rt.r)),
+		semconv.NetworkTransportTCP, tracing.Namespace.String(rt.ns))
+}
+
+// refuse counts a request turned away before MCP saw it, and keeps why for
+// its span; rt is nil with tracing off.
+func (rt *requestTrace) refuse(outcome string) {
+	refused(outcome)
+	if rt != nil {
+		rt.outcome = outcome
+	}
+}
+
+// end ends the request's span with the status it was answered with, and
+// why it was refused; a refused request's span starts here, in a trace of
+// its own.
+func (rt *requestTrace) end() {
+	if rt.span == nil {
+		_, rt.span = rt.start(trace.ContextWithSpanContext(rt.r.Context(), trace.SpanContext{}))
+	}
+	if rt.outcome != "" {
+		tracing.SetAttributes(rt.span, tracing.Outcome.String(rt.outcome))
+	}
+	endRequest(rt.span, &rt.w)
 }
 
 // knownMethod is an HTTP method MCP uses, or _OTHER: a span name must not
@@ -76,8 +127,7 @@ func protocolVersion(r *http.Request) string {
 }
 
 // endRequest records the status the request was answered with; a 5xx
-// fails the span, as OpenTelemetry's HTTP conventions have it for servers,
-// and a refusal says why in mcpbridge.outcome (set by refuse).
+// fails the span, as OpenTelemetry's HTTP conventions have it for servers.
 func endRequest(span trace.Span, w *statusWriter) {
 	status := w.status
 	if status == 0 {
@@ -88,15 +138,6 @@ func endRequest(span trace.Span, w *statusWriter) {
 		tracing.Fail(span, strconv.Itoa(status), http.StatusText(status))
 	}
 	span.End()
-}
-
-// refuse counts a request turned away before MCP saw it, and says why on
-// its span (ctx's).
-func refuse(ctx context.Context, outcome string) {
-	refused(outcome)
-	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.SetAttributes(tracing.Outcome.String(outcome))
-	}
 }
 
 // statusWriter remembers the status of a traced request's answer. It

@@ -401,6 +401,11 @@ func TestTracingRecordsRefusalsAndFailures(t *testing.T) {
 	tp, exp := spanRecorder(t)
 	env := newTracedEnv(t, tp, testAccess())
 
+	// A refused caller's sampled traceparent is not followed: the refusal
+	// is a trace of its own, dated from the request's arrival.
+	outsider := "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	env.set(outsider, "")
+	sent := time.Now()
 	code, _ := env.post(initializeBody, nil)
 	g.Expect(code).To(Equal(http.StatusUnauthorized))
 	refused := spanWith(t, exp, "the refused request", func(s tracetest.SpanStub) bool {
@@ -408,6 +413,11 @@ func TestTracingRecordsRefusalsAndFailures(t *testing.T) {
 	})
 	g.Expect(spanAttrs(refused)).To(HaveKeyWithValue("http.response.status_code", "401"))
 	g.Expect(refused.Status.Code).To(Equal(codes.Unset), "a 4xx is the client's error, not the server's")
+	g.Expect(refused.Parent.IsValid()).To(BeFalse(), "a refused request continues no trace of the caller's")
+	g.Expect(refused.SpanContext.TraceID().String()).NotTo(Equal("0af7651916cd43dd8448eb211c80319c"))
+	g.Expect(refused.StartTime).To(BeTemporally(">=", sent))
+	g.Expect(refused.StartTime).To(BeTemporally("<", refused.EndTime))
+	env.set("", "")
 
 	env.set("", "narrow-agent")
 	cs := env.agent(sessionlessProto)

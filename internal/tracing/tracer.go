@@ -2,6 +2,7 @@ package tracing
 
 import (
 	"context"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
@@ -43,6 +44,16 @@ func (t Tracer) Start(ctx context.Context, name string, kind trace.SpanKind, att
 		return ctx, offSpan
 	}
 	ctx, span := t.t.Start(ctx, name, kindOption(kind)...)
+	return batch(ctx, span, attrs)
+}
+
+// StartAt is Start for a span that began at t, before it could be started
+// (the gateway's request span waits for the caller to be known).
+func (t Tracer) StartAt(ctx context.Context, at time.Time, name string, kind trace.SpanKind, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	if t.t == nil {
+		return ctx, offSpan
+	}
+	ctx, span := t.t.Start(ctx, name, trace.WithSpanKind(kind), trace.WithTimestamp(at))
 	return batch(ctx, span, attrs)
 }
 
