@@ -119,9 +119,8 @@ func setupControllers(mgr ctrl.Manager, opts *options) (*controller.Supervisors,
 	if err := setupGateway(mgr, opts, registry); err != nil {
 		return nil, fmt.Errorf("set up the gateway: %w", err)
 	}
-	sups := &controller.Supervisors{Registry: registry, Log: ctrl.Log.WithName("supervisor"),
-		Egress: egress.New(opts.upstreamAllowCIDRs)}
-	sups.TracerProvider = opts.tracerProvider
+	sups := controller.NewSupervisors(controller.SupervisorsOptions{Registry: registry, Log: ctrl.Log.WithName("supervisor"),
+		Egress: egress.New(opts.upstreamAllowCIDRs), TracerProvider: opts.tracerProvider})
 	r := &controller.McpServerReconciler{
 		Client:      mgr.GetClient(),
 		APIReader:   mgr.GetAPIReader(),

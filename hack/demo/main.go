@@ -154,8 +154,8 @@ func (d *demo) start(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 		return nil
-	case <-d.manager.done:
-		return fmt.Errorf("the manager exited: %v; see %s", d.manager.err, d.rel(d.manager.logPath))
+	case <-d.manager.Done():
+		return fmt.Errorf("the manager exited: %v; see %s", d.manager.Err(), d.rel(d.manager.logPath))
 	}
 }
 

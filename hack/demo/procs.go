@@ -9,109 +9,81 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/mcpbridge/operator/internal/proc"
 )
 
 // child is a process the demo started and must stop.
 type child struct {
-	name    string // also the pid file's name: <dir>/<name>.pid
-	cmd     *exec.Cmd
+	*proc.Process
 	logPath string
-	pidFile string
-	done    chan struct{} // closed once Wait returned; err is then set
-	err     error
+	pidFile string // <dir>/<name>.pid, for `make demo-down`
 }
 
 // startChild starts cmd with its output in <dir>/<name>.log, in its own
 // process group (so that the terminal's Ctrl-C does not reach it before the
-// demo decides the order), with Pdeathsig so that it gets SIGTERM if the demo
-// itself is killed, and records its pid for `make demo-down`.
+// demo decides the order), with SIGTERM should the demo itself be killed,
+// and records its pid for `make demo-down`.
 func startChild(name, dir string, cmd *exec.Cmd) (*child, error) {
-	c := &child{name: name, cmd: cmd, done: make(chan struct{}),
-		pidFile: filepath.Join(dir, name+".pid"), logPath: filepath.Join(dir, name+".log")}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	c := &child{pidFile: filepath.Join(dir, name+".pid"), logPath: filepath.Join(dir, name+".log")}
 	log, err := os.Create(c.logPath)
 	if err != nil {
 		return nil, err
 	}
 	defer log.Close() // the child has its own copy
 	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
+	if c.Process, err = proc.StartProcess(name, cmd, true, syscall.SIGTERM); err != nil {
+		return nil, err
 	}
-	go func() {
-		c.err = cmd.Wait()
-		close(c.done)
-	}()
-	return c, writePid(c.pidFile, cmd.Process.Pid)
+	return c, writePid(c.pidFile, c.Pid())
 }
-
-func (c *child) pid() int { return c.cmd.Process.Pid }
 
 // stop sends SIGTERM, then SIGKILL after grace.
 func (c *child) stop(grace time.Duration) error {
 	defer os.Remove(c.pidFile)
-	select {
-	case <-c.done:
-		return nil // already gone (and reaped)
-	default:
-	}
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-c.done:
-		return nil
-	case <-time.After(grace):
-	}
-	_ = c.cmd.Process.Kill()
-	<-c.done
-	return fmt.Errorf("%s (pid %d) ignored SIGTERM for %s and was killed", c.name, c.pid(), grace)
+	return c.Stop(grace)
 }
 
 func writePid(path string, pid int) error {
 	return os.WriteFile(path, []byte(strconv.Itoa(pid)+"\n"), 0o644)
 }
 
-// proc is one entry of /proc.
-type proc struct {
+// process is one entry of /proc.
+type process struct {
 	pid, ppid int
 	args      []string
 }
 
 // processes lists the live processes; zombies are skipped (they have no
 // cmdline).
-func processes() ([]proc, error) {
+func processes() ([]process, error) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil, err
 	}
-	var out []proc
+	var out []process
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		stat, err1 := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		stat, err1 := proc.ReadStat(pid)
 		cmdline, err2 := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
 		if err1 != nil || err2 != nil || len(cmdline) == 0 {
 			continue // gone meanwhile, or a zombie
 		}
-		// stat is "pid (comm) state ppid ...", and comm may hold spaces.
-		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-		if len(fields) < 2 {
-			continue
-		}
-		ppid, _ := strconv.Atoi(fields[1])
-		out = append(out, proc{pid: pid, ppid: ppid, args: strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")})
+		out = append(out, process{pid: pid, ppid: stat.PPID, args: strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")})
 	}
 	return out, nil
 }
 
 // childrenOf lists the live children of ppid.
-func childrenOf(ppid int) ([]proc, error) {
+func childrenOf(ppid int) ([]process, error) {
 	all, err := processes()
 	if err != nil {
 		return nil, err
 	}
-	var out []proc
+	var out []process
 	for _, p := range all {
 		if p.ppid == ppid {
 			out = append(out, p)
@@ -121,7 +93,7 @@ func childrenOf(ppid int) ([]proc, error) {
 }
 
 // sameProcess is true while pid still runs args (not a reused pid).
-func sameProcess(p proc) bool {
+func sameProcess(p process) bool {
 	cmdline, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(p.pid), "cmdline"))
 	return err == nil && string(cmdline) == strings.Join(p.args, "\x00")+"\x00"
 }

@@ -59,7 +59,7 @@ func (d *demo) killAndRecover(ctx context.Context, set *sampleSet) error {
 // stdioFixturePid finds the manager's bin/mcp-fixture child. The HTTP
 // fixture is the demo's own child, so exactly one is expected.
 func (d *demo) stdioFixturePid() (int, error) {
-	kids, err := childrenOf(d.manager.pid())
+	kids, err := childrenOf(d.manager.Pid())
 	if err != nil {
 		return 0, err
 	}

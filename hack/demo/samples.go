@@ -132,8 +132,8 @@ func (d *demo) poll(ctx context.Context, cond func() (bool, error)) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-d.manager.done:
-			return fmt.Errorf("the manager exited: %v", d.manager.err)
+		case <-d.manager.Done():
+			return fmt.Errorf("the manager exited: %v", d.manager.Err())
 		case <-deadline:
 			return fmt.Errorf("timed out after %s", d.readyTimeout)
 		case <-time.After(100 * time.Millisecond):

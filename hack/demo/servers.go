@@ -35,8 +35,8 @@ func (d *demo) startHTTPFixture() (string, error) {
 			}
 		}
 		select {
-		case <-d.fixture.done:
-			return "", fmt.Errorf("the HTTP fixture exited: %v; see %s", d.fixture.err, d.fixture.logPath)
+		case <-d.fixture.Done():
+			return "", fmt.Errorf("the HTTP fixture exited: %v; see %s", d.fixture.Err(), d.fixture.logPath)
 		default:
 		}
 	}
@@ -70,7 +70,7 @@ func (d *demo) startManager(ctx context.Context) error {
 	if d.manager, err = startChild("manager", d.dir, cmd); err != nil {
 		return err
 	}
-	d.say("Manager running (pid %d, log %s)", d.manager.pid(), d.rel(d.manager.logPath))
+	d.say("Manager running (pid %d, log %s)", d.manager.Pid(), d.rel(d.manager.logPath))
 
 	probe := &http.Client{Timeout: time.Second}
 	deadline := time.Now().Add(30 * time.Second)
@@ -78,8 +78,8 @@ func (d *demo) startManager(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-d.manager.done:
-			return fmt.Errorf("the manager exited at start-up: %v; see %s", d.manager.err, d.manager.logPath)
+		case <-d.manager.Done():
+			return fmt.Errorf("the manager exited at start-up: %v; see %s", d.manager.Err(), d.manager.logPath)
 		case <-time.After(100 * time.Millisecond):
 		}
 		if resp, err := probe.Get("http://" + probes + "/readyz"); err == nil {
@@ -98,7 +98,7 @@ func (d *demo) startManager(ctx context.Context) error {
 // within its own 30 s budget. If it has to be killed, its children (each in
 // its own process group) would be orphaned, so they are killed too.
 func (d *demo) stopManager() error {
-	kids, _ := childrenOf(d.manager.pid())
+	kids, _ := childrenOf(d.manager.Pid())
 	err := d.manager.stop(40 * time.Second)
 	var orphans []string
 	for _, k := range kids {

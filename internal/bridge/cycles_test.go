@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/mcpbridge/operator/internal/policy"
+	"github.com/mcpbridge/operator/internal/proc"
 )
 
 // TestCrashReconnectCyclesLeaveNoLeak kills the stdio child 200 times, each
@@ -165,26 +165,11 @@ func cycleProcs(t *testing.T) []cycleProc {
 		if err != nil {
 			continue
 		}
-		data, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		st, err := proc.ReadStat(pid)
 		if err != nil {
 			continue // exited meanwhile
 		}
-		// pid (comm) state ppid pgrp ...; comm may hold spaces and ')'.
-		s := string(data)
-		open, closing := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-		if open < 0 || closing < open {
-			continue
-		}
-		f := strings.Fields(s[closing+1:])
-		if len(f) < 3 {
-			continue
-		}
-		ppid, err1 := strconv.Atoi(f[1])
-		pgrp, err2 := strconv.Atoi(f[2])
-		if err1 != nil || err2 != nil {
-			continue
-		}
-		out = append(out, cycleProc{pid: pid, ppid: ppid, pgrp: pgrp, state: f[0], comm: s[open+1 : closing]})
+		out = append(out, cycleProc{pid: pid, ppid: st.PPID, pgrp: st.Pgrp, state: string(st.State), comm: st.Comm})
 	}
 	return out
 }

@@ -25,8 +25,14 @@
 //	any ──budget spent / failOnStartupError / reconnect disabled /
 //	       close barrier passed──▶ Failed (Reason says which)
 //
+// With reconnect disabled, a lost connection passes through Reconnecting
+// while its generation closes (serve reports the loss before
+// closeGeneration runs), then stops in Failed/ReconnectDisabled with its
+// tools still published; a failed attempt goes to Failed at once.
+//
 // Failed is final for the Supervisor; the controller builds a new one on a
-// hot swap. A retry scheduled while the server has never been Ready keeps
+// hot swap. Dispose moves no phase: a disposed supervisor's snapshot keeps
+// the phase it had, and its tools leave the registry. A retry scheduled while the server has never been Ready keeps
 // the phase Connecting, as the first attempt had it.
 //
 // # Waiting for the server's Pod
@@ -112,6 +118,9 @@
 //     process), pod.go (a tunnel to the shim in the server's Pod) and
 //     http.go are the three transports.
 //   - registry.go, naming.go: the tool registry and public names.
+//   - protocol.go: the client's identity and the protocol versions it
+//     speaks (SessionlessProtocol).
+//   - spans.go: the connect, sync and call spans (tracedConnect).
 //   - snapshot.go, events.go, observer.go, errors.go: what the supervisor
 //     reports.
 //

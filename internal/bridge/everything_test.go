@@ -157,7 +157,7 @@ func everythingChildPID(t *testing.T, s *Supervisor) int {
 	if !ok {
 		t.Fatalf("live link is %T, not stdio", g.link)
 	}
-	return l.cmd.Process.Pid
+	return l.group.Pid()
 }
 
 // server-everything over stdio: connect, list every tool, call echo, then

@@ -164,17 +164,17 @@ func (s *Supervisor) lastErrorSuffix() string {
 // See docs/design.md, "The connection budget".
 func (s *Supervisor) connect(ctx context.Context, everConnected bool) (*generation, error) {
 	g := s.beginGeneration(everConnected)
-	err := s.awaitServer(ctx)
-	if err == nil {
-		err = s.openAndSync(ctx, g)
+	se := s.awaitServer(ctx)
+	if se == nil {
+		se = s.openAndSync(ctx, g)
 	}
-	if err != nil {
-		s.log.Info("connection attempt failed", "generation", g.num, "error", err.Error())
-		s.update(func(sn *Snapshot) { sn.LastError = err.(*StageError) })
+	if se != nil {
+		s.log.Info("connection attempt failed", "generation", g.num, "error", se.Error())
+		s.update(func(sn *Snapshot) { sn.LastError = se })
 		if cerr := s.closeGeneration(g); cerr != nil {
 			return nil, cerr
 		}
-		return nil, err
+		return nil, se
 	}
 	s.connected(g)
 	return g, nil
@@ -182,7 +182,7 @@ func (s *Supervisor) connect(ctx context.Context, everConnected bool) (*generati
 
 // openAndSync opens the generation and fetches and publishes its tools
 // under one connectionTimeoutMs deadline.
-func (s *Supervisor) openAndSync(ctx context.Context, g *generation) error {
+func (s *Supervisor) openAndSync(ctx context.Context, g *generation) *StageError {
 	dctx, cancel := context.WithTimeout(ctx, s.p.ConnectionTimeout)
 	defer cancel()
 	stage := StageTransportStart
@@ -204,7 +204,7 @@ func (s *Supervisor) openAndSync(ctx context.Context, g *generation) error {
 // has a connectionTimeoutMs bound of its own; when that runs out the
 // attempt fails, and counts, like any other.
 // See docs/design.md, "Pods that are not there yet".
-func (s *Supervisor) awaitServer(ctx context.Context) error {
+func (s *Supervisor) awaitServer(ctx context.Context) *StageError {
 	a, ok := s.dialer.(awaiter)
 	if !ok {
 		return nil
@@ -232,7 +232,7 @@ func (s *Supervisor) waiting(w PodWait) {
 }
 
 // attemptError names the budget when the deadline, not the caller, ended it.
-func (s *Supervisor) attemptError(ctx, dctx context.Context, stage string, err error) error {
+func (s *Supervisor) attemptError(ctx, dctx context.Context, stage string, err error) *StageError {
 	if ctx.Err() == nil && errors.Is(dctx.Err(), context.DeadlineExceeded) {
 		err = errDeadline{budget: s.p.ConnectionTimeout}
 	}

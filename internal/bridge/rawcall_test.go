@@ -491,8 +491,10 @@ func TestCallToolJSONTimeoutIsEnforcedAndCancelsUpstream(t *testing.T) {
 		if !errors.As(err, &se) || se.Stage != StageToolsCall {
 			t.Errorf("timeout %v, want a %s stage error", err, StageToolsCall)
 		}
-		if took < 300*time.Millisecond || took > 2*time.Second {
-			t.Errorf("call ended after %v, want about 300ms", took)
+		// One-sided: not before the configured timeout; that it did not
+		// wait for the 10 s sleep is the error above and the cancellation.
+		if took < 300*time.Millisecond {
+			t.Errorf("call ended after %v, before its 300ms timeout", took)
 		}
 		rawCheckCancelled(t, &log, events, stateless)
 		rawStillConnected(t, s, g, "a timed-out call")

@@ -366,10 +366,7 @@ func (r *Registry) notifyLocked(ns string) {
 		// Close deregisters under r.mu, so s is open here.
 		s.mu.Lock()
 		s.pending[ns] = struct{}{}
-		select {
-		case s.c <- struct{}{}:
-		default: // a signal is already pending
-		}
+		kick(s.c) // a signal may be pending already
 		s.mu.Unlock()
 	}
 }

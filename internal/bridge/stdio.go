@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -69,52 +68,38 @@ func (d *stdioDialer) dial(_ context.Context, _ func(error)) (link, error) {
 	cmd := exec.Command(d.spec.Command, d.spec.Args...)
 	cmd.Dir = d.spec.Cwd
 	cmd.Env = scrubbedEnv(os.Environ(), d.spec.Env)
-	// Its own group, so that closing kills launchers' grandchildren too; and
 	// SIGKILL if the manager dies without disposing it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-
-	// Our own pipes, so that Wait never closes what the MCP reader still
-	// reads and a grandchild holding stdout open cannot hide the exit.
-	inR, inW, err := os.Pipe()
+	proc.OwnGroup(cmd, syscall.SIGKILL)
+	pipes, err := proc.NewPipes(cmd, true)
 	if err != nil {
 		return nil, err
 	}
-	outR, outW, err := os.Pipe()
+	err = cmd.Start()
+	pipes.Started()
 	if err != nil {
-		closeAll(inR, inW)
-		return nil, err
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		closeAll(inR, inW, outR, outW)
-		return nil, err
-	}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
-	if err := cmd.Start(); err != nil {
-		closeAll(inR, inW, outR, outW, errR, errW)
+		pipes.Close()
 		return nil, fmt.Errorf("start %q: %w", d.spec.Command, err)
 	}
-	closeAll(inR, outW, errW) // the child has its copies
-	l := &stdioLink{cmd: cmd, stdin: inW, stdout: outR, grace: d.grace, sniff: d.sniff,
+	l := &stdioLink{stdin: pipes.Stdin, stdout: pipes.Stdout, sniff: d.sniff,
 		exited: make(chan struct{}), stderrDone: make(chan struct{})}
 	go func() {
 		defer close(l.stderrDone)
-		logStderr(errR, d.log.WithValues("pid", cmd.Process.Pid))
+		logStderr(pipes.Stderr, d.log.WithValues("pid", cmd.Process.Pid))
 	}()
-	go l.reap()
+	l.group = proc.NewGroup(cmd.Process.Pid, pipes.Stdin, d.grace)
+	l.group.Watch(func() { l.waitErr = cmd.Wait() }, nil)
+	go l.released()
 	return l, nil
 }
 
 type stdioLink struct {
-	cmd        *exec.Cmd
+	group      *proc.Group
 	stdin      *os.File
 	stdout     *os.File
-	grace      time.Duration
 	sniff      func([]byte) // sees every line the server writes
 	exited     chan struct{}
 	stderrDone chan struct{}
 	waitErr    error // set before exited is closed
-	closeOnce  sync.Once
 }
 
 // exitError says how the child ended; valid once closed() is closed.
@@ -133,14 +118,13 @@ func (l *stdioLink) transport() mcp.Transport {
 	return &mcp.IOTransport{Reader: r, Writer: l.stdin}
 }
 
-// reap waits for the child, then kills what is left of its process group
-// (an npx-style launcher's grandchildren) and releases the pipes.
-func (l *stdioLink) reap() {
-	l.waitErr = l.cmd.Wait()
-	pgid := l.cmd.Process.Pid
-	_ = syscall.Kill(-pgid, syscall.SIGKILL)
-	proc.ReapGroup(pgid) // orphans of the group that came back to us as subreaper
-	closeAll(l.stdin, l.stdout)
+// released waits until the child and what was left of its process group
+// (an npx-style launcher's grandchildren) have been reaped, then releases
+// the pipes: only then is the generation closed.
+func (l *stdioLink) released() {
+	<-l.group.Reaped()
+	_ = l.stdin.Close()
+	_ = l.stdout.Close()
 	// The last stderr lines belong to this generation; a descendant that
 	// escaped the group may hold the pipe, so do not wait for it forever.
 	select {
@@ -154,38 +138,9 @@ func (l *stdioLink) reap() {
 const stderrDrain = 500 * time.Millisecond
 
 // close escalates: stdin closed, then SIGTERM, then SIGKILL to the group.
-func (l *stdioLink) close() {
-	l.closeOnce.Do(func() {
-		_ = l.stdin.Close()
-		go l.escalate()
-	})
-}
-
-func (l *stdioLink) escalate() {
-	pgid := l.cmd.Process.Pid
-	if proc.Stopped(pgid) {
-		// A stopped child reads no stdin and handles no SIGTERM: waiting
-		// for it would only hold the close barrier.
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		return
-	}
-	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
-		select {
-		case <-l.exited:
-			return
-		case <-time.After(l.grace):
-			_ = syscall.Kill(-pgid, sig)
-		}
-	}
-}
+func (l *stdioLink) close() { l.group.End() }
 
 func (l *stdioLink) closed() <-chan struct{} { return l.exited }
-
-func closeAll(files ...*os.File) {
-	for _, f := range files {
-		_ = f.Close()
-	}
-}
 
 // stderrLinesPerSecond bounds how much a chatty child can write to our log.
 const stderrLinesPerSecond = 20

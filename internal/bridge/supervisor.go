@@ -243,9 +243,4 @@ func (s *Supervisor) update(fn func(*Snapshot)) {
 	s.signal()
 }
 
-func (s *Supervisor) signal() {
-	select {
-	case s.changes <- struct{}{}:
-	default:
-	}
-}
+func (s *Supervisor) signal() { kick(s.changes) }

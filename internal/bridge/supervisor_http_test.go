@@ -578,13 +578,17 @@ func TestHTTPUnresponsiveEndpointFailsAtConnectionBudgetInInitialize(t *testing.
 			if err != nil {
 				t.Fatal(err)
 			}
-			if took >= time.Second {
-				t.Fatalf("round %d: dispose during a hung connect took %v, want well under 1s (design target: 200ms)", i+1, took)
+			// Waiting for the budget would take 10 s; the design target
+			// (200 ms) is the benchmark's to measure.
+			if took >= p.ConnectionTimeout/2 {
+				t.Fatalf("round %d: dispose during a hung connect took %v: it waited for the %v budget", i+1, took, p.ConnectionTimeout)
 			}
 		}
 	})
-	// The expiry is acted on at once (target: within 150ms),
-	// here within a generous second. Repeated, like the disposal above.
+	// The expiry is acted on (target: within 150ms, the benchmark's to
+	// measure); here the attempt must end within ten budgets, where
+	// without the deadline it would hang on the silent listener.
+	// Repeated, like the disposal above.
 	// See docs/design.md, "The connection budget" and "How it is tested".
 	t.Run("budget-expiry-is-acted-on-promptly", func(t *testing.T) {
 		for i := range 10 {
@@ -595,7 +599,7 @@ func TestHTTPUnresponsiveEndpointFailsAtConnectionBudgetInInitialize(t *testing.
 			start := time.Now()
 			s, _ := startSupervisor(t, p)
 			sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
-			if took := time.Since(start); took > 1300*time.Millisecond {
+			if took := time.Since(start); took >= 10*p.ConnectionTimeout {
 				t.Fatalf("round %d: a 300ms budget ended the attempt after %v (%v)", i+1, took, sn.LastError)
 			}
 		}
@@ -721,8 +725,10 @@ func TestHTTPToolCallTimeoutIsEnforcedAndCancelsUpstream(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "timed out after 300ms") {
 			t.Fatalf("call error %v, want the 300ms tool call timeout", err)
 		}
-		if took < 300*time.Millisecond || took > 2*time.Second {
-			t.Errorf("call ended after %v, want about 300ms", took)
+		// One-sided: not before the configured timeout. That it did not wait
+		// for the 10 s sleep is the error above and the cancellation below.
+		if took < 300*time.Millisecond {
+			t.Errorf("call ended after %v, before its 300ms timeout", took)
 		}
 		httpWaitEvent(t, events, "cancelled sleep", func(ev fixture.Event) bool {
 			return ev.Kind == fixture.EventCancelled && ev.Tool == fixture.ToolSleep

@@ -202,7 +202,7 @@ func (s *Supervisor) resyncLoop(g *generation) {
 		stage := StageToolsList(1)
 		err := s.syncTools(ctx, g, &stage)
 		if err != nil && g.ctx.Err() == nil {
-			se := s.attemptError(g.ctx, ctx, stage, err).(*StageError)
+			se := s.attemptError(g.ctx, ctx, stage, err)
 			s.log.Info("tool re-sync failed: keeping the last good tools", "error", se.Error())
 			s.update(func(sn *Snapshot) { sn.LastError = se })
 			if IsDeadline(se) {

@@ -63,7 +63,7 @@ var _ = Describe("Manager restart", Ordered, func() {
 		})
 		r := &controller.McpServerReconciler{
 			Client: withoutFieldSelectors(wc), APIReader: reader, Recorder: events.NewFakeRecorder(16),
-			Supervisors: &controller.Supervisors{Registry: bridge.NewRegistry()}, Runtime: localEverywhere,
+			Supervisors: controller.NewSupervisors(controller.SupervisorsOptions{Registry: bridge.NewRegistry()}), Runtime: localEverywhere,
 		}
 		runSupervisors(r.Supervisors)
 		_, err = r.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "bad"}})

@@ -103,7 +103,7 @@ func startManagerWith(rc policy.RuntimeConfig, po podruntime.Options) {
 	})
 	Expect(err).NotTo(HaveOccurred())
 	registry = bridge.NewRegistry()
-	sups = &controller.Supervisors{Registry: registry, Log: ctrl.Log.WithName("supervisor"),
+	sups = controller.NewSupervisors(controller.SupervisorsOptions{Registry: registry, Log: ctrl.Log.WithName("supervisor"),
 		Egress: testEgress("127.0.0.0/8", "::1/128"),
 		Tune: func(o *bridge.Options) {
 			// Pod-runtime supervisors get the manager's default too: their
@@ -119,7 +119,7 @@ func startManagerWith(rc policy.RuntimeConfig, po podruntime.Options) {
 				// graces (3 s) after its close began: far past the barrier.
 				o.CloseBarrier, o.TerminateGrace = 300*time.Millisecond, 1500*time.Millisecond
 			}
-		}}
+		}})
 	r := &controller.McpServerReconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
 		Recorder: mgr.GetEventRecorder("mcpbridge-manager"), Supervisors: sups,

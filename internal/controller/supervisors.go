@@ -29,8 +29,19 @@ const shutdownTimeout = 25 * time.Second
 // a manager.Runnable that needs leader election: supervisors (and their
 // child processes) exist only on the leader, and all are disposed when the
 // manager stops. Supervisors never write to the apiserver; their change
-// signals reach the reconciler through Source.
+// signals reach the reconciler through Source. Build it with NewSupervisors.
 type Supervisors struct {
+	SupervisorsOptions
+
+	mu      sync.Mutex
+	ctx     context.Context
+	entries map[types.NamespacedName]*supervisorEntry
+	started chan struct{}
+	events  chan event.TypedGenericEvent[*v1alpha1.McpServer]
+}
+
+// SupervisorsOptions are what every supervisor of a manager shares.
+type SupervisorsOptions struct {
 	Registry *bridge.Registry
 	Log      logr.Logger
 	// Egress is the egress policy of every supervisor's HTTP upstreams; nil
@@ -40,13 +51,16 @@ type Supervisors struct {
 	TracerProvider trace.TracerProvider
 	// Tune lets tests shorten the close barrier and grace periods.
 	Tune func(*bridge.Options)
+}
 
-	mu      sync.Mutex
-	ctx     context.Context
-	entries map[types.NamespacedName]*supervisorEntry
-	started chan struct{}
-	events  chan event.TypedGenericEvent[*v1alpha1.McpServer]
-	once    sync.Once
+// NewSupervisors returns an empty set of supervisors; Start runs it.
+func NewSupervisors(o SupervisorsOptions) *Supervisors {
+	return &Supervisors{
+		SupervisorsOptions: o,
+		entries:            map[types.NamespacedName]*supervisorEntry{},
+		started:            make(chan struct{}),
+		events:             make(chan event.TypedGenericEvent[*v1alpha1.McpServer], 1024),
+	}
 }
 
 // SwapKey is what a supervisor runs: Ensure compares it to decide between
@@ -82,17 +96,8 @@ type supervisorEntry struct {
 	stillClosing error
 }
 
-func (s *Supervisors) init() {
-	s.once.Do(func() {
-		s.entries = map[types.NamespacedName]*supervisorEntry{}
-		s.started = make(chan struct{})
-		s.events = make(chan event.TypedGenericEvent[*v1alpha1.McpServer], 1024)
-	})
-}
-
 // Source feeds supervisor changes to the reconciler.
 func (s *Supervisors) Source() source.Source {
-	s.init()
 	return source.Channel(s.events, &handler.TypedEnqueueRequestForObject[*v1alpha1.McpServer]{})
 }
 
@@ -102,7 +107,6 @@ func (s *Supervisors) NeedLeaderElection() bool { return true }
 // Start records the manager's context and, when it ends, disposes every
 // supervisor so that no child process outlives the manager.
 func (s *Supervisors) Start(ctx context.Context) error {
-	s.init()
 	s.mu.Lock()
 	s.ctx = ctx
 	s.mu.Unlock()
@@ -115,7 +119,6 @@ func (s *Supervisors) Start(ctx context.Context) error {
 // Get returns the supervisor running for key, if any; not one being
 // disposed.
 func (s *Supervisors) Get(key types.NamespacedName) *bridge.Supervisor {
-	s.init()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e := s.entries[key]; e != nil && !e.stopping.Load() {
@@ -134,7 +137,6 @@ func (s *Supervisors) Get(key types.NamespacedName) *bridge.Supervisor {
 // it has closed, key is reconciled again through Source.
 // See docs/design.md, "Generations and the close barrier" and "Tool sync".
 func (s *Supervisors) Ensure(ctx context.Context, key types.NamespacedName, specKey SwapKey, opts bridge.Options) (*bridge.Supervisor, error) {
-	s.init()
 	select {
 	case <-s.started:
 	case <-ctx.Done():
@@ -210,7 +212,6 @@ func (s *Supervisors) forward(ctx context.Context, key types.NamespacedName, sup
 // bridge.ErrCloseTimeout and the entry is removed, and key reconciled again,
 // only once the generation has closed.
 func (s *Supervisors) Stop(ctx context.Context, key types.NamespacedName) error {
-	s.init()
 	s.mu.Lock()
 	e := s.entries[key]
 	s.mu.Unlock()
@@ -279,7 +280,6 @@ func (s *Supervisors) remove(key types.NamespacedName, e *supervisorEntry) {
 // after the manager stops, because on a lost leader election the manager
 // exits without waiting for its runnables.
 func (s *Supervisors) DisposeAll() {
-	s.init()
 	s.mu.Lock()
 	keys := make([]types.NamespacedName, 0, len(s.entries))
 	for k := range s.entries {

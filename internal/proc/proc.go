@@ -1,24 +1,9 @@
 package proc
 
 import (
-	"bytes"
 	"errors"
-	"os"
-	"strconv"
 	"syscall"
 )
-
-// Stopped reports whether the process is stopped by a signal (state T in
-// /proc/PID/stat). A stopped process reads no stdin and handles no
-// SIGTERM: closing it gracefully would only wait.
-func Stopped(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	i := bytes.LastIndexByte(b, ')') // the command name may hold spaces and parentheses
-	return i >= 0 && i+2 < len(b) && b[i+2] == 'T'
-}
 
 // ReapGroup waits for the members of a killed process group that are this
 // process's children (orphans re-parented to it as a subreaper) and

@@ -15,67 +15,46 @@ import (
 
 // child is the server process of one tunnel, in its own process group.
 type child struct {
-	pid    int // also the process group id
-	proc   *os.Process
+	pid    int      // also the process group id
 	stdin  *os.File // our write end of its stdin
 	stdout *os.File // our read end of its stdout
 	grace  time.Duration
+	group  *proc.Group
 
-	endOnce   sync.Once
-	reason    EndReason // what ended the tunnel first; set in endOnce
-	hurryOnce sync.Once
-	hurry     chan struct{} // closed by terminate
-	status    <-chan syscall.WaitStatus
-	ws        syscall.WaitStatus // set before exited is closed
-	exited    chan struct{}      // the child itself has been reaped
-	reaped    chan struct{}      // ... and every member of its group we can wait for
+	endOnce sync.Once
+	reason  EndReason          // what ended the tunnel first; set in endOnce
+	ws      syscall.WaitStatus // set before exited is closed
+	exited  <-chan struct{}    // the child itself has been reaped
+	reaped  <-chan struct{}    // ... and every member of its group we can wait for
 }
 
 // startChild starts argv directly (no shell) with the shim's environment,
-// in a process group of its own. Stderr is the shim's own stderr, passed
-// down as the same file: the child's lines reach the container log
-// unchanged and the shim copies nothing.
+// in a process group of its own (SIGKILL should the shim die without
+// ending it). Stderr is the shim's own stderr, passed down as the same
+// file: the child's lines reach the container log unchanged and the shim
+// copies nothing. The reaper owns every wait (see reaper).
 func startChild(r *reaper, argv []string, stderr *os.File, grace time.Duration) (*child, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
-	// Its own group, so that ending the tunnel also kills a launcher's
-	// grandchildren; SIGKILL should the shim die without ending it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	// Our own pipes rather than exec's: nothing waits on exec's copiers, and
-	// a grandchild that holds stdout open cannot hide the child's exit.
-	inR, inW, err := os.Pipe()
+	proc.OwnGroup(cmd, syscall.SIGKILL)
+	pipes, err := proc.NewPipes(cmd, false)
 	if err != nil {
 		return nil, err
 	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		closeAll(inR, inW)
-		return nil, err
-	}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, stderr
+	cmd.Stderr = stderr
 	status, err := r.start(cmd)
-	closeAll(inR, outW) // the child has its copies
+	pipes.Started()
 	if err != nil {
-		closeAll(inW, outR)
+		pipes.Close()
 		return nil, err
 	}
-	c := &child{
-		pid: cmd.Process.Pid, proc: cmd.Process, stdin: inW, stdout: outR, grace: grace,
-		status: status, exited: make(chan struct{}), reaped: make(chan struct{}), hurry: make(chan struct{}),
-	}
-	go c.watch()
+	g := proc.NewGroup(cmd.Process.Pid, pipes.Stdin, grace)
+	c := &child{pid: cmd.Process.Pid, stdin: pipes.Stdin, stdout: pipes.Stdout, grace: grace,
+		group: g, exited: g.Exited(), reaped: g.Reaped()}
+	g.Watch(func() { c.ws = <-status }, func() {
+		c.end(EndExited)
+		_ = cmd.Process.Release()
+	})
 	return c, nil
-}
-
-// watch waits for the child, then kills and reaps what is left of its
-// process group: the tunnel may only be confirmed closed after that.
-func (c *child) watch() {
-	c.ws = <-c.status
-	close(c.exited)
-	c.end(EndExited)
-	_ = syscall.Kill(-c.pid, syscall.SIGKILL)
-	proc.ReapGroup(c.pid)
-	_ = c.proc.Release()
-	close(c.reaped)
 }
 
 // end ends the tunnel's child: its stdin is closed at once, SIGTERM goes
@@ -84,10 +63,7 @@ func (c *child) watch() {
 func (c *child) end(reason EndReason) {
 	c.endOnce.Do(func() {
 		c.reason = reason
-		_ = c.stdin.Close()
-		if reason != EndExited {
-			go c.escalate()
-		}
+		c.group.End()
 	})
 }
 
@@ -95,45 +71,7 @@ func (c *child) end(reason EndReason) {
 // to the group at once, SIGKILL after one grace.
 func (c *child) terminate() {
 	c.end(EndShutdown)
-	c.hurryOnce.Do(func() { close(c.hurry) })
-}
-
-func (c *child) escalate() {
-	if proc.Stopped(c.pid) {
-		// A stopped child reads no stdin and handles no SIGTERM: waiting
-		// for it would only hold the close barrier.
-		c.signal(syscall.SIGKILL)
-		return
-	}
-	timer := time.NewTimer(c.grace)
-	defer timer.Stop()
-	hurry := c.hurry
-	next := []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL}
-	for len(next) > 0 {
-		select {
-		case <-c.exited:
-			return
-		case <-hurry:
-			hurry = nil
-			if next[0] != syscall.SIGTERM {
-				continue // SIGTERM is out already; SIGKILL is due within a grace
-			}
-		case <-timer.C:
-		}
-		c.signal(next[0])
-		next = next[1:]
-		timer.Reset(c.grace)
-	}
-}
-
-// signal signals the group while the child has not been reaped: once it
-// has, watch kills the rest itself, and its pid may be reused after that.
-func (c *child) signal(sig syscall.Signal) {
-	select {
-	case <-c.exited:
-	default:
-		_ = syscall.Kill(-c.pid, sig)
-	}
+	c.group.Hurry()
 }
 
 // exitString says how the child ended, for the log.

@@ -21,6 +21,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	. "github.com/onsi/gomega"
+
+	"github.com/mcpbridge/operator/internal/proc"
 )
 
 const (
@@ -199,31 +201,20 @@ func gone(pid int) bool {
 	return errors.Is(err, os.ErrNotExist)
 }
 
-// procStat is the part of /proc/PID/stat after the command name.
+// procStat is [state, ppid, pgrp, session] of pid; nil once it is gone.
 func procStat(pid int) []string {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	st, err := proc.ReadStat(pid)
 	if err != nil {
 		return nil
 	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return nil
-	}
-	return strings.Fields(string(b[i+1:]))
+	return []string{string(st.State), strconv.Itoa(st.PPID), strconv.Itoa(st.Pgrp), strconv.Itoa(st.Session)}
 }
 
 // childrenOf lists the processes whose parent is pid, with their state.
 func childrenOf(pid int) map[int]string {
 	out := map[int]string{}
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		cpid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if f := procStat(cpid); len(f) > 2 && f[1] == strconv.Itoa(pid) {
-			out[cpid] = f[0]
-		}
+	for _, c := range proc.Children(pid) {
+		out[c.PID] = string(c.State)
 	}
 	return out
 }

@@ -9,15 +9,15 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/mcpbridge/operator/internal/proc"
 )
 
 // process is one component of the cluster, logging to its own file.
 type process struct {
-	name    string
-	cmd     *exec.Cmd
-	log     *os.File
-	done    chan struct{}
-	waitErr error
+	*proc.Process
+	name string
+	log  *os.File
 }
 
 // startProcess starts bin with args, its output in logDir/name.log.
@@ -29,23 +29,19 @@ func startProcess(logDir, name, bin string, args []string, env ...string) (*proc
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.Env = append(os.Environ(), env...)
-	if err := cmd.Start(); err != nil {
+	p, err := proc.StartProcess(name, cmd, false, 0)
+	if err != nil {
 		log.Close()
-		return nil, fmt.Errorf("starting %s: %w", name, err)
+		return nil, err
 	}
-	p := &process{name: name, cmd: cmd, log: log, done: make(chan struct{})}
-	go func() {
-		p.waitErr = cmd.Wait()
-		close(p.done)
-	}()
-	return p, nil
+	return &process{Process: p, name: name, log: log}, nil
 }
 
 // exited reports an error if the process has ended.
 func (p *process) exited() error {
 	select {
-	case <-p.done:
-		return fmt.Errorf("%s exited: %v (see %s)", p.name, p.waitErr, p.log.Name())
+	case <-p.Done():
+		return fmt.Errorf("%s exited: %v (see %s)", p.name, p.Err(), p.log.Name())
 	default:
 		return nil
 	}
@@ -53,13 +49,7 @@ func (p *process) exited() error {
 
 // stop sends SIGTERM, and SIGKILL after grace.
 func (p *process) stop(grace time.Duration) {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(grace):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
+	_ = p.Stop(grace)
 	p.log.Close()
 }
 
@@ -93,21 +83,6 @@ func killOthers() error {
 
 // parentOf reads a process's parent from /proc; 0 when it is gone.
 func parentOf(pid int) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// The command name (field 2) may hold spaces; it ends at the last ')'.
-	s := string(b)
-	for i := len(s) - 1; i >= 0; i-- {
-		if s[i] == ')' {
-			var state string
-			var ppid int
-			if _, err := fmt.Sscanf(s[i+1:], " %s %d", &state, &ppid); err == nil {
-				return ppid
-			}
-			break
-		}
-	}
-	return 0
+	st, _ := proc.ReadStat(pid)
+	return st.PPID
 }

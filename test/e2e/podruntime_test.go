@@ -24,6 +24,7 @@ import (
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/podruntime"
 	"github.com/mcpbridge/operator/internal/policy"
+	"github.com/mcpbridge/operator/internal/proc"
 	"github.com/mcpbridge/operator/internal/testcluster"
 )
 
@@ -489,10 +490,8 @@ func fixturesWith(marker string) []int {
 		if err != nil || !slices.Contains(strings.Split(string(cmdline), "\x00"), marker) {
 			continue
 		}
-		if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
-			if i := strings.LastIndexByte(string(stat), ')'); i > 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
-				continue
-			}
+		if st, err := proc.ReadStat(pid); err == nil && st.State == 'Z' {
+			continue
 		}
 		out = append(out, pid)
 	}

@@ -59,6 +59,7 @@ import (
 	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/gateway"
 	"github.com/mcpbridge/operator/internal/policy"
+	"github.com/mcpbridge/operator/internal/proc"
 )
 
 const (
@@ -67,8 +68,6 @@ const (
 	// fixtureEcho is the fixture's tool that answers its text argument.
 	fixtureEcho = "echo"
 	echoText    = "hello"
-	// clkTck is USER_HZ, the unit of utime/stime in /proc/<pid>/stat.
-	clkTck = 100
 )
 
 var (
@@ -622,23 +621,10 @@ func cpuSelf() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// cpuOf is another process's user + system CPU time, from /proc/<pid>/stat.
+// cpuOf is another process's user + system CPU time; 0 when it is gone.
 func cpuOf(pid int) time.Duration {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	i := strings.LastIndexByte(string(data), ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(data[i+1:])) // f[0] is field 3 (state)
-	if len(f) < 13 {
-		return 0
-	}
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(utime+stime) * time.Second / clkTck
+	st, _ := proc.ReadStat(pid)
+	return st.CPU
 }
 
 // ---- output ----------------------------------------------------------------

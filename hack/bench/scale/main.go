@@ -62,6 +62,7 @@ import (
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/hack/bench/internal/report"
+	"github.com/mcpbridge/operator/internal/proc"
 	"github.com/mcpbridge/operator/internal/testenv"
 )
 
@@ -71,8 +72,6 @@ const (
 	namespace  = "scale"
 	// builtinTools is how many tools the fixture lists besides --tools.
 	builtinTools = 8
-	// clkTck is USER_HZ, the unit of utime/stime in /proc/<pid>/stat.
-	clkTck = 100
 	// Goals: docs/design.md, "How it is tested".
 	goalReady  = 60 * time.Second
 	goalRSS    = 300e6 // bytes; MB here are 10^6 bytes
@@ -124,9 +123,9 @@ type bench struct {
 	dir        string
 	root       string
 	env        *testenv.Env
-	fixtures   []*proc
+	fixtures   []*child
 	urls       []string
-	manager    *proc
+	manager    *child
 	mgrMetrics string // http://127.0.0.1:P/metrics
 	apiMetrics func(context.Context) (metricSet, error)
 	etcdPid    int
@@ -276,7 +275,7 @@ func (b *bench) run(ctx context.Context) error {
 	if err := b.startManager(ctx, managerBin); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "manager pid %d ready after %s\n", b.manager.pid(), b.mgrStartup.Round(time.Millisecond))
+	fmt.Fprintf(os.Stderr, "manager pid %d ready after %s\n", b.manager.Pid(), b.mgrStartup.Round(time.Millisecond))
 
 	wc, err := client.NewWithWatch(cfg, client.Options{Scheme: b.env.Scheme})
 	if err != nil {
@@ -320,8 +319,8 @@ wait:
 		case <-timeout.C:
 			b.notes = append(b.notes, fmt.Sprintf("stopped waiting after -timeout=%s: %d of %d Ready", *flagTimeout, b.ready(), *flagN))
 			break wait
-		case <-b.manager.done:
-			return fmt.Errorf("the manager exited: %v; see %s (run with -keep)", b.manager.err, b.manager.log)
+		case <-b.manager.Done():
+			return fmt.Errorf("the manager exited: %v; see %s (run with -keep)", b.manager.Err(), b.manager.log)
 		case <-progress.C:
 			fmt.Fprintf(os.Stderr, "  %s: %d/%d Ready\n", time.Since(b.firstCreate).Round(time.Second), b.ready(), *flagN)
 		case <-ctx.Done():
@@ -329,7 +328,7 @@ wait:
 		}
 	}
 	b.lastReady = b.latestReady()
-	b.hwmReady, _ = procMem(b.manager.pid(), "VmHWM")
+	b.hwmReady, _ = proc.Memory(b.manager.Pid(), "VmHWM")
 	b.mark(ctx, "ready")
 	fmt.Fprintf(os.Stderr, "%d/%d Ready; settling %s, then idle for %s ...\n", b.ready(), *flagN, *flagSettle, *flagIdle)
 
@@ -343,8 +342,8 @@ wait:
 	}
 	b.idleEnd = time.Now()
 	b.mark(ctx, "idle1")
-	b.hwmEnd, _ = procMem(b.manager.pid(), "VmHWM")
-	b.rssEnd, _ = procMem(b.manager.pid(), "VmRSS")
+	b.hwmEnd, _ = proc.Memory(b.manager.Pid(), "VmHWM")
+	b.rssEnd, _ = proc.Memory(b.manager.Pid(), "VmRSS")
 	stopSampling()
 	<-samplingDone
 	if b.pprofAddr != "" {
@@ -365,11 +364,11 @@ wait:
 	// See docs/design.md, "Operations".
 	fmt.Fprintln(os.Stderr, "stopping the manager ...")
 	t0 := time.Now()
-	b.shutdownErr = b.manager.stop(40 * time.Second)
+	b.shutdownErr = b.manager.Stop(40 * time.Second)
 	b.shutdown = time.Since(t0)
 	time.Sleep(time.Second) // watch events still on their way
-	if b.shutdownErr == nil && b.manager.err != nil {
-		b.shutdownErr = fmt.Errorf("exit: %w", b.manager.err)
+	if b.shutdownErr == nil && b.manager.Err() != nil {
+		b.shutdownErr = fmt.Errorf("exit: %w", b.manager.Err())
 	}
 	b.print()
 	return nil
@@ -459,12 +458,12 @@ func fetch(ctx context.Context, url, file string) error {
 func (b *bench) cleanup() error {
 	var errs []error
 	if b.manager != nil {
-		if err := b.manager.stop(40 * time.Second); err != nil && !errors.Is(err, errAlreadyStopped) {
+		if err := b.manager.Stop(40 * time.Second); err != nil && !errors.Is(err, proc.ErrAlreadyStopped) {
 			errs = append(errs, err)
 		}
 	}
 	for _, f := range b.fixtures {
-		if err := f.stop(5 * time.Second); err != nil && !errors.Is(err, errAlreadyStopped) {
+		if err := f.Stop(5 * time.Second); err != nil && !errors.Is(err, proc.ErrAlreadyStopped) {
 			errs = append(errs, err)
 		}
 	}
@@ -497,22 +496,15 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 // ---- processes ---------------------------------------------------------------
 
-var errAlreadyStopped = errors.New("already stopped")
-
-// proc is a child process in its own process group, so that a terminal's
-// Ctrl-C reaches only this program, which stops it in order.
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-	err  error
-	once sync.Once
+// child is a process of the bench (the manager, a fixture) with its log
+// file, in its own process group so that a terminal's Ctrl-C reaches only
+// the bench, which stops it in order.
+type child struct {
+	*proc.Process
+	log string
 }
 
-func startProc(name, logPath string, cmd *exec.Cmd, stdout io.Writer) (*proc, error) {
-	p := &proc{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+func startChild(name, logPath string, cmd *exec.Cmd, stdout io.Writer) (*child, error) {
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
@@ -523,50 +515,22 @@ func startProc(name, logPath string, cmd *exec.Cmd, stdout io.Writer) (*proc, er
 	if stdout == nil {
 		cmd.Stdout = logf
 	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
+	p, err := proc.StartProcess(name, cmd, true, syscall.SIGTERM)
+	if err != nil {
+		return nil, err
 	}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	return p, nil
-}
-
-func (p *proc) pid() int { return p.cmd.Process.Pid }
-
-// stop sends SIGTERM, and SIGKILL to the whole process group after grace.
-func (p *proc) stop(grace time.Duration) error {
-	err := errAlreadyStopped
-	p.once.Do(func() {
-		err = nil
-		select {
-		case <-p.done:
-			return
-		default:
-		}
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-			return
-		case <-time.After(grace):
-		}
-		_ = syscall.Kill(-p.pid(), syscall.SIGKILL)
-		<-p.done
-		err = fmt.Errorf("%s (pid %d) did not exit within %s of SIGTERM and was killed", p.name, p.pid(), grace)
-	})
-	return err
+	return &child{Process: p, log: logPath}, nil
 }
 
 // startFixture runs the fixture with --http=127.0.0.1:0 and reads the URL it
 // announces on its first stdout line.
-func startFixture(logPath, bin string, args ...string) (*proc, string, error) {
+func startFixture(logPath, bin string, args ...string) (*child, string, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, "", err
 	}
 	cmd := exec.Command(bin, append([]string{"--http=127.0.0.1:0"}, args...)...)
-	p, err := startProc("mcp-fixture", logPath, cmd, w)
+	p, err := startChild("mcp-fixture", logPath, cmd, w)
 	w.Close()
 	if err != nil {
 		r.Close()
@@ -577,7 +541,7 @@ func startFixture(logPath, bin string, args ...string) (*proc, string, error) {
 	go func() { _, _ = io.Copy(io.Discard, br); r.Close() }()
 	url, ok := strings.CutPrefix(strings.TrimSpace(line), "listening on ")
 	if err != nil || !ok {
-		_ = p.stop(5 * time.Second)
+		_ = p.Stop(5 * time.Second)
 		return nil, "", fmt.Errorf("fixture announced %q: %v", line, err)
 	}
 	return p, url, nil
@@ -610,7 +574,7 @@ func (b *bench) startManager(ctx context.Context, bin string) error {
 		cmd.Env = append(cmd.Env, pprofEnv+"="+b.pprofAddr)
 	}
 	t0 := time.Now()
-	if b.manager, err = startProc("manager", filepath.Join(b.dir, "manager.log"), cmd, nil); err != nil {
+	if b.manager, err = startChild("manager", filepath.Join(b.dir, "manager.log"), cmd, nil); err != nil {
 		return err
 	}
 	b.mgrMetrics = "http://" + metrics + "/metrics"
@@ -620,8 +584,8 @@ func (b *bench) startManager(ctx context.Context, bin string) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-b.manager.done:
-			return fmt.Errorf("the manager exited at start-up: %v; see %s (run with -keep)", b.manager.err, b.manager.log)
+		case <-b.manager.Done():
+			return fmt.Errorf("the manager exited at start-up: %v; see %s (run with -keep)", b.manager.Err(), b.manager.log)
 		case <-time.After(20 * time.Millisecond):
 		}
 		if ready(hc, "http://"+probes+"/readyz") && workersStarted(b.manager.log) {
@@ -670,79 +634,39 @@ func freeAddr() (string, error) {
 // findControlPlanePids finds envtest's etcd and kube-apiserver among this
 // process's children, for their CPU time.
 func (b *bench) findControlPlanePids() {
-	entries, _ := os.ReadDir("/proc")
-	self := os.Getpid()
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
+	for _, c := range proc.Children(os.Getpid()) {
+		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", c.PID))
 		if err != nil {
-			continue
-		}
-		comm, err := os.ReadFile(filepath.Join("/proc", e.Name(), "comm"))
-		if err != nil {
-			continue
-		}
-		if ppid, _ := procStat(pid); ppid != self {
 			continue
 		}
 		switch strings.TrimSpace(string(comm)) {
 		case "etcd":
-			b.etcdPid = pid
+			b.etcdPid = c.PID
 		case "kube-apiserver":
-			b.apiPid = pid
+			b.apiPid = c.PID
 		}
 	}
 }
 
-// procStat returns the parent pid and the user+system CPU seconds of pid.
-func procStat(pid int) (ppid int, cpu float64) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, 0
-	}
-	s := string(data)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 13 {
-		return 0, 0
-	}
-	ppid, _ = strconv.Atoi(f[1])
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return ppid, (ut + st) / clkTck
-}
-
+// cpuOf is pid's user + system CPU seconds; 0 when it is gone.
 func cpuOf(pid int) float64 {
 	if pid == 0 {
 		return 0
 	}
-	_, c := procStat(pid)
-	return c
-}
-
-// procMem reads a "kB" field (VmRSS, VmHWM) of /proc/PID/status, in bytes.
-func procMem(pid int, field string) (int64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for line := range strings.SplitSeq(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, field+":"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10, err
-		}
-	}
-	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
+	st, _ := proc.ReadStat(pid)
+	return st.CPU.Seconds()
 }
 
 // cpuNow is the CPU seconds used so far by each process of the setup.
 func (b *bench) cpuNow() map[string]float64 {
 	m := map[string]float64{
-		"manager":        cpuOf(b.manager.pid()),
+		"manager":        cpuOf(b.manager.Pid()),
 		"kube-apiserver": cpuOf(b.apiPid),
 		"etcd":           cpuOf(b.etcdPid),
 		"bench":          cpuOf(os.Getpid()),
 	}
 	for _, f := range b.fixtures {
-		m["fixture"] += cpuOf(f.pid())
+		m["fixture"] += cpuOf(f.Pid())
 	}
 	return m
 }
@@ -946,7 +870,7 @@ func (b *bench) sampleLoop(ctx context.Context) {
 	defer t.Stop()
 	for {
 		s := sample{t: time.Now(), cpu: b.cpuNow()}
-		s.rss, _ = procMem(b.manager.pid(), "VmRSS")
+		s.rss, _ = proc.Memory(b.manager.Pid(), "VmRSS")
 		if m, err := fetchMetrics(b.mgrMetrics); err == nil {
 			s.requests = m.by("rest_client_requests_total", "method", nil)
 			s.depth = m.sum("workqueue_depth", map[string]string{"name": "mcpserver"})

@@ -30,6 +30,7 @@ import (
 	"github.com/mcpbridge/operator/hack/bench/internal/report"
 	"github.com/mcpbridge/operator/internal/bridge"
 	"github.com/mcpbridge/operator/internal/policy"
+	"github.com/mcpbridge/operator/internal/proc"
 )
 
 const fixturePkg = "github.com/mcpbridge/operator/test/fixture/cmd/mcp-fixture"
@@ -242,40 +243,13 @@ func pidOf(s *bridge.Supervisor) (int, error) {
 	return 0, fmt.Errorf("pid tool answered %q", text)
 }
 
-// childPids lists this process's children, from /proc/*/stat.
+// childPids lists this process's children.
 func childPids() []int {
-	self := os.Getpid()
-	entries, _ := os.ReadDir("/proc")
 	var out []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if ppid, _, ok := procStat(pid); ok && ppid == self {
-			out = append(out, pid)
-		}
+	for _, c := range proc.Children(os.Getpid()) {
+		out = append(out, c.PID)
 	}
 	return out
-}
-
-// procStat reads a process's parent and state from /proc/<pid>/stat.
-func procStat(pid int) (ppid int, state string, ok bool) {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, "", false
-	}
-	// pid (comm) state ppid ...; comm may hold spaces and parentheses.
-	i := strings.LastIndexByte(string(data), ')')
-	if i < 0 {
-		return 0, "", false
-	}
-	f := strings.Fields(string(data[i+1:]))
-	if len(f) < 2 {
-		return 0, "", false
-	}
-	ppid, err = strconv.Atoi(f[1])
-	return ppid, f[0], err == nil
 }
 
 // waitChild waits until this process has exactly one child and returns it.

@@ -32,6 +32,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpbridge/operator/hack/bench/internal/report"
+	"github.com/mcpbridge/operator/internal/proc"
 	"github.com/mcpbridge/operator/internal/shim"
 )
 
@@ -208,7 +209,7 @@ func newClient() *mcp.Client {
 // connectDirect spawns the fixture as a child with stdio pipes.
 func (b *bench) connectDirect(ctx context.Context) (*session, error) {
 	cmd := exec.Command(b.fixture)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	proc.OwnGroup(cmd, 0)
 	cs, err := newClient().Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
 	if err != nil {
 		return nil, err
