@@ -72,7 +72,7 @@ func TestSpansCutToolNamesAndRequestIDs(t *testing.T) {
 	g := NewWithT(t)
 	tp, exp := spanRecorder(t)
 	env := newTracedEnv(t, tp, testAccess())
-	env.set("", "narrow-agent")
+	env.set("", agentToken("narrow-agent"))
 	name := hugeToolName[:8191] // a header carries it too; 8191 ends between runes
 	body, header := sessionlessCall(8, name, `{}`)
 	_, answer := env.post(body, header)
