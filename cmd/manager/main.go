@@ -105,7 +105,7 @@ func run(args []string) error {
 	log.Info("starting manager", "gatewayBindAddress", opts.gatewayAddr, "gatewayAuth", opts.gatewayAuth,
 		"gatewayTokenAudiences", opts.gatewayAudiences, "gatewayTLS", opts.gatewayCertDir != "",
 		"watchNamespaces", opts.watchNamespaces, "upstreamAllowCIDRs", opts.upstreamAllowCIDRs, "metricsBindAddress", opts.metricsAddr, "metricsSecure", opts.metricsSecure,
-		"localStdioNamespaces", opts.stdio.localNamespaces, "shimImage", opts.stdio.shimImage)
+		"localStdioNamespaces", opts.stdio.localNamespaces, "shimImage", opts.stdio.shimImage, "limits", opts.limits)
 	err = mgr.Start(ctrl.SetupSignalHandler())
 	// No stdio server may outlive the manager, however it stopped.
 	sups.DisposeAll()
@@ -126,7 +126,7 @@ func setupControllers(mgr ctrl.Manager, opts *options) (*controller.Supervisors,
 		APIReader:   mgr.GetAPIReader(),
 		Recorder:    mgr.GetEventRecorder("mcpbridge-manager"),
 		Supervisors: sups,
-		Runtime:     opts.stdio.runtimeConfig(),
+		Runtime:     opts.runtimeConfig(),
 		PodRuntime:  podruntime.Options{ShimImage: opts.stdio.shimImage},
 	}
 	if err := r.SetupWithManager(mgr); err != nil {

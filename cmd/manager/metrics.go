@@ -2,6 +2,7 @@ package main
 
 import (
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -70,7 +71,7 @@ func metricsAuth(scheme *runtime.Scheme) func(*rest.Config, *http.Client) (metri
 					kubeauth.Unauthorized(w)
 					return
 				}
-				u, err := authn.Authenticate(r.Context(), token)
+				u, err := authn.AuthenticateFrom(r.Context(), token, kubeauth.SourceOf(r))
 				if err != nil {
 					if kubeauth.Unavailable(err) {
 						log.Error(err, "metrics authentication failed")
@@ -80,6 +81,9 @@ func metricsAuth(scheme *runtime.Scheme) func(*rest.Config, *http.Client) (metri
 				}
 				allowed, err := authz.Allowed(r.Context(), u, kubeauth.Attributes{Verb: strings.ToLower(r.Method), Path: r.URL.Path})
 				switch {
+				case errors.Is(err, kubeauth.ErrAccessRateLimited):
+					w.Header().Set("Retry-After", "1")
+					http.Error(w, err.Error(), http.StatusTooManyRequests)
 				case err != nil:
 					log.Error(err, "metrics authorization failed", "user", u.Name)
 					http.Error(w, "authorization is unavailable", http.StatusServiceUnavailable)

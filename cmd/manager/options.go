@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/distribution/reference"
 	"go.opentelemetry.io/otel/trace"
@@ -41,6 +42,7 @@ type options struct {
 	watchNamespaces         []string
 	stdio                   stdioOptions
 	upstreamAllowCIDRs      []netip.Prefix
+	limits                  policy.Limits
 	zap                     zap.Options
 	// tracerProvider comes from the OTEL_* environment, not from a flag.
 	tracerProvider trace.TracerProvider
@@ -105,6 +107,7 @@ func parseOptions(fs *flag.FlagSet, args []string) (*options, error) {
 		"Comma-separated CIDRs that Streamable HTTP upstreams may be reached at although they are loopback, link-local, "+
 			"unspecified or multicast addresses, which are refused otherwise, e.g. 127.0.0.0/8,::1/128 for local development.")
 	localStdio := o.stdio.bindFlags(fs)
+	bindLimitFlags(fs, &o.limits)
 	o.zap.BindFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n\nRuns the mcp-bridge operator: the McpServer controller, "+
@@ -156,8 +159,47 @@ func (o *stdioOptions) validate() error {
 }
 
 // runtimeConfig is the resolve step's view of the flags.
+func (o *options) runtimeConfig() policy.RuntimeConfig {
+	rc := o.stdio.runtimeConfig()
+	rc.Limits = o.limits
+	return rc
+}
+
+// runtimeConfig is the resolve step's view of the runtime flags.
 func (o *stdioOptions) runtimeConfig() policy.RuntimeConfig {
 	return policy.RuntimeConfig{LocalNamespaces: o.localNamespaces, NodeImage: o.nodeImage, PythonImage: o.pythonImage}
+}
+
+// bindLimitFlags defines the floors and ceilings on specs' timings; see
+// docs/design.md, "Limits".
+func bindLimitFlags(fs *flag.FlagSet, l *policy.Limits) {
+	fs.DurationVar(&l.MinReconnectDelay, flagName(policy.FlagMinReconnectDelay), policy.DefaultMinReconnectDelay,
+		"Least spec.reconnect.initialDelayMs and maxDelayMs an McpServer may set (a shorter one is Invalid); 0 sets no floor.")
+	fs.DurationVar(&l.MinHealthCheckInterval, flagName(policy.FlagMinHealthCheckInterval), policy.DefaultMinHealthCheckInterval,
+		"Least non-zero spec.healthCheckIntervalMs an McpServer may set (0, no health check, stays allowed); 0 sets no floor.")
+	fs.DurationVar(&l.MaxToolCallTimeout, flagName(policy.FlagMaxToolCallTimeout), policy.DefaultMaxToolCallTimeout,
+		"Most spec.toolCallTimeoutMs an McpServer may set (a longer one is Invalid); 0 sets no ceiling.")
+	fs.DurationVar(&l.MaxConnectionTimeout, flagName(policy.FlagMaxConnectionTimeout), policy.DefaultMaxConnectionTimeout,
+		"Most spec.connectionTimeoutMs an McpServer may set (a longer one is Invalid); 0 sets no ceiling.")
+}
+
+func flagName(flag string) string { return strings.TrimPrefix(flag, "--") }
+
+// validateLimits refuses negative bounds, which would bound nothing while
+// looking as if they did.
+func validateLimits(l policy.Limits) error {
+	for _, f := range []struct {
+		flag string
+		v    time.Duration
+	}{
+		{policy.FlagMinReconnectDelay, l.MinReconnectDelay}, {policy.FlagMinHealthCheckInterval, l.MinHealthCheckInterval},
+		{policy.FlagMaxToolCallTimeout, l.MaxToolCallTimeout}, {policy.FlagMaxConnectionTimeout, l.MaxConnectionTimeout},
+	} {
+		if f.v < 0 {
+			return fmt.Errorf("%s=%s must not be negative (0 sets no bound)", f.flag, f.v)
+		}
+	}
+	return nil
 }
 
 func (o *options) validate() error {
@@ -178,6 +220,9 @@ func (o *options) validate() error {
 	}
 	if o.leaderElectionNamespace != "" && !o.leaderElect {
 		return fmt.Errorf("--leader-election-namespace=%s needs --leader-elect", o.leaderElectionNamespace)
+	}
+	if err := validateLimits(o.limits); err != nil {
+		return err
 	}
 	return o.stdio.validate()
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 
@@ -26,6 +27,7 @@ func TestEveryOperationsFlagIsDefined(t *testing.T) {
 		"metrics-cert-key", "enable-http2", "health-probe-bind-address", "leader-elect", "leader-election-namespace",
 		"gateway-bind-address", "gateway-auth", "gateway-token-audiences", "gateway-cert-dir", "watch-namespaces", "upstream-allow-cidrs",
 		"local-stdio-namespaces", "shim-image", "node-image", "python-image",
+		"min-reconnect-delay", "min-health-check-interval", "max-tool-call-timeout", "max-connection-timeout",
 		"zap-devel", "zap-encoder", "zap-log-level", "zap-stacktrace-level", "zap-time-encoding",
 	} {
 		if fs.Lookup(name) == nil {
@@ -64,6 +66,10 @@ func TestOptionsThatCannotWorkAreRefused(t *testing.T) {
 		{[]string{"--python-image=library/UPPER:1"}, "--python-image"},
 		{[]string{"--upstream-allow-cidrs=127.0.0.0/8, ::1/128"}, ""},
 		{[]string{"--upstream-allow-cidrs=127.0.0.0/8,localhost"}, `--upstream-allow-cidrs: "localhost" is not a CIDR`},
+		{[]string{"--min-reconnect-delay=0", "--max-tool-call-timeout=0"}, ""},
+		{[]string{"--min-reconnect-delay=-1s"}, "--min-reconnect-delay=-1s must not be negative"},
+		{[]string{"--max-connection-timeout=-1ms"}, "--max-connection-timeout=-1ms must not be negative"},
+		{[]string{"--min-health-check-interval=often"}, "min-health-check-interval"},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -105,6 +111,31 @@ func TestStdioRuntimeFlagsReachTheResolveStep(t *testing.T) {
 	}
 }
 
+// TestLimitFlagsReachTheResolveStep: the SPEC's floors and ceilings by
+// default, the flags' values otherwise.
+func TestLimitFlagsReachTheResolveStep(t *testing.T) {
+	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+	o, err := parseOptions(fs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := o.runtimeConfig().Limits; got != policy.DefaultLimits() {
+		t.Errorf("default limits %+v, want %+v", got, policy.DefaultLimits())
+	}
+	fs = flag.NewFlagSet("manager", flag.ContinueOnError)
+	o, err = parseOptions(fs, []string{"--min-reconnect-delay=1s", "--min-health-check-interval=5s",
+		"--max-tool-call-timeout=2m", "--max-connection-timeout=30s", "--local-stdio-namespaces=dev"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := o.runtimeConfig()
+	want := policy.Limits{MinReconnectDelay: time.Second, MinHealthCheckInterval: 5 * time.Second,
+		MaxToolCallTimeout: 2 * time.Minute, MaxConnectionTimeout: 30 * time.Second}
+	if rc.Limits != want || !rc.AllowsLocal("dev") {
+		t.Errorf("flags: %+v, want limits %+v and Local in dev", rc, want)
+	}
+}
+
 func TestWatchNamespacesSplitsAndTrims(t *testing.T) {
 	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
 	o, err := parseOptions(fs, []string{"--watch-namespaces= a, b ,,c"})
@@ -137,6 +168,11 @@ func TestDefaultsAreKubebuilders(t *testing.T) {
 		"gateway-token-audiences": "mcpbridge.dev",
 		"gateway-auth":            "token",
 		"gateway-cert-dir":        "",
+		// SPEC §13.1.
+		"min-reconnect-delay":       "100ms",
+		"min-health-check-interval": "1s",
+		"max-tool-call-timeout":     "10m0s",
+		"max-connection-timeout":    "10m0s",
 	} {
 		if got := fs.Lookup(name).DefValue; got != want {
 			t.Errorf("--%s defaults to %q, want %q", name, got, want)

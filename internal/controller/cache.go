@@ -1,20 +1,26 @@
 package controller
 
 import (
+	"slices"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/podruntime"
 )
 
 // CacheOptions adds to base what the reconciler needs of the manager's
 // cache: Deployments and Pods only with the label the manager puts on the
 // objects of the Pod runtime, so that the manager never caches the
-// cluster's other Pods and Deployments. The manager must be built with it.
-// See docs/design.md, "Pods that are not there yet".
+// cluster's other Pods and Deployments; and every cached object stripped of
+// what the manager never reads (StripUnread). The manager must be built
+// with it. See docs/design.md, "Pods that are not there yet" and "Limits".
 func CacheOptions(base cache.Options) cache.Options {
 	managed := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{podruntime.ManagedByLabel: podruntime.ManagedByValue})}
 	byObject := make(map[client.Object]cache.ByObject, len(base.ByObject)+2)
@@ -24,5 +30,68 @@ func CacheOptions(base cache.Options) cache.Options {
 	byObject[&appsv1.Deployment{}] = managed
 	byObject[&corev1.Pod{}] = managed
 	base.ByObject = byObject
+	base.DefaultTransform = chain(base.DefaultTransform, StripUnread)
 	return base
+}
+
+// readAnnotations are the only annotations the manager reads of a cached
+// object: an McpServer's restartedAt and a Pod's template hash.
+var readAnnotations = [...]string{v1alpha1.RestartedAtAnnotation, podruntime.TemplateHashAnnotation}
+
+// StripUnread is the cache's transform: it drops an object's managedFields
+// and every annotation the manager does not read, before the informer
+// stores it, so that a tenant's large annotations (or the managedFields
+// that every writer adds) cost the manager no memory. Objects read from the
+// cache are therefore never written back whole (applyDeployment patches).
+// It mutates obj, as transforms may; anything without object metadata (a
+// tombstone) passes unchanged.
+func StripUnread(obj any) (any, error) {
+	o, ok := obj.(metav1.Object)
+	if !ok {
+		return obj, nil
+	}
+	o.SetManagedFields(nil)
+	if a := o.GetAnnotations(); len(a) > 0 && hasUnread(a) {
+		o.SetAnnotations(keepRead(a))
+	}
+	return obj, nil
+}
+
+func hasUnread(a map[string]string) bool {
+	for k := range a {
+		if !isRead(k) {
+			return true
+		}
+	}
+	return false
+}
+
+func isRead(key string) bool { return slices.Contains(readAnnotations[:], key) }
+
+// keepRead is a of the read annotations only, or nil.
+func keepRead(a map[string]string) map[string]string {
+	var out map[string]string
+	for _, k := range readAnnotations {
+		if v, ok := a[k]; ok {
+			if out == nil {
+				out = make(map[string]string, len(readAnnotations))
+			}
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// chain runs first (when set), then then.
+func chain(first, then toolscache.TransformFunc) toolscache.TransformFunc {
+	if first == nil {
+		return then
+	}
+	return func(obj any) (any, error) {
+		obj, err := first(obj)
+		if err != nil {
+			return nil, err
+		}
+		return then(obj)
+	}
 }

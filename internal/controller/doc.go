@@ -11,6 +11,10 @@
 // server process has closed, even past its close barrier, so that a hot
 // swap or a re-created resource never runs two servers at once; status
 // says CloseTimeout meanwhile.
+//
+// CacheOptions (cache.go) shapes the manager's cache: only the Pod
+// runtime's own Deployments and Pods, and every object stripped of
+// managedFields and of the annotations the manager does not read.
 package controller
 
 // +kubebuilder:rbac:groups=mcpbridge.dev,resources=mcpservers,verbs=get;list;watch

@@ -3,7 +3,9 @@ package controller_test
 import (
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -24,7 +26,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/kubeauth"
 )
 
@@ -164,74 +168,203 @@ var _ = Describe("Gateway in a shared cluster", func() {
 		Expect(managerLog.String()).NotTo(ContainSubstring(secret))
 	})
 
-	It("reviews random tokens at most at the rate limit while an agent it knows keeps working", func() {
+	It("refuses malformed, foreign and expired tokens without a TokenReview, and reviews forged ones at most at the per-address limit while an agent keeps working", func() {
 		ns := newNamespace()
 		Expect(k8s.Create(ctx, stdioServer(ns, "fx"))).To(Succeed())
 		readyAt(ns, "fx", 1)
 		agent := connectAgent(ns, saToken(ns, "agent", ns), nil)
 		_, err := agent.CallTool(ctx, &mcp.CallToolParams{Name: "mcp__fx__echo", Arguments: map[string]any{"text": "warm"}})
 		Expect(err).NotTo(HaveOccurred())
+		stop, agentCalls, agentFailures, agentDone := callInLoop(agent)
 
-		stop := make(chan struct{})
-		var agentCalls, agentFailures atomic.Int32
-		agentDone := make(chan struct{})
-		go func() {
-			defer close(agentDone)
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				res, err := agent.CallTool(ctx, &mcp.CallToolParams{Name: "mcp__fx__echo", Arguments: map[string]any{"text": "x"}})
-				if err != nil || res.IsError {
-					agentFailures.Add(1)
-				}
-				agentCalls.Add(1)
-			}
-		}()
-
-		const requests, senders = 1000, 25
-		hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: senders}, Timeout: 30 * time.Second}
-		defer hc.CloseIdleConnections()
-		statuses := map[int]int{}
-		var mu sync.Mutex
-		var wg sync.WaitGroup
+		// Refused locally: no TokenReview, whatever the rate.
+		apiToken := tokenFor(ns, "agent") // a real token, for the apiserver's audience
 		before := tokenReviews.Load()
 		start := time.Now()
-		for range senders {
-			wg.Go(func() {
-				defer GinkgoRecover()
-				for range requests / senders {
-					code := postWithToken(hc, ns, randomHex(32))
-					mu.Lock()
-					statuses[code]++
-					mu.Unlock()
-				}
-			})
-		}
-		wg.Wait()
+		statuses := flood(ns, 300, func(i int) string {
+			switch i % 3 {
+			case 0:
+				return randomHex(32)
+			case 1:
+				return apiToken
+			}
+			return forgedToken(gatewayAudience, time.Now().Add(-time.Hour))
+		})
+		Expect(statuses).To(Equal(map[int]int{http.StatusUnauthorized: 300}))
+		localReviews := tokenReviews.Load() - before
+		Expect(localReviews).To(BeNumerically("<=", agentReviewsIn(time.Since(start))), "only the agent's own token, when its answer expires")
+
+		// Well-formed, for the audience, unexpired: reviewed, at most at the
+		// limit of one address.
+		before = tokenReviews.Load()
+		start = time.Now()
+		statuses = flood(ns, 1000, func(int) string { return forgedToken(gatewayAudience, time.Now().Add(time.Hour)) })
 		elapsed := time.Since(start)
 		reviews := tokenReviews.Load() - before
 		close(stop)
 		<-agentDone
 
-		bound := int64(kubeauth.DefaultReviewBurst) + int64(math.Ceil(kubeauth.DefaultReviewsPerSecond*elapsed.Seconds()))
-		fmt.Fprintf(GinkgoWriter, "%d requests with random tokens in %s: %d TokenReviews (bound %d), statuses %v; the agent made %d calls, %d failed\n",
-			requests, elapsed.Round(time.Millisecond), reviews, bound, statuses, agentCalls.Load(), agentFailures.Load())
-		Expect(statuses[http.StatusUnauthorized] + statuses[http.StatusTooManyRequests]).To(Equal(requests))
+		bound := int64(kubeauth.DefaultReviewSourceBurst) + int64(math.Ceil(kubeauth.DefaultReviewsPerSourcePerSecond*elapsed.Seconds()))
+		fmt.Fprintf(GinkgoWriter, "1000 requests with forged tokens in %s: %d TokenReviews (bound %d), statuses %v; the agent made %d calls, %d failed\n",
+			elapsed.Round(time.Millisecond), reviews, bound, statuses, agentCalls.Load(), agentFailures.Load())
+		Expect(statuses[http.StatusUnauthorized] + statuses[http.StatusTooManyRequests]).To(Equal(1000))
 		Expect(statuses[http.StatusTooManyRequests]).To(BeNumerically(">", 0))
-		// Every random token that was reviewed got a 401: those are held to
-		// the limit on new tokens. The agent's own token is reviewed again
-		// whenever its cached answer (gatewayAllowTTL) expires, outside that
-		// limit: a loaded machine stretches the run past the TTL.
 		Expect(int64(statuses[http.StatusUnauthorized])).To(BeNumerically("<=", bound))
-		agentReviews := int64(math.Ceil(elapsed.Seconds()/gatewayAllowTTL.Seconds())) + 1
-		Expect(reviews).To(BeNumerically("<=", bound+agentReviews))
+		Expect(reviews).To(BeNumerically("<=", bound+agentReviewsIn(elapsed)))
+		Expect(refusalCount("", "token_reviews_per_source")).To(BeNumerically(">=", statuses[http.StatusTooManyRequests]))
 		Expect(agentCalls.Load()).To(BeNumerically(">", 0))
 		Expect(agentFailures.Load()).To(BeZero())
 	})
+
+	It("refuses a denied identity looping over many McpServers, naming the limit, while another tenant's agent keeps calling", func() {
+		crowded := newNamespace()
+		for i := range 40 { // Invalid (over the suite's ceiling): listed, but no process
+			obj := stdioServer(crowded, fmt.Sprintf("s%02d", i))
+			obj.Spec.ToolCallTimeoutMs = ptr32(2 * 3_600_000)
+			Expect(k8s.Create(ctx, obj)).To(Succeed())
+		}
+		Eventually(func() int {
+			var list v1alpha1.McpServerList
+			Expect(mgrCache.List(ctx, &list, client.InNamespace(crowded))).To(Succeed())
+			return len(list.Items)
+		}, eventuallyTimeout, poll).Should(Equal(40))
+		Expect(k8s.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: crowded, Name: "looper"}})).To(Succeed())
+		looper := tokenFor(crowded, "looper", gatewayAudience)
+
+		victimNS := newNamespace()
+		Expect(k8s.Create(ctx, stdioServer(victimNS, "fx"))).To(Succeed())
+		readyAt(victimNS, "fx", 1)
+		victim := connectAgent(victimNS, saToken(victimNS, "agent", victimNS), nil)
+		stop, victimCalls, victimFailures, victimDone := callInLoop(victim)
+
+		// The first request reviews 32 of the 40 servers and stops there.
+		code, body := postForBody(crowded, looper)
+		Expect(code).To(Equal(http.StatusTooManyRequests))
+		Expect(body).To(ContainSubstring("per-request bound of access reviews"))
+		// Looping, as the denials expire, it runs out of reviews.
+		Eventually(func() string {
+			_, body := postForBody(crowded, looper)
+			return body
+		}, eventuallyTimeout, 10*time.Millisecond).Should(ContainSubstring("SubjectAccessReview rate limit"))
+		close(stop)
+		<-victimDone
+
+		fmt.Fprintf(GinkgoWriter, "the victim made %d calls meanwhile, %d failed\n", victimCalls.Load(), victimFailures.Load())
+		Expect(victimCalls.Load()).To(BeNumerically(">", 0))
+		Expect(victimFailures.Load()).To(BeZero())
+		Expect(refusalCount(crowded, "access_reviews_per_request")).To(BeNumerically(">", 0))
+		Expect(refusalCount(crowded, "access_reviews_per_identity")).To(BeNumerically(">", 0))
+	})
 })
+
+// callInLoop calls the echo tool of fx with agent until stop is closed;
+// done is closed when it has stopped.
+func callInLoop(agent *mcp.ClientSession) (stop chan struct{}, calls, failures *atomic.Int32, done chan struct{}) {
+	stop, done = make(chan struct{}), make(chan struct{})
+	calls, failures = &atomic.Int32{}, &atomic.Int32{}
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			res, err := agent.CallTool(context.Background(), &mcp.CallToolParams{Name: "mcp__fx__echo", Arguments: map[string]any{"text": "x"}})
+			if err != nil || res.IsError {
+				failures.Add(1)
+			}
+			calls.Add(1)
+		}
+	}()
+	return stop, calls, failures, done
+}
+
+// flood sends n initialize requests with token(i) from 25 senders and
+// counts the statuses.
+func flood(ns string, n int, token func(i int) string) map[int]int {
+	const senders = 25
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: senders}, Timeout: 30 * time.Second}
+	defer hc.CloseIdleConnections()
+	statuses := map[int]int{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for s := range senders {
+		wg.Go(func() {
+			defer GinkgoRecover()
+			for i := s; i < n; i += senders {
+				code := postWithToken(hc, ns, token(i))
+				mu.Lock()
+				statuses[code]++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return statuses
+}
+
+// agentReviewsIn is how many times an agent's own token may be reviewed in
+// d: whenever its cached answer (gatewayAllowTTL) expires, outside the
+// limits on new tokens; a loaded machine stretches a run past the TTL.
+func agentReviewsIn(d time.Duration) int64 {
+	return int64(math.Ceil(d.Seconds()/gatewayAllowTTL.Seconds())) + 1
+}
+
+// forgedToken is an unsigned JWT of a ServiceAccount token's shape for
+// audience, expiring at exp: the gateway cannot tell it from a real one
+// without a TokenReview.
+func forgedToken(audience string, exp time.Time) string {
+	enc := func(v any) string {
+		b, err := json.Marshal(v)
+		Expect(err).NotTo(HaveOccurred())
+		return base64.RawURLEncoding.EncodeToString(b)
+	}
+	return enc(map[string]string{"alg": "RS256", "kid": randomHex(8)}) + "." +
+		enc(map[string]any{"aud": []string{audience}, "exp": exp.Unix(), "sub": "system:serviceaccount:x:" + randomHex(8)}) +
+		"." + base64.RawURLEncoding.EncodeToString([]byte(randomHex(64)))
+}
+
+// postForBody sends an initialize request with token and returns the
+// status and the body.
+func postForBody(ns, token string) (int, string) {
+	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}`
+	req, err := http.NewRequest(http.MethodPost, gatewayURL+"/namespaces/"+ns+"/mcp", strings.NewReader(body))
+	Expect(err).NotTo(HaveOccurred())
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	Expect(err).NotTo(HaveOccurred())
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	Expect(err).NotTo(HaveOccurred())
+	if resp.StatusCode == http.StatusTooManyRequests {
+		Expect(resp.Header.Get("Retry-After")).NotTo(BeEmpty())
+	}
+	return resp.StatusCode, string(b)
+}
+
+// refusalCount reads mcpbridge_gateway_refusals_total{namespace,limit}.
+func refusalCount(ns, limit string) int {
+	families, err := ctrlmetrics.Registry.Gather()
+	Expect(err).NotTo(HaveOccurred())
+	for _, f := range families {
+		if f.GetName() != "mcpbridge_gateway_refusals_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["namespace"] == ns && labels["limit"] == limit {
+				return int(m.GetCounter().GetValue())
+			}
+		}
+	}
+	return 0
+}
 
 // useByName lets ServiceAccount ns/sa use the McpServers named, through a
 // Role with resourceNames, and returns the binding.

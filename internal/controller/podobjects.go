@@ -80,7 +80,7 @@ func (r *McpServerReconciler) ensureToken(ctx context.Context, obj *v1alpha1.Mcp
 
 // applyDeployment creates want, or updates the existing Deployment when
 // its rendering differs (a new template hash, or a spec edited by hand).
-// The existing one is read from the label-selected cache.
+// The existing one is read from the label-selected cache, stripped.
 func (r *McpServerReconciler) applyDeployment(ctx context.Context, obj *v1alpha1.McpServer, want *appsv1.Deployment) error {
 	key := client.ObjectKeyFromObject(want)
 	cur := &appsv1.Deployment{}
@@ -106,6 +106,10 @@ func (r *McpServerReconciler) applyDeployment(ctx context.Context, obj *v1alpha1
 	if equality.Semantic.DeepDerivative(want.Spec, cur.Spec) && equality.Semantic.DeepDerivative(want.Labels, cur.Labels) {
 		return nil
 	}
+	// A patch, not an update: the cached Deployment lacks the annotations
+	// and managedFields the cache strips (StripUnread), which an update
+	// would delete. The resourceVersion keeps it as optimistic as one.
+	patch := client.MergeFromWithOptions(cur.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	cur.Spec = want.Spec
 	if cur.Labels == nil {
 		cur.Labels = map[string]string{}
@@ -113,7 +117,7 @@ func (r *McpServerReconciler) applyDeployment(ctx context.Context, obj *v1alpha1
 	for k, v := range want.Labels {
 		cur.Labels[k] = v
 	}
-	return r.Client.Update(ctx, cur)
+	return r.Client.Patch(ctx, cur, patch)
 }
 
 // claim accepts an existing object only when obj controls it. One left by

@@ -195,8 +195,12 @@ var _ = Describe("The Pod runtime", Ordered, func() {
 		Expect(k8s.Create(ctx, podServer(ns, "fx"))).To(Succeed())
 		d := deploymentOf(ns, "fx")
 		d.Spec.Replicas = ptr.To[int32](0)
+		// The manager's cache strips this annotation; putting the spec back
+		// must not delete it.
+		d.Annotations = map[string]string{"example.com/note": "kept"}
 		Expect(k8s.Update(ctx, d)).To(Succeed())
 		Eventually(func() int32 { return *deploymentOf(ns, "fx").Spec.Replicas }, eventuallyTimeout, poll).Should(BeEquivalentTo(1))
+		Expect(deploymentOf(ns, "fx").Annotations).To(HaveKeyWithValue("example.com/note", "kept"))
 		Expect(k8s.Delete(ctx, deploymentOf(ns, "fx"))).To(Succeed())
 		Eventually(func() k8stypes.UID { return deploymentOf(ns, "fx").UID }, eventuallyTimeout, poll).ShouldNot(Equal(d.UID))
 	})

@@ -80,8 +80,13 @@ var _ = AfterSuite(func() {
 
 // localEverywhere runs every stdio server without an image as a child of
 // the test's manager, as the suite's specs written before the Pod runtime
-// expect.
-var localEverywhere = policy.RuntimeConfig{LocalNamespaces: []string{policy.AllNamespaces}}
+// expect, with floors and ceilings sized for the suite's short delays (the
+// limits spec goes beyond them).
+var localEverywhere = policy.RuntimeConfig{LocalNamespaces: []string{policy.AllNamespaces}, Limits: suiteLimits}
+
+// suiteLimits are the suite manager's --min-reconnect-delay and friends.
+var suiteLimits = policy.Limits{MinReconnectDelay: 10 * time.Millisecond, MinHealthCheckInterval: 100 * time.Millisecond,
+	MaxToolCallTimeout: time.Hour, MaxConnectionTimeout: time.Hour}
 
 // testShimImage is what the test manager's Pods would copy the shim from;
 // envtest runs no Pod.

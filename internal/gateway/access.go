@@ -57,7 +57,20 @@ type Access struct {
 	// namespace-wide denial, so it lives as long as a denial.
 	some    *cache.LRUExpireCache
 	someTTL time.Duration
+	// maxServerReviews bounds the per-server reviews one request may ask
+	// for (answers already cached are free): a caller denied namespace-wide
+	// in a namespace of many McpServers gets errReviewBound, and its next
+	// request goes on where the cached denials end.
+	maxServerReviews int
 }
+
+// DefaultMaxServerReviewsPerRequest is Access's bound of per-server
+// SubjectAccessReviews in one request. See docs/design.md, "Limits".
+const DefaultMaxServerReviewsPerRequest = 32
+
+// errReviewBound: this request asked for as many per-server reviews as one
+// may; the caller is told to try again (429).
+var errReviewBound = errors.New("too many McpServers to review in one request (the per-request bound of access reviews); try again shortly")
 
 // NewAccess decides with authn (which holds the audiences), authz and the
 // server list; o gives the lifetime and bound of its own cache as for authz.
@@ -70,7 +83,8 @@ func NewAccess(authn *kubeauth.Authenticator, authz *kubeauth.Authorizer, server
 	if size <= 0 {
 		size = kubeauth.DefaultMaxEntries
 	}
-	return &Access{authn: authn, authz: authz, servers: servers, some: cache.NewLRUExpireCache(size), someTTL: ttl}
+	return &Access{authn: authn, authz: authz, servers: servers, some: cache.NewLRUExpireCache(size), someTTL: ttl,
+		maxServerReviews: DefaultMaxServerReviewsPerRequest}
 }
 
 // grant is what one caller may use in one namespace, as of one request.
@@ -82,10 +96,11 @@ type grant struct {
 // errForbidden: the caller may use no McpServer of the namespace.
 var errForbidden = errors.New("forbidden")
 
-// grant authenticates token and returns what it may use in ns, or an
-// error: kubeauth's, errForbidden, or the apiserver's.
-func (a *Access) grant(ctx context.Context, token, ns string) (grant, error) {
-	u, err := a.authn.Authenticate(ctx, token)
+// grant authenticates token, sent from source (an IP address), and
+// returns what it may use in ns, or an error: kubeauth's, errForbidden,
+// errReviewBound, or the apiserver's.
+func (a *Access) grant(ctx context.Context, token, source, ns string) (grant, error) {
+	u, err := a.authn.AuthenticateFrom(ctx, token, source)
 	if err != nil {
 		return grant{}, err
 	}
@@ -114,17 +129,48 @@ func (a *Access) someServer(ctx context.Context, u *kubeauth.User, ns string) (b
 	if err != nil {
 		return false, err
 	}
-	some := false
-	for _, name := range names {
-		if some, err = a.authz.Allowed(ctx, u, use(ns, name)); err != nil {
-			return false, err
-		}
-		if some {
-			break
-		}
+	some, err := a.anyAllowed(ctx, u, ns, names)
+	if err != nil {
+		return false, err
 	}
 	a.some.Add(key, some, a.someTTL)
 	return some, nil
+}
+
+// anyAllowed: u may use one of names, asking at most maxServerReviews
+// reviews; cached answers are taken first and cost nothing.
+func (a *Access) anyAllowed(ctx context.Context, u *kubeauth.User, ns string, names []string) (bool, error) {
+	var unknown []string
+	for _, name := range names {
+		allowed, ok := a.authz.Cached(u, use(ns, name))
+		switch {
+		case !ok:
+			unknown = append(unknown, name)
+		case allowed:
+			return true, nil
+		}
+	}
+	for i, name := range unknown {
+		if i == a.maxServerReviews {
+			return false, errReviewBound
+		}
+		if some, err := a.authz.Allowed(ctx, u, use(ns, name)); err != nil || some {
+			return some, err
+		}
+	}
+	return false, nil
+}
+
+// namespaceLabel is ns for a refusal by limit in ns, or "" before the
+// caller is known (TokenReviews) and for a namespace without McpServers.
+func (a *Access) namespaceLabel(ctx context.Context, ns, limit string) string {
+	if limit == LimitTokenReviews || limit == LimitTokenReviewsPerSource {
+		return ""
+	}
+	if names, err := a.servers(ctx, ns); err != nil || len(names) == 0 {
+		return ""
+	}
+	return ns
 }
 
 // mayUse: g may use the McpServer server of ns.
@@ -166,12 +212,28 @@ func identity(u *kubeauth.User) string {
 	return u.Identity
 }
 
+// limitOf names the limit an error of grant is a refusal by, for
+// mcpbridge_gateway_refusals_total, or "".
+func limitOf(err error) string {
+	switch {
+	case errors.Is(err, kubeauth.ErrSourceRateLimited):
+		return LimitTokenReviewsPerSource
+	case errors.Is(err, kubeauth.ErrRateLimited):
+		return LimitTokenReviews
+	case errors.Is(err, kubeauth.ErrAccessRateLimited):
+		return LimitAccessReviewsPerIdentity
+	case errors.Is(err, errReviewBound):
+		return LimitAccessReviewsPerRequest
+	}
+	return ""
+}
+
 // authStatus is the HTTP status of an error of grant.
 func authStatus(err error) int {
 	switch {
 	case errors.Is(err, kubeauth.ErrInvalidToken):
 		return http.StatusUnauthorized
-	case errors.Is(err, kubeauth.ErrRateLimited):
+	case errors.Is(err, kubeauth.ErrRateLimited), errors.Is(err, kubeauth.ErrAccessRateLimited), errors.Is(err, errReviewBound):
 		return http.StatusTooManyRequests
 	case errors.Is(err, errForbidden):
 		return http.StatusForbidden

@@ -9,7 +9,8 @@ import (
 // audit writes the one line of a tools/call: who called (the username of
 // the TokenReview), in which namespace, which tool (its public name) of
 // which McpServer, how it ended and how long it took. Arguments and results
-// are never written: they may hold secrets. See docs/design.md,
+// are never written: they may hold secrets; the tool's name, which the agent
+// chose, is cut to maxAgentString bytes. See docs/design.md,
 // "Shared-cluster rules".
 //
 // outcome is success, tool_error (the tool reported an error), error (the
@@ -24,6 +25,6 @@ func (v *view) audit(public string, tool bridge.Tool, outcome string, d time.Dur
 	if tool.Owner != "" {
 		server = serverOf(tool)
 	}
-	v.e.auditLog.Info("tools/call", "user", user, "tool", public, "server", server,
+	v.e.auditLog.Info("tools/call", "user", user, "tool", cut(public), "server", server,
 		"outcome", outcome, "durationSeconds", d.Seconds())
 }

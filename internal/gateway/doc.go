@@ -6,8 +6,11 @@
 // Access (access.go) authenticates bearer tokens with audience-bound
 // TokenReviews and authorizes them for verb "use" on
 // mcpservers.mcpbridge.dev: namespace-wide first, and only when that is
-// denied, per McpServer (RBAC resourceNames). The reviews, their caches and
-// the rate limit on new tokens are internal/kubeauth's.
+// denied, per McpServer (RBAC resourceNames), at most
+// DefaultMaxServerReviewsPerRequest of them per request. The reviews, their
+// caches and rate limits are internal/kubeauth's; a refusal by a limit is
+// counted in mcpbridge_gateway_refusals_total (metrics.go). Strings an agent
+// chose reach logs and spans cut to 128 bytes (agentstrings.go).
 //
 // Each caller identity has a view per namespace (view.go): a go-sdk server
 // holding exactly the tools of the servers that identity may use, with its

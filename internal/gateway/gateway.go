@@ -126,9 +126,12 @@ func (g *Gateway) authorize(rt *requestTrace, w http.ResponseWriter, r *http.Req
 		kubeauth.Unauthorized(w)
 		return grant{}, false
 	}
-	gr, err := g.Auth.grant(r.Context(), token, ns)
+	gr, err := g.Auth.grant(r.Context(), token, kubeauth.SourceOf(r), ns)
 	if err == nil {
 		return gr, true
+	}
+	if limit := limitOf(err); limit != "" {
+		refusedBy(g.Auth.namespaceLabel(r.Context(), ns, limit), limit)
 	}
 	switch status := authStatus(err); status {
 	case http.StatusForbidden:
@@ -140,7 +143,8 @@ func (g *Gateway) authorize(rt *requestTrace, w http.ResponseWriter, r *http.Req
 		kubeauth.WriteAuthenticationError(w, err)
 	case http.StatusTooManyRequests:
 		rt.refuse("rate_limited")
-		kubeauth.WriteAuthenticationError(w, err)
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, err.Error(), http.StatusTooManyRequests) // names the limit
 	default:
 		rt.refuse("unauthorized")
 		kubeauth.WriteAuthenticationError(w, err)

@@ -21,3 +21,26 @@ func init() { metrics.Registry.MustRegister(requests, callDuration) }
 
 // refused counts a request turned away before MCP saw it.
 func refused(outcome string) { requests.WithLabelValues("http", outcome).Inc() }
+
+// Refusals by a budget or limit (SPEC §13.1; docs/design.md, "Limits"):
+// the answer beyond a limit is immediate, and counted here by namespace and
+// limit. The namespace is empty where the limit comes before the caller is
+// known to use the namespace (TokenReviews), or when the namespace holds no
+// McpServer, so that callers cannot grow the series with made-up names.
+var refusals = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "mcpbridge_gateway_refusals_total",
+	Help: "Gateway requests refused by a budget or rate limit, by namespace and limit.",
+}, []string{"namespace", "limit"})
+
+// Values of the limit label of mcpbridge_gateway_refusals_total.
+const (
+	LimitTokenReviews             = "token_reviews"
+	LimitTokenReviewsPerSource    = "token_reviews_per_source"
+	LimitAccessReviewsPerIdentity = "access_reviews_per_identity"
+	LimitAccessReviewsPerRequest  = "access_reviews_per_request"
+)
+
+func init() { metrics.Registry.MustRegister(refusals) }
+
+// refusedBy counts a refusal by limit in namespace ns ("" when unknown).
+func refusedBy(ns, limit string) { refusals.WithLabelValues(ns, limit).Inc() }

@@ -208,6 +208,7 @@ func (v *view) startMethod(ctx context.Context, h http.Header, meta tracing.Meta
 		return v.e.tracer.Start(ctx, method, trace.SpanKindInternal)
 	}
 	ctx, links := v.methodParent(ctx, h, meta)
+	method, tool = cut(method), cut(tool) // the agent's choice
 	name := method
 	attrs := make([]attribute.KeyValue, 0, 7)
 	attrs = append(attrs, semconv.McpMethodNameKey.String(method), tracing.Namespace.String(v.e.ns),
@@ -238,19 +239,21 @@ func (v *view) startFastMethod(ctx context.Context, msg *message) (context.Conte
 	if parent, _ := v.methodParent(ctx, nil, meta); !trace.SpanContextFromContext(parent).Equal(request.SpanContext()) {
 		return v.startMethod(ctx, nil, meta, msg.Method, msg.Params.Name, msg.ID)
 	}
-	request.SetName(msg.Method + " " + msg.Params.Name)
+	tool := cut(msg.Params.Name)
+	request.SetName(msg.Method + " " + tool)
 	tracing.SetAttributes(request, semconv.McpMethodNameKey.String(msg.Method), semconv.GenAIOperationNameExecuteTool,
-		semconv.GenAIToolName(msg.Params.Name), semconv.JSONRPCRequestID(requestID(msg.ID)))
+		semconv.GenAIToolName(tool), semconv.JSONRPCRequestID(requestID(msg.ID)))
 	return ctx, tracing.Borrowed(request)
 }
 
-// requestID is a JSON-RPC id as a string: a string id unquoted.
+// requestID is a JSON-RPC id as a string: a string id unquoted, cut to
+// maxAgentString bytes (the agent chose it).
 func requestID(id json.RawMessage) string {
 	var s string
 	if id[0] == '"' && json.Unmarshal(id, &s) == nil {
-		return s
+		return cut(s)
 	}
-	return string(id)
+	return cut(string(id))
 }
 
 // endMethod ends a method span with the protocol version the agent spoke,

@@ -419,7 +419,7 @@ func TestTracingRecordsRefusalsAndFailures(t *testing.T) {
 	g.Expect(refused.StartTime).To(BeTemporally("<", refused.EndTime))
 	env.set("", "")
 
-	env.set("", "narrow-agent")
+	env.set("", agentToken("narrow-agent"))
 	cs := env.agent(sessionlessProto)
 	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: bridge.PublicName("fx", fixture.ToolFail),
 		Arguments: map[string]any{"text": "no"}})
@@ -459,7 +459,7 @@ func TestTracingNeverRecordsTokensArgumentsOrResults(t *testing.T) {
 	const secret = "sk-live-4f9a1c0b7e2d"
 	tp, exp := spanRecorder(t)
 	env := newTracedEnv(t, tp, testAccess())
-	env.set("", "token-"+secret)
+	env.set("", agentToken("token")+secret) // the secret ends the signature
 	for _, proto := range []string{statefulProto, sessionlessProto} {
 		cs := env.agent(proto)
 		for _, tool := range []string{fixture.ToolEcho, fixture.ToolFail, "nothing"} {

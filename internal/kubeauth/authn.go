@@ -24,9 +24,22 @@ var (
 	// any of the audiences asked for (401).
 	ErrInvalidToken = errors.New("the bearer token is not valid here")
 	// ErrRateLimited: the token is not in the cache and the TokenReviews of
-	// new tokens are over their rate (429).
+	// new tokens are over their rate (429): all of them, or those from the
+	// caller's address (ErrSourceRateLimited, which is also ErrRateLimited).
 	ErrRateLimited = errors.New("too many new bearer tokens; try again shortly")
+	// ErrSourceRateLimited: the TokenReviews of new tokens from the
+	// caller's address are over their rate (429).
+	ErrSourceRateLimited error = &rateLimitError{"too many new bearer tokens from this address; try again shortly"}
+	// ErrAccessRateLimited: the SubjectAccessReviews of the caller's
+	// identity are over their rate (429).
+	ErrAccessRateLimited = errors.New("too many access reviews for this identity (its SubjectAccessReview rate limit); try again shortly")
 )
+
+// rateLimitError is a more precise ErrRateLimited.
+type rateLimitError struct{ msg string }
+
+func (e *rateLimitError) Error() string        { return e.msg }
+func (e *rateLimitError) Is(target error) bool { return target == ErrRateLimited }
 
 // Defaults of Options.
 const (
@@ -38,6 +51,18 @@ const (
 	// little for an apiserver.
 	DefaultReviewsPerSecond = 20
 	DefaultReviewBurst      = 50
+	// DefaultReviewsPerSourcePerSecond and DefaultReviewSourceBurst bound
+	// them per source address: one address gets a quarter of the global
+	// rate, so that a flood from it leaves the rest to everyone else.
+	DefaultReviewsPerSourcePerSecond = 5
+	DefaultReviewSourceBurst         = 10
+	// DefaultAccessReviewsPerSecond and DefaultAccessReviewBurst bound the
+	// SubjectAccessReviews of one identity (user and groups) whose answer
+	// is not cached: an agent's first request in a namespace of many
+	// McpServers fits in the burst; a loop over namespaces and servers
+	// does not.
+	DefaultAccessReviewsPerSecond = 10
+	DefaultAccessReviewBurst      = 100
 	// validTTL is how long a token that was valid is exempt from the rate
 	// limit: a ServiceAccount token's usual lifetime.
 	validTTL = time.Hour
@@ -59,6 +84,14 @@ type Options struct {
 	// in the cache (Authenticator only).
 	ReviewsPerSecond float64
 	ReviewBurst      int
+	// ReviewsPerSourcePerSecond and ReviewSourceBurst limit them per
+	// source address as well (AuthenticateFrom).
+	ReviewsPerSourcePerSecond float64
+	ReviewSourceBurst         int
+	// AccessReviewsPerSecond and AccessReviewBurst limit the
+	// SubjectAccessReviews of one identity (Authorizer only).
+	AccessReviewsPerSecond float64
+	AccessReviewBurst      int
 	// Clock times the cache; nil is the real clock.
 	Clock clock.PassiveClock
 }
@@ -89,9 +122,11 @@ type Authenticator struct {
 	// agents keep working through a flood of random tokens that lasts longer
 	// than AllowTTL. They are reviewed all the same, so a revoked token stops
 	// working as before.
-	valid  *cache.LRUExpireCache // token hash -> struct{}
-	limit  *rate.Limiter
-	flight singleflight.Group
+	valid   *cache.LRUExpireCache // token hash -> struct{}
+	limit   *rate.Limiter
+	sources *keyedLimits
+	flight  singleflight.Group
+	clock   clock.PassiveClock
 }
 
 // NewAuthenticator reviews tokens with c, which must reach the apiserver
@@ -105,22 +140,37 @@ func NewAuthenticator(c client.Client, o Options) *Authenticator {
 		answers:   newCache(o),
 		valid:     newCache(o),
 		limit:     rate.NewLimiter(rate.Limit(cmpOr(o.ReviewsPerSecond, DefaultReviewsPerSecond)), cmpOr(o.ReviewBurst, DefaultReviewBurst)),
+		sources: newKeyedLimits(o, cmpOr(o.ReviewsPerSourcePerSecond, DefaultReviewsPerSourcePerSecond),
+			cmpOr(o.ReviewSourceBurst, DefaultReviewSourceBurst)),
+		clock: clockOf(o),
 	}
 }
 
 // Authenticate returns the token's user, ErrInvalidToken, ErrRateLimited,
 // or the error of a TokenReview the apiserver did not answer.
 func (a *Authenticator) Authenticate(ctx context.Context, token string) (*User, error) {
+	return a.AuthenticateFrom(ctx, token, "")
+}
+
+// AuthenticateFrom is Authenticate for a caller at source (its IP
+// address), whose new tokens are also limited per address
+// (ErrSourceRateLimited). With audiences, a token not in the cache that no
+// TokenReview for them could accept is ErrInvalidToken at once, before
+// either limit. See docs/design.md, "Authentication and authorization".
+func (a *Authenticator) AuthenticateFrom(ctx context.Context, token, source string) (*User, error) {
 	key := sha256.Sum256([]byte(token))
 	if u, ok := a.answers.Get(key); ok {
 		return known(u.(*User))
+	}
+	if len(a.audiences) > 0 && !mayPassReview(token, a.audiences, a.clock.Now()) {
+		return nil, ErrInvalidToken
 	}
 	u, err, _ := a.flight.Do(string(key[:]), func() (any, error) {
 		if u, ok := a.answers.Get(key); ok {
 			return u, nil // answered while this call waited for the flight
 		}
-		if _, seen := a.valid.Get(key); !seen && !a.limit.Allow() {
-			return nil, ErrRateLimited
+		if err := a.admit(key, source); err != nil {
+			return nil, err
 		}
 		u, err := a.review(ctx, token)
 		if err != nil {
@@ -139,6 +189,21 @@ func (a *Authenticator) Authenticate(ctx context.Context, token string) (*User, 
 		return nil, err
 	}
 	return known(u.(*User))
+}
+
+// admit lets the review of a new token through both limits; a token that
+// was valid lately is exempt from them.
+func (a *Authenticator) admit(key [sha256.Size]byte, source string) error {
+	if _, seen := a.valid.Get(key); seen {
+		return nil
+	}
+	if !a.sources.allow(source) {
+		return ErrSourceRateLimited
+	}
+	if !a.limit.Allow() {
+		return ErrRateLimited
+	}
+	return nil
 }
 
 func known(u *User) (*User, error) {
@@ -180,11 +245,14 @@ func (a *Authenticator) audienceMatches(got []string) bool {
 }
 
 func newCache(o Options) *cache.LRUExpireCache {
-	var clk clock.PassiveClock = clock.RealClock{}
+	return cache.NewLRUExpireCacheWithClock(cmpOr(o.MaxEntries, DefaultMaxEntries), clockOf(o))
+}
+
+func clockOf(o Options) clock.PassiveClock {
 	if o.Clock != nil {
-		clk = o.Clock
+		return o.Clock
 	}
-	return cache.NewLRUExpireCacheWithClock(cmpOr(o.MaxEntries, DefaultMaxEntries), clk)
+	return clock.RealClock{}
 }
 
 // cmpOr is v when it is positive, else def.

@@ -31,6 +31,7 @@ type Authorizer struct {
 	denyTTL  time.Duration
 	answers  *cache.LRUExpireCache // hash(token, attributes) -> bool
 	flight   singleflight.Group
+	limits   *keyedLimits // per identity
 }
 
 // NewAuthorizer asks with c, which must reach the apiserver.
@@ -40,17 +41,36 @@ func NewAuthorizer(c client.Client, o Options) *Authorizer {
 		allowTTL: cmpOr(o.AllowTTL, DefaultAllowTTL),
 		denyTTL:  cmpOr(o.DenyTTL, DefaultDenyTTL),
 		answers:  newCache(o),
+		limits: newKeyedLimits(o, cmpOr(o.AccessReviewsPerSecond, DefaultAccessReviewsPerSecond),
+			cmpOr(o.AccessReviewBurst, DefaultAccessReviewBurst)),
 	}
 }
 
-// Allowed reports whether u may do at, or the error of a review the
-// apiserver did not answer.
+// Cached is the remembered answer for u and at, if there is one: what
+// Allowed would answer without a review.
+func (z *Authorizer) Cached(u *User, at Attributes) (allowed, ok bool) {
+	v, ok := z.answers.Get(at.key(u))
+	if !ok {
+		return false, false
+	}
+	return v.(bool), true
+}
+
+// Allowed reports whether u may do at, ErrAccessRateLimited when u's
+// identity is over its rate of reviews whose answer is not cached, or the
+// error of a review the apiserver did not answer.
 func (z *Authorizer) Allowed(ctx context.Context, u *User, at Attributes) (bool, error) {
 	key := at.key(u)
 	if ok, found := z.answers.Get(key); found {
 		return ok.(bool), nil
 	}
 	ok, err, _ := z.flight.Do(string(key[:]), func() (any, error) {
+		if ok, found := z.answers.Get(key); found {
+			return ok, nil // answered while this call waited for the flight
+		}
+		if !z.limits.allow(u.Identity) {
+			return false, ErrAccessRateLimited
+		}
 		ok, err := z.review(ctx, u, at)
 		if err != nil {
 			return false, err

@@ -2,6 +2,7 @@ package kubeauth
 
 import (
 	"errors"
+	"net"
 	"net/http"
 	"strings"
 )
@@ -14,6 +15,15 @@ func BearerToken(r *http.Request) (string, bool) {
 		return "", false
 	}
 	return token, true
+}
+
+// SourceOf is the IP address a request came from (its RemoteAddr without
+// the port), which the TokenReviews of new tokens are limited by.
+func SourceOf(r *http.Request) string {
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return host
+	}
+	return r.RemoteAddr
 }
 
 // Unauthorized answers 401 with the challenge of a bearer token.

@@ -49,7 +49,8 @@ func (a *apiserver) Create(_ context.Context, obj client.Object, _ ...client.Cre
 	case *authnv1.TokenReview:
 		a.tokens++
 		a.audiences = append(a.audiences, o.Spec.Audiences)
-		auds, ok := a.valid[o.Spec.Token]
+		name := subOf(o.Spec.Token)
+		auds, ok := a.valid[name]
 		if !ok {
 			return nil
 		}
@@ -60,7 +61,7 @@ func (a *apiserver) Create(_ context.Context, obj client.Object, _ ...client.Cre
 		for _, aud := range want {
 			if slices.Contains(auds, aud) {
 				o.Status = authnv1.TokenReviewStatus{Authenticated: true, Audiences: []string{aud},
-					User: authnv1.UserInfo{Username: "system:serviceaccount:agents:" + o.Spec.Token, Groups: []string{"system:serviceaccounts"}}}
+					User: authnv1.UserInfo{Username: "system:serviceaccount:agents:" + name, Groups: []string{"system:serviceaccounts"}}}
 			}
 		}
 	case *authzv1.SubjectAccessReview:
@@ -88,7 +89,7 @@ func TestAuthenticateChecksTheAudience(t *testing.T) {
 	}}
 	a := NewAuthenticator(api, Options{Audiences: []string{gatewayAudience}})
 	for token, wantErr := range map[string]error{"agent": nil, "either": nil, "plain": ErrInvalidToken, "garbage": ErrInvalidToken} {
-		u, err := a.Authenticate(context.Background(), token)
+		u, err := a.Authenticate(context.Background(), tok(token, gatewayAudience))
 		if !errors.Is(err, wantErr) {
 			t.Errorf("%s: error %v, want %v", token, err, wantErr)
 		}
@@ -106,7 +107,7 @@ func TestAuthenticateChecksTheAudience(t *testing.T) {
 	if _, err := m.Authenticate(context.Background(), "plain"); err != nil {
 		t.Fatalf("a plain API token without audiences asked: %v", err)
 	}
-	if _, err := m.Authenticate(context.Background(), "agent"); !errors.Is(err, ErrInvalidToken) {
+	if _, err := m.Authenticate(context.Background(), tok("agent", gatewayAudience)); !errors.Is(err, ErrInvalidToken) {
 		t.Fatalf("a gateway token at the metrics endpoint: %v", err)
 	}
 }
@@ -121,8 +122,8 @@ func TestAuthenticateRemembersValidLongerThanInvalid(t *testing.T) {
 	ctx := context.Background()
 	reviews := func(after time.Duration) int {
 		clk.SetTime(start.Add(after))
-		_, _ = a.Authenticate(ctx, "agent")
-		_, _ = a.Authenticate(ctx, "garbage")
+		_, _ = a.Authenticate(ctx, tok("agent", gatewayAudience))
+		_, _ = a.Authenticate(ctx, tok("garbage", gatewayAudience))
 		n, _ := api.counts()
 		return n
 	}
@@ -151,7 +152,7 @@ func TestCachesStayBounded(t *testing.T) {
 	a, z := NewAuthenticator(api, o), NewAuthorizer(api, o)
 	ctx := context.Background()
 	for i := range 300 {
-		u, err := a.Authenticate(ctx, fmt.Sprint(i))
+		u, err := a.Authenticate(ctx, tok(fmt.Sprint(i), gatewayAudience))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -175,12 +176,12 @@ func TestRateLimitSparesKnownTokens(t *testing.T) {
 	// A rate so low that the bucket does not refill during the test.
 	a := NewAuthenticator(api, Options{Audiences: []string{gatewayAudience}, ReviewsPerSecond: 1e-9, ReviewBurst: 5, AllowTTL: time.Second, Clock: clk})
 	ctx := context.Background()
-	if _, err := a.Authenticate(ctx, "agent"); err != nil {
+	if _, err := a.Authenticate(ctx, tok("agent", gatewayAudience)); err != nil {
 		t.Fatal(err)
 	}
 	limited := 0
 	for i := range 100 {
-		_, err := a.Authenticate(ctx, fmt.Sprintf("random-%d", i))
+		_, err := a.Authenticate(ctx, tok(fmt.Sprintf("random-%d", i), gatewayAudience))
 		switch {
 		case errors.Is(err, ErrRateLimited):
 			limited++
@@ -191,11 +192,11 @@ func TestRateLimitSparesKnownTokens(t *testing.T) {
 	if tokens, _ := api.counts(); tokens != 5 || limited != 96 {
 		t.Fatalf("%d TokenReviews and %d refusals, want 5 (the burst, the agent's first included) and 96", tokens, limited)
 	}
-	if _, err := a.Authenticate(ctx, "agent"); err != nil {
+	if _, err := a.Authenticate(ctx, tok("agent", gatewayAudience)); err != nil {
 		t.Fatalf("the agent's cached token: %v", err)
 	}
 	clk.SetTime(start.Add(2 * time.Second)) // the agent's answer expired
-	if _, err := a.Authenticate(ctx, "agent"); err != nil {
+	if _, err := a.Authenticate(ctx, tok("agent", gatewayAudience)); err != nil {
 		t.Fatalf("the agent's known token after its answer expired: %v", err)
 	}
 	if tokens, _ := api.counts(); tokens != 6 {
@@ -206,7 +207,7 @@ func TestRateLimitSparesKnownTokens(t *testing.T) {
 	delete(api.valid, "agent")
 	api.mu.Unlock()
 	clk.SetTime(start.Add(4 * time.Second))
-	if _, err := a.Authenticate(ctx, "agent"); !errors.Is(err, ErrInvalidToken) {
+	if _, err := a.Authenticate(ctx, tok("agent", gatewayAudience)); !errors.Is(err, ErrInvalidToken) {
 		t.Fatalf("a revoked token: %v", err)
 	}
 }
@@ -219,7 +220,7 @@ func TestConcurrentRequestsShareAReview(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 20 {
 		wg.Go(func() {
-			if _, err := a.Authenticate(context.Background(), "agent"); err != nil {
+			if _, err := a.Authenticate(context.Background(), tok("agent", gatewayAudience)); err != nil {
 				t.Error(err)
 			}
 		})
@@ -254,8 +255,8 @@ func TestAllowedRemembersAllowsLongerThanDenials(t *testing.T) {
 	o := Options{Audiences: []string{gatewayAudience}, AllowTTL: 30 * time.Second, DenyTTL: 5 * time.Second, Clock: clk}
 	a, z := NewAuthenticator(api, o), NewAuthorizer(api, o)
 	ctx := context.Background()
-	agent, _ := a.Authenticate(ctx, "agent")
-	other, _ := a.Authenticate(ctx, "other")
+	agent, _ := a.Authenticate(ctx, tok("agent", gatewayAudience))
+	other, _ := a.Authenticate(ctx, tok("other", gatewayAudience))
 	use := func(name string) Attributes {
 		return Attributes{Verb: "use", Group: "mcpbridge.dev", Resource: "mcpservers", Namespace: "agents", Name: name}
 	}

@@ -95,6 +95,7 @@ func (r *resolver) resolve(name string, spec *v1alpha1.McpServerSpec) *Policy {
 		Reconnect:           r.reconnect(root.Child("reconnect"), spec.Reconnect),
 		Tools:               r.tools(root.Child("tools"), spec.Tools),
 	}
+	r.limits(root, spec, p)
 	r.transport(root, spec, p)
 	return p
 }

@@ -23,10 +23,11 @@ const (
 // every namespace.
 const AllNamespaces = "*"
 
-// RuntimeConfig is the administrator's side of the runtime choice: the
-// manager's flags --local-stdio-namespaces, --node-image and --python-image.
-// The zero value is the secure default: no namespace runs Local, and the
-// default images.
+// RuntimeConfig is the administrator's side of the resolve step: the
+// runtime choice (the manager's flags --local-stdio-namespaces, --node-image
+// and --python-image) and the floors and ceilings on a spec's timings. The
+// zero value is the secure default for the runtime (no namespace runs Local,
+// and the default images) and sets no floor or ceiling.
 type RuntimeConfig struct {
 	// LocalNamespaces may run stdio servers without an image as children of
 	// the manager; AllNamespaces ("*") allows every namespace.
@@ -36,6 +37,9 @@ type RuntimeConfig struct {
 	// PythonImage runs uvx, uv, python and python3; empty means
 	// DefaultPythonImage.
 	PythonImage string
+	// Limits bound the spec's timings (--min-reconnect-delay and
+	// friends); the zero value bounds nothing.
+	Limits Limits
 }
 
 // AllowsLocal reports whether stdio servers in namespace may run as children

@@ -96,9 +96,44 @@ func Setup(ctx context.Context, log logr.Logger) (tp trace.TracerProvider, shutd
 	}
 	// The sampler comes from OTEL_TRACES_SAMPLER (parent-based, always on by
 	// default) and the batching from OTEL_BSP_*.
-	sdk := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	sdk := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res),
+		sdktrace.WithRawSpanLimits(spanLimits(sdktrace.NewSpanLimits())))
 	log.Info("tracing enabled", "protocol", cfg.Protocol, "serviceName", serviceName(res))
 	return sdk, sdk.Shutdown, nil
+}
+
+// The operator's span limits (SPEC §13.1): no span of the operator
+// carries more than about 16 attributes, a few links and no events, and the
+// gateway cuts what agents choose to 128 bytes; these bound what a span
+// could hold if a step forgot to. See docs/design.md, "Limits".
+const (
+	maxAttributeValueLength = 1024
+	maxSpanAttributes       = 64
+	maxSpanEvents           = 32
+	maxSpanLinks            = 8
+	maxAttributesPerItem    = 16 // per event and per link
+)
+
+// spanLimits tightens env (OTEL_SPAN_*_LIMIT and
+// OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT, read by sdktrace.NewSpanLimits) to the
+// operator's limits: the environment may lower a limit, never raise it.
+func spanLimits(env sdktrace.SpanLimits) sdktrace.SpanLimits {
+	l := env
+	l.AttributeValueLengthLimit = tighter(env.AttributeValueLengthLimit, maxAttributeValueLength)
+	l.AttributeCountLimit = tighter(env.AttributeCountLimit, maxSpanAttributes)
+	l.EventCountLimit = tighter(env.EventCountLimit, maxSpanEvents)
+	l.LinkCountLimit = tighter(env.LinkCountLimit, maxSpanLinks)
+	l.AttributePerEventCountLimit = tighter(env.AttributePerEventCountLimit, maxAttributesPerItem)
+	l.AttributePerLinkCountLimit = tighter(env.AttributePerLinkCountLimit, maxAttributesPerItem)
+	return l
+}
+
+// tighter is the smaller of two limits where a negative one is no limit.
+func tighter(env, ours int) int {
+	if env < 0 {
+		return ours
+	}
+	return min(env, ours)
 }
 
 func newExporter(ctx context.Context, protocol string) (sdktrace.SpanExporter, error) {

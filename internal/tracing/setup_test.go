@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/go-logr/logr/funcr"
 	. "github.com/onsi/gomega"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
@@ -213,4 +215,50 @@ func TestSetupRefusesWhatItCannotDo(t *testing.T) {
 	otelEnv(t, map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_RESOURCE_ATTRIBUTES": "broken"})
 	_, _, err = Setup(context.Background(), funcr.New(func(string, string) {}, funcr.Options{}))
 	g.Expect(err).To(MatchError(ContainSubstring("OTEL_RESOURCE_ATTRIBUTES")))
+}
+
+func TestSpanLimitsTightenTheEnvironment(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		env, want int
+	}{
+		{"unlimited in the environment", -1, 64},
+		{"the SDK's default", 128, 64},
+		{"lowered in the environment", 10, 10},
+		{"zero in the environment", 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tighter(tc.env, 64); got != tc.want {
+				t.Errorf("tighter(%d, 64) = %d, want %d", tc.env, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestSetupLimitsSpans: the exported span of a step that set a huge value
+// and too many attributes carries neither.
+func TestSetupLimitsSpans(t *testing.T) {
+	g := NewWithT(t)
+	c, endpoint := httpCollector(t)
+	otelEnv(t, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint})
+	tp, shutdown, err := Setup(context.Background(), funcr.New(func(string, string) {}, funcr.Options{}))
+	g.Expect(err).NotTo(HaveOccurred())
+	_, span := New(tp).Start(context.Background(), "op", trace.SpanKindInternal,
+		attribute.String("huge", strings.Repeat("x", 4<<20)))
+	for i := range 200 {
+		span.SetAttributes(attribute.Int("n"+strconv.Itoa(i), i))
+	}
+	span.End()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	g.Expect(shutdown(ctx)).To(Succeed())
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	g.Expect(c.reqs).To(HaveLen(1))
+	got := c.reqs[0].ResourceSpans[0].ScopeSpans[0].Spans[0]
+	g.Expect(got.Attributes).To(HaveLen(maxSpanAttributes))
+	g.Expect(got.DroppedAttributesCount).To(BeNumerically("==", 201-maxSpanAttributes))
+	g.Expect(got.Attributes[0].Key).To(Equal("huge"))
+	g.Expect(got.Attributes[0].Value.GetStringValue()).To(HaveLen(maxAttributeValueLength))
 }

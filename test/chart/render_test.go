@@ -71,6 +71,8 @@ func TestValuesReachTheManager(t *testing.T) {
 			"--shim-image=registry.example.com/mcpbridge/operator:shim",
 			"--node-image=registry.example.com/node:22",
 			"--python-image=registry.example.com/uv:python3.13",
+			"--min-reconnect-delay=250ms", "--min-health-check-interval=0",
+			"--max-tool-call-timeout=1h30m", "--max-connection-timeout=2m",
 			"--upstream-allow-cidrs=127.0.0.1/32,fe80::/10",
 			"--zap-devel", "--zap-log-level=debug", "--zap-encoder=console", "--zap-stacktrace-level=panic",
 			"--zap-time-encoding=iso8601",

@@ -124,6 +124,21 @@ values.schema.json); manager.extraArgs comes last, so it can override.
 {{- with .Values.stdio.images.python }}
 - --python-image={{ . }}
 {{- end }}
+{{- /* floors and ceilings */}}
+{{- with .Values.limits }}
+{{- if .minReconnectDelay }}
+- --min-reconnect-delay={{ .minReconnectDelay }}
+{{- end }}
+{{- if .minHealthCheckInterval }}
+- --min-health-check-interval={{ .minHealthCheckInterval }}
+{{- end }}
+{{- if .maxToolCallTimeout }}
+- --max-tool-call-timeout={{ .maxToolCallTimeout }}
+{{- end }}
+{{- if .maxConnectionTimeout }}
+- --max-connection-timeout={{ .maxConnectionTimeout }}
+{{- end }}
+{{- end }}
 {{- /* supervisors */}}
 {{- with .Values.egress.upstreamAllowCIDRs }}
 - --upstream-allow-cidrs={{ join "," . }}

@@ -1,0 +1,46 @@
+package controller_test
+
+import (
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/mcpbridge/operator/api/v1alpha1"
+	"github.com/mcpbridge/operator/internal/policy"
+)
+
+// The administrator's floors and ceilings (SPEC §13.1): a spec beyond one
+// is Invalid with a message naming the flag, and never connects.
+var _ = Describe("Floors and ceilings of the manager", func() {
+	DescribeTable("refuse a spec beyond them, naming the flag",
+		func(ctx SpecContext, mod func(*v1alpha1.McpServer), fieldPath, flag string) {
+			ns := newNamespace()
+			obj := stdioServer(ns, "limited")
+			mod(obj)
+			Expect(k8s.Create(ctx, obj)).To(Succeed())
+			Eventually(func(g Gomega) {
+				got := &v1alpha1.McpServer{}
+				g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(obj), got)).To(Succeed())
+				g.Expect(got.Status.Phase).To(Equal(v1alpha1.PhaseInvalid))
+				c := meta(got, v1alpha1.ConditionReady)
+				g.Expect(c).NotTo(BeNil())
+				g.Expect(c.Reason).To(Equal(v1alpha1.ReasonInvalidSpec))
+				g.Expect(c.Message).To(ContainSubstring(fieldPath))
+				g.Expect(c.Message).To(ContainSubstring(flag))
+			}, eventuallyTimeout, poll).Should(Succeed())
+			Expect(registry.Tools(ns)).To(BeEmpty(), "a refused spec publishes no tool")
+		},
+		Entry("a reconnect delay under --min-reconnect-delay",
+			func(o *v1alpha1.McpServer) { o.Spec.Reconnect.InitialDelayMs = ptr32(1) },
+			"spec.reconnect.initialDelayMs", policy.FlagMinReconnectDelay+"="+suiteLimits.MinReconnectDelay.String()),
+		Entry("a health check under --min-health-check-interval",
+			func(o *v1alpha1.McpServer) { o.Spec.HealthCheckIntervalMs = ptr32(1) },
+			"spec.healthCheckIntervalMs", policy.FlagMinHealthCheckInterval+"="+suiteLimits.MinHealthCheckInterval.String()),
+		Entry("a tool call timeout over --max-tool-call-timeout",
+			func(o *v1alpha1.McpServer) { o.Spec.ToolCallTimeoutMs = ptr32(2_073_600_000) }, // 24 days
+			"spec.toolCallTimeoutMs", policy.FlagMaxToolCallTimeout+"="+suiteLimits.MaxToolCallTimeout.String()),
+		Entry("a connection timeout over --max-connection-timeout",
+			func(o *v1alpha1.McpServer) { o.Spec.ConnectionTimeoutMs = ptr32(2 * 3_600_000) },
+			"spec.connectionTimeoutMs", policy.FlagMaxConnectionTimeout+"="+suiteLimits.MaxConnectionTimeout.String()),
+	)
+})
