@@ -19,5 +19,14 @@ var (
 
 func init() { metrics.Registry.MustRegister(requests, callDuration) }
 
+// Refusals by the budgets (budgets.go). The namespace is one the caller was
+// authenticated and authorized for, so tenants cannot grow its values.
+var refusals = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "mcpbridge_gateway_refusals_total",
+	Help: "Requests refused because a budget of the namespace or of the caller's identity was spent, by namespace and limit.",
+}, []string{"namespace", "limit"})
+
+func init() { metrics.Registry.MustRegister(refusals) }
+
 // refused counts a request turned away before MCP saw it.
 func refused(outcome string) { requests.WithLabelValues("http", outcome).Inc() }

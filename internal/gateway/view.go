@@ -59,6 +59,12 @@ type view struct {
 
 	inflight inflight
 	activity activity
+
+	// calls in flight of this identity; opening counts the requests that
+	// may be opening a session now (budgets.go).
+	calls      atomic.Int64
+	opening    sync.Mutex
+	openingNow int
 }
 
 func newView(e *endpoint, u *kubeauth.User) *view {
@@ -96,6 +102,13 @@ func (v *view) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get("Mcp-Protocol-Version") >= bridge.SessionlessProtocol {
 		v.sessionless.ServeHTTP(w, r)
 		return
+	}
+	if opensSession(r) {
+		release, ok := v.admitSession(w, r)
+		if !ok {
+			return
+		}
+		defer release()
 	}
 	v.sessions.ServeHTTP(w, r)
 }
@@ -295,7 +308,13 @@ func (v *view) receiveCall(ctx context.Context, next mcp.MethodHandler, req mcp.
 		case !allowed:
 			err, outcome = unknownTool(name), "denied"
 		default:
+			release, refusal := v.admitCall()
+			if refusal != nil {
+				err, outcome = refusal, "refused"
+				break
+			}
 			res, err = next(ctx, "tools/call", req)
+			release()
 			outcome = outcomeOf(res, err)
 		}
 	}
