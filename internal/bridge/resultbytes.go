@@ -31,7 +31,8 @@ func WithResultBytes(ctx context.Context, rb ResultBytes) context.Context {
 	return context.WithValue(ctx, resultBytesKey{}, rb)
 }
 
-func resultBytesFrom(ctx context.Context) ResultBytes {
+// ResultBytesFrom is the budget WithResultBytes put into ctx, or nil.
+func ResultBytesFrom(ctx context.Context) ResultBytes {
 	rb, _ := ctx.Value(resultBytesKey{}).(ResultBytes)
 	return rb
 }
