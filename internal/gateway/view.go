@@ -1,9 +1,7 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -150,14 +148,14 @@ func (v *view) refreshLocked(ctx context.Context) error {
 		}
 		want[t.Name] = true
 		if v.published[t.Name] == t.Upstream {
-			continue // unchanged entry: the registry keeps it on an equal swap
+			continue // unchanged entry: the registry keeps it on a swap that leaves it equal
 		}
 		if err := v.add(t); err != nil {
 			v.e.log.Error(err, "tool not served", "tool", t.Name)
 			continue
 		}
 		v.published[t.Name] = t.Upstream
-		v.plain[t.Name] = !hasParamHeaders(t.Upstream)
+		v.plain[t.Name] = !t.ParamHeaders // found once, at publish
 	}
 	var gone []string
 	for name := range v.published {
@@ -365,11 +363,4 @@ func (v *view) plainTool(name string) bool {
 
 func errorResult(msg string) *mcp.CallToolResult {
 	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: msg}}}
-}
-
-// hasParamHeaders: the tool's input schema binds a parameter to an HTTP
-// header (x-mcp-header), or cannot be read to tell.
-func hasParamHeaders(t *mcp.Tool) bool {
-	b, err := json.Marshal(t.InputSchema)
-	return err != nil || bytes.Contains(b, []byte(`"x-mcp-header"`))
 }
