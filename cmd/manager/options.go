@@ -41,6 +41,7 @@ type options struct {
 	watchNamespaces         []string
 	stdio                   stdioOptions
 	upstreamAllowCIDRs      []netip.Prefix
+	budgets                 budgetOptions
 	zap                     zap.Options
 	// tracerProvider comes from the OTEL_* environment, not from a flag.
 	tracerProvider trace.TracerProvider
@@ -105,6 +106,7 @@ func parseOptions(fs *flag.FlagSet, args []string) (*options, error) {
 		"Comma-separated CIDRs that Streamable HTTP upstreams may be reached at although they are loopback, link-local, "+
 			"unspecified or multicast addresses, which are refused otherwise, e.g. 127.0.0.0/8,::1/128 for local development.")
 	localStdio := o.stdio.bindFlags(fs)
+	o.budgets.bindFlags(fs)
 	o.zap.BindFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n\nRuns the mcp-bridge operator: the McpServer controller, "+
@@ -178,6 +180,9 @@ func (o *options) validate() error {
 	}
 	if o.leaderElectionNamespace != "" && !o.leaderElect {
 		return fmt.Errorf("--leader-election-namespace=%s needs --leader-elect", o.leaderElectionNamespace)
+	}
+	if err := o.budgets.validate(); err != nil {
+		return err
 	}
 	return o.stdio.validate()
 }

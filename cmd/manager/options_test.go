@@ -26,6 +26,8 @@ func TestEveryOperationsFlagIsDefined(t *testing.T) {
 		"metrics-cert-key", "enable-http2", "health-probe-bind-address", "leader-elect", "leader-election-namespace",
 		"gateway-bind-address", "gateway-auth", "gateway-token-audiences", "gateway-cert-dir", "watch-namespaces", "upstream-allow-cidrs",
 		"local-stdio-namespaces", "shim-image", "node-image", "python-image",
+		"gateway-max-sessions-per-identity", "gateway-max-inflight-calls-per-identity",
+		"gateway-max-inflight-calls-per-namespace", "gateway-max-result-bytes-per-namespace", "max-tool-bytes-per-namespace",
 		"zap-devel", "zap-encoder", "zap-log-level", "zap-stacktrace-level", "zap-time-encoding",
 	} {
 		if fs.Lookup(name) == nil {
@@ -58,6 +60,11 @@ func TestOptionsThatCannotWorkAreRefused(t *testing.T) {
 		{[]string{"--leader-elect", "--leader-election-namespace=ops"}, ""},
 		{[]string{"--leader-election-namespace=ops"}, "needs --leader-elect"},
 		{[]string{"leader-elect"}, "unexpected arguments"},
+		{[]string{"--gateway-max-sessions-per-identity=0"}, "must be positive"},
+		{[]string{"--gateway-max-inflight-calls-per-namespace=-1"}, "must be positive"},
+		{[]string{"--gateway-max-result-bytes-per-namespace=1Gi", "--max-tool-bytes-per-namespace=100Mi"}, ""},
+		{[]string{"--gateway-max-result-bytes-per-namespace=lots"}, "quantity"},
+		{[]string{"--max-tool-bytes-per-namespace=0"}, "must be positive"},
 		{[]string{"--shim-image=registry.example.com/mcpbridge/operator@sha256:" + strings.Repeat("ab", 32)}, ""},
 		{[]string{"--shim-image="}, "--shim-image"},
 		{[]string{"--node-image=Not An Image"}, "--node-image"},
@@ -137,6 +144,12 @@ func TestDefaultsAreKubebuilders(t *testing.T) {
 		"gateway-token-audiences": "mcpbridge.dev",
 		"gateway-auth":            "token",
 		"gateway-cert-dir":        "",
+		// The budgets of SPEC §13.1.
+		"gateway-max-sessions-per-identity":        "64",
+		"gateway-max-inflight-calls-per-identity":  "32",
+		"gateway-max-inflight-calls-per-namespace": "256",
+		"gateway-max-result-bytes-per-namespace":   "64Mi",
+		"max-tool-bytes-per-namespace":             "64Mi",
 	} {
 		if got := fs.Lookup(name).DefValue; got != want {
 			t.Errorf("--%s defaults to %q, want %q", name, got, want)
