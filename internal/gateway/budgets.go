@@ -26,9 +26,9 @@ type Budgets struct {
 	// more gets a JSON-RPC error naming the limit.
 	CallsPerIdentity, CallsPerNamespace int
 	// ResultBytesPerNamespace: bytes of tool results read from upstreams
-	// and not yet written to their agents, all calls of a namespace
-	// together; a call whose result would pass it fails with a JSON-RPC
-	// error naming the limit.
+	// and not yet written to their agents, and of the arguments of the
+	// calls in flight, all calls of a namespace together; a call that would
+	// pass it fails with a JSON-RPC error naming the limit.
 	ResultBytesPerNamespace int64
 }
 
@@ -181,7 +181,7 @@ func (l *lease) close() { l.Return(l.n) }
 // pass the namespace's budget of result bytes.
 func (e *endpoint) resultBudgetError() *jsonrpc.Error {
 	e.refuse(limitResultBytes)
-	return budgetError(fmt.Sprintf("the result was not kept: the tool results being read in namespace %s would pass "+
+	return budgetError(fmt.Sprintf("the call was not served: the arguments and results of the calls in namespace %s would pass "+
 		"its budget of %s held in memory (%s); retry later", e.ns, formatBytes(e.results.max), FlagMaxResultBytesPerNamespace))
 }
 

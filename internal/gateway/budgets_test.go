@@ -231,3 +231,40 @@ func TestResultBytesBeyondTheBudgetAreRefused(t *testing.T) {
 	_, res = fastAnswer(t, h, body)
 	g.Expect(textOf(&res)).To(Equal(text))
 }
+
+// TestArgumentsCountAgainstTheNamespaceBytes: the arguments of the calls in
+// flight are held too (in the agent's request and upstream's), so a call
+// whose arguments would pass the budget is refused before it is forwarded.
+func TestArgumentsCountAgainstTheNamespaceBytes(t *testing.T) {
+	g := NewWithT(t)
+	e := newTestEnv(t, envOptions{budgets: Budgets{ResultBytesPerNamespace: 1 << 20}})
+	gt := newGate()
+	e.fake.setHandle(func(ctx context.Context, _ json.RawMessage) (json.RawMessage, bool, error) {
+		if err := gt.enter(ctx); err != nil {
+			return nil, false, err
+		}
+		return json.RawMessage(defaultResult), false, nil
+	})
+	args := `{"text":"` + strings.Repeat("a", 300<<10) + `"}` // held twice: 600 KiB
+	out := make(chan []byte, 1)
+	go func() {
+		call, hdr := sessionlessCall(1, echoPublic, args)
+		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		defer cancel()
+		_, _, body, _ := e.post(ctx, call, hdr)
+		out <- body
+	}()
+	g.Eventually(gt.count, waitLimit).Should(Equal(1))
+
+	call, hdr := sessionlessCall(2, echoPublic, args)
+	_, _, body := e.mustPost(call, hdr)
+	rc, msg := rpcError(t, body)
+	g.Expect(rc).To(BeEquivalentTo(codeBudget))
+	g.Expect(msg).To(ContainSubstring(FlagMaxResultBytesPerNamespace))
+	g.Expect(gt.count()).To(Equal(1), "the refused call reached the upstream")
+
+	close(gt.open)
+	_, res := fastAnswer(t, http.Header{"Content-Type": {"application/json"}}, <-out)
+	g.Expect(textOf(&res)).To(Equal("fast"))
+	g.Eventually(e.view().e.results.held.Load, waitLimit).Should(BeZero())
+}

@@ -159,7 +159,14 @@ func (v *view) fastCall(w http.ResponseWriter, r *http.Request, msg *message) bo
 	// written from that memory; the bytes are given back once it is sent.
 	held := &lease{pool: &v.e.results}
 	defer held.close()
-	res, isError, err := jc.CallToolJSON(bridge.WithResultBytes(ctx, held), tool.RawName, msg.Params.Arguments)
+	var res json.RawMessage
+	var isError bool
+	err := bridge.ErrResultBudget
+	// The arguments are held twice while the call runs: in the agent's
+	// request and in the one posted upstream.
+	if held.Take(2 * int64(len(msg.Params.Arguments))) {
+		res, isError, err = jc.CallToolJSON(bridge.WithResultBytes(ctx, held), tool.RawName, msg.Params.Arguments)
+	}
 	if errors.Is(err, bridge.ErrResultBudget) {
 		refusal = v.e.resultBudgetError()
 		v.refuseCall(w, sid, msg, tool, refusal, start)
