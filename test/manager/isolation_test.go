@@ -27,19 +27,19 @@ import (
 
 // TestOneTenantCannotTakeTheManagerFromAnother runs the manager binary with
 // small budgets while one tenant attacks it from its namespace: a loop of
-// initialize, more calls than its budget, oversized results its agents never
-// read, and more tool bytes than its namespace may publish. The attacker
+// initialize, more calls than its budget, oversized results that its
+// slow upstream sends, and more tool bytes than its namespace may publish. The attacker
 // gets the documented refusals, the other tenant's agent keeps succeeding
 // meanwhile, and the manager's heap stays bounded (from its /metrics).
 // See docs/design.md, "Budgets".
 func TestOneTenantCannotTakeTheManagerFromAnother(t *testing.T) {
 	const (
-		bigResult = 12 << 20 // the hostile upstream's answer
-		attackers = 12       // agents that call it and never read
-		heapBound = 80 << 20 // without the result budget: 10 results of 12 MiB held
+		bigResult = 12 << 20  // the hostile upstream's answer, 1 MiB every 500 ms
+		attackers = 16        // agents that call it at once, 14 of them admitted
+		heapBound = 140 << 20 // without the result budget: 14 answers of 12 MiB live at once
 	)
 	attacker, tenant := newNamespace(t, "attacker-"), newNamespace(t, "tenant-")
-	createHTTPServer(t, attacker, "hostile", serveFixture(t, fixture.Options{BigResult: bigResult}))
+	createHTTPServer(t, attacker, "hostile", serveFixture(t, fixture.Options{BigResult: bigResult, SlowBody: 500 * time.Millisecond}))
 	createHTTPServer(t, attacker, "bloated", serveFixture(t, fixture.Options{Tools: 400, SchemaBytes: 4000}))
 	createHTTPServer(t, tenant, "tools", serveFixture(t, fixture.Options{}))
 
@@ -47,8 +47,8 @@ func TestOneTenantCannotTakeTheManagerFromAnother(t *testing.T) {
 	startManager(t, probes, "--kubeconfig="+env.KubeconfigPath, "--health-probe-bind-address="+probes,
 		"--metrics-bind-address="+metrics, "--metrics-secure=false", "--gateway-bind-address="+gw, "--gateway-auth=none",
 		"--upstream-allow-cidrs=127.0.0.0/8",
-		"--gateway-max-sessions-per-identity=4", "--gateway-max-inflight-calls-per-identity=10",
-		"--gateway-max-inflight-calls-per-namespace=10", "--gateway-max-result-bytes-per-namespace=16Mi",
+		"--gateway-max-sessions-per-identity=4", "--gateway-max-inflight-calls-per-identity=14",
+		"--gateway-max-inflight-calls-per-namespace=14", "--gateway-max-result-bytes-per-namespace=16Mi",
 		"--max-tool-bytes-per-namespace=1Mi")
 	g := NewWithT(t)
 	waitForPhase(t, attacker, "hostile", v1alpha1.PhaseReady)
@@ -77,47 +77,44 @@ func TestOneTenantCannotTakeTheManagerFromAnother(t *testing.T) {
 		g.Expect(string(body)).To(ContainSubstring("--gateway-max-sessions-per-identity"))
 	}
 
-	// Calls and result bytes: agents that never read their 12 MiB answers.
+	// Calls and result bytes: more agents than the call budget call a tool
+	// whose 12 MiB answer arrives 1 MiB every 500 ms, while the manager's
+	// heap is watched.
 	var mu sync.Mutex
 	var refusals []string
-	var held []*http.Response
+	answered := 0
+	peak := watchHeap(t, metrics)
 	var wg sync.WaitGroup
 	callCtx := ctx(t)
 	for i := range attackers {
 		wg.Go(func() {
-			hc := &http.Client{Transport: &http.Transport{}} // a connection of its own
 			body, hdr := sessionlessCall(i, "mcp__hostile__"+fixture.ToolBig, `{}`)
-			resp, err := post(callCtx, hc, attackerURL, body, hdr)
+			resp, err := post(callCtx, http.DefaultClient, attackerURL, body, hdr)
+			var b []byte
+			if err == nil {
+				b, err = io.ReadAll(resp.Body)
+				resp.Body.Close()
+			}
 			mu.Lock()
 			defer mu.Unlock()
-			if err != nil {
+			switch {
+			case err != nil:
 				refusals = append(refusals, err.Error())
-				return
-			}
-			if resp.ContentLength >= 0 && resp.ContentLength < 64<<10 { // refused: a small error
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
+			case len(b) > bigResult:
+				answered++
+			default:
 				refusals = append(refusals, string(b))
-				return
 			}
-			held = append(held, resp)
 		})
 	}
 	wg.Wait()
-	t.Cleanup(func() {
-		for _, r := range held {
-			r.Body.Close()
-		}
-	})
+	maxHeap := peak()
 	joined := strings.Join(refusals, "\n")
 	g.Expect(joined).To(ContainSubstring("--gateway-max-result-bytes-per-namespace"))
 	g.Expect(joined).To(ContainSubstring("--gateway-max-inflight-calls-per-identity"))
-	g.Expect(held).NotTo(BeEmpty(), "no answer was being written")
-
-	// While the answers are stuck, the manager's heap holds one of them.
+	g.Expect(answered).To(BeNumerically(">", 0), "no 12 MiB answer came through")
+	g.Expect(maxHeap).To(BeNumerically("<", heapBound), "heap in use peaked at %d MiB", int(maxHeap)>>20)
 	text := scrape(t, metrics)
-	heap := gauge(t, text, "go_memstats_heap_inuse_bytes")
-	g.Expect(heap).To(BeNumerically("<", heapBound), "heap in use %d MiB", int(heap)>>20)
 	for _, limit := range []string{"sessions_per_identity", "calls_per_identity", "result_bytes_per_namespace"} {
 		g.Expect(gauge(t, text, `mcpbridge_gateway_refusals_total{limit="`+limit+`",namespace="`+attacker+`"}`)).To(BeNumerically(">", 0), limit)
 	}
@@ -264,28 +261,68 @@ func waitForPhase(t *testing.T, ns, name string, phase v1alpha1.Phase) metav1.Co
 
 func scrape(t *testing.T, addr string) string {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
+	text, err := scrapeText(addr)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return text
+}
+
+func scrapeText(addr string) (string, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return "", err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
+	return string(b), err
 }
 
 // gauge is the value of the sample written exactly as series in text.
 func gauge(t *testing.T, text, series string) float64 {
 	t.Helper()
-	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`).FindStringSubmatch(text)
-	if m == nil {
-		t.Fatalf("no sample %s in the metrics", series)
-	}
-	v, err := strconv.ParseFloat(m[1], 64)
+	v, err := sample(text, series)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return v
+}
+
+func sample(text, series string) (float64, error) {
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`).FindStringSubmatch(text)
+	if m == nil {
+		return 0, fmt.Errorf("no sample %s in the metrics", series)
+	}
+	return strconv.ParseFloat(m[1], 64)
+}
+
+// watchHeap samples the manager's go_memstats_heap_inuse_bytes every 200 ms
+// until the returned function is called, which returns the largest sample.
+func watchHeap(t *testing.T, addr string) func() float64 {
+	done, result := make(chan struct{}), make(chan float64, 1)
+	go func() {
+		peak := 0.0
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if text, err := scrapeText(addr); err == nil {
+				if v, err := sample(text, "go_memstats_heap_inuse_bytes"); err == nil {
+					peak = max(peak, v)
+				}
+			}
+			select {
+			case <-done:
+				result <- peak
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	var once sync.Once
+	stop := func() float64 {
+		once.Do(func() { close(done) })
+		return <-result
+	}
+	t.Cleanup(func() { once.Do(func() { close(done) }) })
+	return stop
 }
