@@ -78,13 +78,13 @@ const codeBudget = -32029
 // beyond the identity's budget; otherwise the caller must call the returned
 // release once the SDK has served r (and registered the session it opened).
 func (v *view) admitSession(w http.ResponseWriter, r *http.Request) (release func(), ok bool) {
-	max := v.e.budgets.SessionsPerIdentity
+	limit := v.e.budgets.SessionsPerIdentity
 	v.opening.Lock()
 	n := v.openingNow
 	for range v.server.Sessions() {
 		n++
 	}
-	if n >= max {
+	if n >= limit {
 		v.opening.Unlock()
 		v.e.refuse(limitSessions)
 		refused("too_many_sessions")
