@@ -56,6 +56,10 @@ const (
 	// ReasonPodObjectConflict: the name of the server's Deployment or token
 	// Secret is taken by an object this McpServer does not own.
 	ReasonPodObjectConflict = "PodObjectConflict"
+	// ReasonToolBudgetExceeded: the server's tools were not published
+	// because the namespace's published tools would pass their budget
+	// (--max-tool-bytes-per-namespace); also the reason of the event.
+	ReasonToolBudgetExceeded = "ToolBudgetExceeded"
 )
 
 // Reasons of events on an McpServer that no condition carries.

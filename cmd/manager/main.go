@@ -105,7 +105,8 @@ func run(args []string) error {
 	log.Info("starting manager", "gatewayBindAddress", opts.gatewayAddr, "gatewayAuth", opts.gatewayAuth,
 		"gatewayTokenAudiences", opts.gatewayAudiences, "gatewayTLS", opts.gatewayCertDir != "",
 		"watchNamespaces", opts.watchNamespaces, "upstreamAllowCIDRs", opts.upstreamAllowCIDRs, "metricsBindAddress", opts.metricsAddr, "metricsSecure", opts.metricsSecure,
-		"localStdioNamespaces", opts.stdio.localNamespaces, "shimImage", opts.stdio.shimImage, "limits", opts.limits)
+		"localStdioNamespaces", opts.stdio.localNamespaces, "shimImage", opts.stdio.shimImage, "limits", opts.limits,
+		"gatewayBudgets", opts.budgets.gateway, "maxToolBytesPerNamespace", opts.budgets.toolBytes)
 	err = mgr.Start(ctrl.SetupSignalHandler())
 	// No stdio server may outlive the manager, however it stopped.
 	sups.DisposeAll()
@@ -116,6 +117,7 @@ func run(args []string) error {
 // and the McpServer reconciler into the manager.
 func setupControllers(mgr ctrl.Manager, opts *options) (*controller.Supervisors, error) {
 	registry := bridge.NewRegistry()
+	registry.MaxToolBytesPerNamespace = opts.budgets.toolBytes
 	if err := setupGateway(mgr, opts, registry); err != nil {
 		return nil, fmt.Errorf("set up the gateway: %w", err)
 	}
@@ -140,7 +142,8 @@ func setupControllers(mgr ctrl.Manager, opts *options) (*controller.Supervisors,
 // McpServer) unless --gateway-auth=none, and over TLS from
 // --gateway-cert-dir if given. See docs/design.md, "The gateway".
 func setupGateway(mgr ctrl.Manager, opts *options, registry *bridge.Registry) error {
-	gw := &gateway.Gateway{Registry: registry, Log: ctrl.Log.WithName("gateway"), TracerProvider: opts.tracerProvider}
+	gw := &gateway.Gateway{Registry: registry, Log: ctrl.Log.WithName("gateway"), TracerProvider: opts.tracerProvider,
+		Budgets: opts.budgets.gateway}
 	if opts.gatewayAuth == gatewayAuthToken {
 		c := mgr.GetClient() // creates go to the apiserver, never to the cache
 		gw.Auth = gateway.NewAccess(

@@ -43,6 +43,7 @@ type options struct {
 	stdio                   stdioOptions
 	upstreamAllowCIDRs      []netip.Prefix
 	limits                  policy.Limits
+	budgets                 budgetOptions
 	zap                     zap.Options
 	// tracerProvider comes from the OTEL_* environment, not from a flag.
 	tracerProvider trace.TracerProvider
@@ -108,6 +109,7 @@ func parseOptions(fs *flag.FlagSet, args []string) (*options, error) {
 			"unspecified or multicast addresses, which are refused otherwise, e.g. 127.0.0.0/8,::1/128 for local development.")
 	localStdio := o.stdio.bindFlags(fs)
 	bindLimitFlags(fs, &o.limits)
+	o.budgets.bindFlags(fs)
 	o.zap.BindFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n\nRuns the mcp-bridge operator: the McpServer controller, "+
@@ -222,6 +224,9 @@ func (o *options) validate() error {
 		return fmt.Errorf("--leader-election-namespace=%s needs --leader-elect", o.leaderElectionNamespace)
 	}
 	if err := validateLimits(o.limits); err != nil {
+		return err
+	}
+	if err := o.budgets.validate(); err != nil {
 		return err
 	}
 	return o.stdio.validate()

@@ -28,6 +28,8 @@ func TestEveryOperationsFlagIsDefined(t *testing.T) {
 		"gateway-bind-address", "gateway-auth", "gateway-token-audiences", "gateway-cert-dir", "watch-namespaces", "upstream-allow-cidrs",
 		"local-stdio-namespaces", "shim-image", "node-image", "python-image",
 		"min-reconnect-delay", "min-health-check-interval", "max-tool-call-timeout", "max-connection-timeout",
+		"gateway-max-sessions-per-identity", "gateway-max-inflight-calls-per-identity",
+		"gateway-max-inflight-calls-per-namespace", "gateway-max-result-bytes-per-namespace", "max-tool-bytes-per-namespace",
 		"zap-devel", "zap-encoder", "zap-log-level", "zap-stacktrace-level", "zap-time-encoding",
 	} {
 		if fs.Lookup(name) == nil {
@@ -60,6 +62,11 @@ func TestOptionsThatCannotWorkAreRefused(t *testing.T) {
 		{[]string{"--leader-elect", "--leader-election-namespace=ops"}, ""},
 		{[]string{"--leader-election-namespace=ops"}, "needs --leader-elect"},
 		{[]string{"leader-elect"}, "unexpected arguments"},
+		{[]string{"--gateway-max-sessions-per-identity=0"}, "must be positive"},
+		{[]string{"--gateway-max-inflight-calls-per-namespace=-1"}, "must be positive"},
+		{[]string{"--gateway-max-result-bytes-per-namespace=1Gi", "--max-tool-bytes-per-namespace=100Mi"}, ""},
+		{[]string{"--gateway-max-result-bytes-per-namespace=lots"}, "quantity"},
+		{[]string{"--max-tool-bytes-per-namespace=0"}, "must be positive"},
 		{[]string{"--shim-image=registry.example.com/mcpbridge/operator@sha256:" + strings.Repeat("ab", 32)}, ""},
 		{[]string{"--shim-image="}, "--shim-image"},
 		{[]string{"--node-image=Not An Image"}, "--node-image"},
@@ -173,6 +180,12 @@ func TestDefaultsAreKubebuilders(t *testing.T) {
 		"min-health-check-interval": "1s",
 		"max-tool-call-timeout":     "10m0s",
 		"max-connection-timeout":    "10m0s",
+		// The budgets of SPEC §13.1.
+		"gateway-max-sessions-per-identity":        "64",
+		"gateway-max-inflight-calls-per-identity":  "32",
+		"gateway-max-inflight-calls-per-namespace": "256",
+		"gateway-max-result-bytes-per-namespace":   "64Mi",
+		"max-tool-bytes-per-namespace":             "64Mi",
 	} {
 		if got := fs.Lookup(name).DefValue; got != want {
 			t.Errorf("--%s defaults to %q, want %q", name, got, want)

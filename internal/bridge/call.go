@@ -75,6 +75,8 @@ func (s *Supervisor) callFailed(ctx, cctx context.Context, g *generation, err er
 		err = fmt.Errorf("%w: the connection was closed during the call", ErrUnavailable)
 	case errors.Is(cctx.Err(), context.DeadlineExceeded):
 		err = errCallTimeout{timeout: s.p.ToolCallTimeout}
+	case errors.Is(err, ErrResultBudget):
+		// The caller's budget, not the connection's failure.
 	case isSessionLost(err):
 		g.lose(StageToolsCall, err)
 	case isTransportFailure(err):

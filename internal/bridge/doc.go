@@ -112,12 +112,15 @@
 //   - loss.go, health.go: detecting a lost connection.
 //   - toolsync.go, tasks.go: fetching, publishing and re-syncing tools.
 //   - call.go: tool calls through the SDK; rawcall.go and rawcall_response.go:
-//     tool calls posted over HTTP by ourselves and the reader of their answer.
+//     tool calls posted over HTTP by ourselves and the reader of their answer;
+//     resultbytes.go: counting what that reader holds against a caller's
+//     budget; jsonspan.go: finding the result in the answer without a copy.
 //   - transport.go: the dialer and link a transport implements, and the
 //     awaiter of a server that may not be there yet; stdio.go (a child
 //     process), pod.go (a tunnel to the shim in the server's Pod) and
 //     http.go are the three transports.
-//   - registry.go, naming.go: the tool registry and public names.
+//   - registry.go, naming.go: the tool registry (with its per-namespace
+//     budget of tool bytes) and public names.
 //   - protocol.go: the client's identity and the protocol versions it
 //     speaks (SessionlessProtocol).
 //   - spans.go: the connect, sync and call spans (tracedConnect).

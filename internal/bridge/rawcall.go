@@ -71,6 +71,11 @@ func (s *Supervisor) callToolAsJSON(ctx context.Context, rawName string, args js
 		return nil, false, err
 	}
 	b, err := json.Marshal(res)
+	if rb := ResultBytesFrom(ctx); err == nil && rb != nil && !rb.Take(int64(len(b))) {
+		// The SDK has read the result already; what counts is that the
+		// caller does not go on to hold it.
+		return nil, false, &StageError{Stage: StageToolsCall, Err: ErrResultBudget}
+	}
 	return b, res.IsError, err
 }
 
@@ -197,7 +202,7 @@ func (g *generation) readResponse(ctx context.Context, hl *httpLink, resp *http.
 	if err := checkCallResponse(resp); err != nil {
 		return nil, err
 	}
-	res, lastID, err := readAnswerFrom(resp, id)
+	res, lastID, err := readAnswerFrom(resp, id, ResultBytesFrom(ctx))
 	for try := 0; errors.Is(err, errStreamEnded) && lastID != "" && try < maxResumes; try++ {
 		res, lastID, err = g.resume(ctx, hl, id, lastID)
 	}
@@ -227,7 +232,7 @@ func (g *generation) resume(ctx context.Context, hl *httpLink, id, lastID string
 	if err := checkCallResponse(resp); err != nil {
 		return nil, lastID, err
 	}
-	res, newID, err := readEvents(resp.Body, id)
+	res, newID, err := readEvents(resp.Body, id, ResultBytesFrom(ctx))
 	return res, cmp.Or(newID, lastID), err
 }
 

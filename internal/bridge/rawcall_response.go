@@ -57,28 +57,33 @@ const errorBodyLimit = 64 << 10
 // with encoding/json, not jsonrpc.DecodeMessage, whose reader allocates a
 // 32 KiB buffer per message: about 10x the time and 70x the bytes of matchAnswer
 // for a small result (BenchmarkFramingMatchAnswer*, docs/benchmarks.md).
+// The result is not decoded: json.RawMessage would copy it, and a result
+// may be 16 MiB; memberValue finds it in the message instead.
 type answer struct {
-	ID     json.RawMessage `json:"id"`
-	Result json.RawMessage `json:"result"`
-	Error  *jsonrpc.Error  `json:"error"`
+	ID    json.RawMessage `json:"id"`
+	Error *jsonrpc.Error  `json:"error"`
 }
 
 // readAnswer returns the result of the response to id.
 func readAnswer(resp *http.Response, id string) (json.RawMessage, error) {
-	res, _, err := readAnswerFrom(resp, id)
+	res, _, err := readAnswerFrom(resp, id, nil)
 	return res, err
 }
 
 // readAnswerFrom is readAnswer that also returns the id of the last SSE
-// event seen, from which an ended stream can be resumed.
-func readAnswerFrom(resp *http.Response, id string) (json.RawMessage, string, error) {
+// event seen, from which an ended stream can be resumed. What it holds of
+// the answer is counted into rb (nil: uncounted); the result it returns
+// shares the memory of what was read, so that it is held once.
+func readAnswerFrom(resp *http.Response, id string, rb ResultBytes) (json.RawMessage, string, error) {
 	media, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	switch media {
 	case "application/json":
-		body, err := io.ReadAll(io.LimitReader(resp.Body, maxMessageBytes+1))
+		body, err := readBody(resp.Body, resp.ContentLength, rb)
 		switch {
 		case errors.Is(err, errTooLarge): // the transport's cappedBody
 			return nil, "", errTooLarge
+		case errors.Is(err, ErrResultBudget):
+			return nil, "", ErrResultBudget
 		case err != nil:
 			return nil, "", fmt.Errorf("reading the answer: %v", err) // not EOF: a call failure, not a lost session
 		case len(body) > maxMessageBytes:
@@ -90,7 +95,7 @@ func readAnswerFrom(resp *http.Response, id string) (json.RawMessage, string, er
 		}
 		return res, "", err
 	case "text/event-stream":
-		return readEvents(resp.Body, id)
+		return readEvents(resp.Body, id, rb)
 	default:
 		return nil, "", fmt.Errorf("the server answered with content type %q", media)
 	}
@@ -108,30 +113,34 @@ func matchAnswer(data []byte, id string) (json.RawMessage, error) {
 		}
 		return nil, errNotOurs
 	}
-	switch {
-	case a.Error != nil:
+	if a.Error != nil {
 		return nil, a.Error
-	case len(a.Result) == 0:
+	}
+	res := memberValue(data, "result")
+	if len(res) == 0 {
 		return nil, errors.New("the server answered without a result")
 	}
-	return a.Result, nil
+	return res, nil
 }
 
 // readEvents reads an SSE stream up to the "message" event that answers id;
 // progress and log notifications before it are not forwarded. It returns
-// the id of the last event seen, for a resumption.
-func readEvents(body io.Reader, id string) (json.RawMessage, string, error) {
+// the id of the last event seen, for a resumption. The lines of the event
+// being read are counted into rb (nil: uncounted) and given back when the
+// event is not the answer.
+func readEvents(body io.Reader, id string, rb ResultBytes) (json.RawMessage, string, error) {
 	r := bufio.NewReader(body)
 	var ev sseEvent
+	held := &heldBytes{rb: rb}
 	lastID := ""
 	for {
-		line, err := readEventLine(r)
+		line, err := readEventLine(r, held)
 		eof := errors.Is(err, io.EOF)
 		if err != nil && !eof {
 			return nil, lastID, err
 		}
 		if len(line) > 0 {
-			if err := ev.add(line); err != nil {
+			if err := ev.add(line, held); err != nil {
 				return nil, lastID, err
 			}
 		}
@@ -143,6 +152,7 @@ func readEvents(body io.Reader, id string) (json.RawMessage, string, error) {
 				return res, lastID, merr
 			}
 			ev = sseEvent{}
+			held.giveBack()
 		}
 		if eof {
 			return nil, lastID, errStreamEnded
@@ -150,11 +160,15 @@ func readEvents(body io.Reader, id string) (json.RawMessage, string, error) {
 	}
 }
 
-// readEventLine reads one line without its line ending, at most maxMessageBytes.
-func readEventLine(r *bufio.Reader) ([]byte, error) {
+// readEventLine reads one line without its line ending, at most
+// maxMessageBytes, into memory of its own.
+func readEventLine(r *bufio.Reader, held *heldBytes) ([]byte, error) {
 	var line []byte
 	for {
 		frag, err := r.ReadSlice('\n')
+		if err := held.take(len(frag)); err != nil {
+			return nil, err
+		}
 		line = append(line, frag...)
 		if len(line) > maxMessageBytes {
 			return nil, errTooLarge
@@ -172,7 +186,10 @@ type sseEvent struct {
 	hasData  bool // a data field was seen, even an empty one
 }
 
-func (e *sseEvent) add(line []byte) error {
+// add adds one line to the event. The first data line is kept as it is
+// (the line is the event's own memory, already counted), so that a result
+// in one data line, the common case, is held once.
+func (e *sseEvent) add(line []byte, held *heldBytes) error {
 	field, value, _ := bytes.Cut(line, []byte(":"))
 	value = bytes.TrimPrefix(value, []byte(" "))
 	switch string(field) {
@@ -181,15 +198,45 @@ func (e *sseEvent) add(line []byte) error {
 	case "id":
 		e.id = string(value)
 	case "data":
-		if e.hasData {
-			e.data = append(e.data, '\n')
+		if !e.hasData {
+			e.data, e.hasData = value, true
+			break
 		}
-		e.data, e.hasData = append(e.data, value...), true
+		if err := held.take(len(value) + 1); err != nil {
+			return err
+		}
+		e.data = append(append(e.data, '\n'), value...)
 		if len(e.data) > maxMessageBytes {
 			return errTooLarge
 		}
 	}
 	return nil // comments (":…") and other fields are ignored
+}
+
+// heldBytes is what one stream's event being read holds of a ResultBytes
+// budget.
+type heldBytes struct {
+	rb ResultBytes
+	n  int64
+}
+
+func (h *heldBytes) take(n int) error {
+	if h.rb == nil {
+		return nil
+	}
+	if !h.rb.Take(int64(n)) {
+		return ErrResultBudget
+	}
+	h.n += int64(n)
+	return nil
+}
+
+// giveBack returns what the event held: it was not the answer.
+func (h *heldBytes) giveBack() {
+	if h.rb != nil && h.n > 0 {
+		h.rb.Return(h.n)
+	}
+	h.n = 0
 }
 
 // match is the answer to id if this event carries it. Events named other

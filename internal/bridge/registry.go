@@ -28,6 +28,10 @@ type Tool struct {
 	ServerName string    // effective serverName of the owner
 	Owner      string    // the resource that published it, e.g. "ns/name"
 	Upstream   *mcp.Tool // as the server listed it (Upstream.Name == RawName); never mutated after publish
+	// ParamHeaders: the input schema binds a parameter to an HTTP header
+	// (x-mcp-header), found once at publish so that no reader has to
+	// marshal the schema again to tell.
+	ParamHeaders bool
 }
 
 // ConflictError reports that a public name in the new set is held by another
@@ -48,6 +52,11 @@ func (e *ConflictError) Error() string {
 // method returns.
 // See docs/design.md, "Tool registry and names".
 type Registry struct {
+	// MaxToolBytesPerNamespace bounds the published tools of a namespace,
+	// all servers together, as JSON; zero is DefaultMaxToolBytesPerNamespace.
+	// Set it before the registry is used.
+	MaxToolBytesPerNamespace int64
+
 	mu         sync.RWMutex
 	namespaces map[string]*regNamespace
 	subs       map[*Subscription]struct{}
@@ -62,6 +71,7 @@ type regNamespace struct {
 	// published snapshot is never written again.
 	snapshot      []Tool
 	snapshotValid bool
+	bytes         int64 // of every owner's tools, as JSON
 }
 
 // regOwner is one owner's published set.
@@ -71,6 +81,7 @@ type regOwner struct {
 	caller     Caller
 	tools      []Tool              // sorted by public name; shared with readers, never written after publish
 	digests    [][sha256.Size]byte // SHA-256 of the canonical JSON of tools[i].Upstream
+	bytes      int64               // of the canonical JSON of all tools
 }
 
 type regSlot struct {
@@ -93,7 +104,11 @@ func NewRegistry() *Registry {
 // The swap is refused (err != nil, nothing changed, the previous set and
 // caller kept) when a tool is nil, a raw name is listed twice, a tool cannot
 // be JSON-encoded, or a public name is held by another owner or by two raw
-// names of the set (*ConflictError).
+// names of the set (*ConflictError), or when the namespace's published
+// tools would grow past MaxToolBytesPerNamespace (*ToolBudgetError).
+//
+// Entries equal to the owner's current ones keep their Upstream, so that
+// readers that compare it see only what changed.
 //
 // Published tools are deep copies (by JSON round trip) of the given tools, so
 // the caller may reuse them; a schema given as a json.RawMessage or a struct
@@ -110,7 +125,7 @@ func NewRegistry() *Registry {
 // without tools, which publishes nothing, like Remove.
 func (r *Registry) Swap(ns, owner, serverName string, tools []*mcp.Tool, caller Caller) (changed bool, err error) {
 	// Encoding and naming are done before taking the lock.
-	next, digests, err := regPrepare(owner, serverName, tools)
+	next, digests, size, err := regPrepare(owner, serverName, tools)
 	if err != nil {
 		return false, err
 	}
@@ -138,14 +153,23 @@ func (r *Registry) Swap(ns, owner, serverName string, tools []*mcp.Tool, caller 
 		cur.serverName = serverName
 		return false, nil
 	}
+	if err := r.checkBudget(st, cur, size); err != nil {
+		if len(st.owners) == 0 {
+			delete(r.namespaces, ns)
+		}
+		return false, err
+	}
 
 	changed = cur != nil && len(cur.tools) > 0 || len(next) > 0
 	if cur != nil {
+		st.bytes -= cur.bytes
 		for _, t := range cur.tools {
 			delete(st.byName, t.Name)
 		}
+		regKeepUnchanged(cur, next, digests)
 	}
-	o := &regOwner{name: owner, serverName: serverName, caller: caller, tools: next, digests: digests}
+	st.bytes += size
+	o := &regOwner{name: owner, serverName: serverName, caller: caller, tools: next, digests: digests, bytes: size}
 	st.owners[owner] = o
 	for i, t := range next {
 		st.byName[t.Name] = regSlot{owner: o, idx: i}
@@ -159,42 +183,45 @@ func (r *Registry) Swap(ns, owner, serverName string, tools []*mcp.Tool, caller 
 }
 
 // regPrepare builds the published entries for tools, sorted by public name,
-// and the digests of their canonical JSON encodings.
-func regPrepare(owner, serverName string, tools []*mcp.Tool) ([]Tool, [][sha256.Size]byte, error) {
+// the digests of their canonical JSON encodings and the size of these.
+func regPrepare(owner, serverName string, tools []*mcp.Tool) ([]Tool, [][sha256.Size]byte, int64, error) {
 	type item struct {
 		tool   Tool
 		digest [sha256.Size]byte
 	}
 	items := make([]item, 0, len(tools))
+	var size int64
 	seen := make(map[string]struct{}, len(tools))
 	for i, t := range tools {
 		if t == nil {
-			return nil, nil, fmt.Errorf("tool #%d in the list is nil", i)
+			return nil, nil, 0, fmt.Errorf("tool #%d in the list is nil", i)
 		}
 		if _, dup := seen[t.Name]; dup {
-			return nil, nil, fmt.Errorf("tool %q is listed twice", t.Name)
+			return nil, nil, 0, fmt.Errorf("tool %q is listed twice", t.Name)
 		}
 		seen[t.Name] = struct{}{}
 
 		raw, err := json.Marshal(t)
 		if err != nil {
-			return nil, nil, fmt.Errorf("tool %q cannot be encoded as JSON: %w", t.Name, err)
+			return nil, nil, 0, fmt.Errorf("tool %q cannot be encoded as JSON: %w", t.Name, err)
 		}
 		up := new(mcp.Tool)
 		if err := json.Unmarshal(raw, up); err != nil {
-			return nil, nil, fmt.Errorf("tool %q cannot be decoded from JSON: %w", t.Name, err)
+			return nil, nil, 0, fmt.Errorf("tool %q cannot be decoded from JSON: %w", t.Name, err)
 		}
 		canonical, err := json.Marshal(up)
 		if err != nil {
-			return nil, nil, fmt.Errorf("tool %q cannot be encoded as JSON: %w", t.Name, err)
+			return nil, nil, 0, fmt.Errorf("tool %q cannot be encoded as JSON: %w", t.Name, err)
 		}
+		size += int64(len(canonical))
 		items = append(items, item{
 			tool: Tool{
-				Name:       PublicName(serverName, t.Name),
-				RawName:    t.Name,
-				ServerName: serverName,
-				Owner:      owner,
-				Upstream:   up,
+				Name:         PublicName(serverName, t.Name),
+				RawName:      t.Name,
+				ServerName:   serverName,
+				Owner:        owner,
+				Upstream:     up,
+				ParamHeaders: hasKey(up.InputSchema, "x-mcp-header"),
 			},
 			digest: sha256.Sum256(canonical),
 		})
@@ -206,12 +233,87 @@ func regPrepare(owner, serverName string, tools []*mcp.Tool) ([]Tool, [][sha256.
 	digests := make([][sha256.Size]byte, len(items))
 	for i, it := range items {
 		if i > 0 && it.tool.Name == items[i-1].tool.Name {
-			return nil, nil, &ConflictError{PublicName: it.tool.Name, RawName: it.tool.RawName, HeldBy: owner}
+			return nil, nil, 0, &ConflictError{PublicName: it.tool.Name, RawName: it.tool.RawName, HeldBy: owner}
 		}
 		out[i] = it.tool
 		digests[i] = it.digest
 	}
-	return out, digests, nil
+	return out, digests, size, nil
+}
+
+// regKeepUnchanged hands the entries of next that equal cur's (same public
+// name, same canonical JSON) cur's Upstream, so that the gateway's views,
+// which compare Upstream pointers, re-add only the tools that changed. Both
+// are sorted by public name.
+func regKeepUnchanged(cur *regOwner, next []Tool, digests [][sha256.Size]byte) {
+	i := 0
+	for j := range next {
+		for i < len(cur.tools) && cur.tools[i].Name < next[j].Name {
+			i++
+		}
+		if i < len(cur.tools) && cur.tools[i].Name == next[j].Name && cur.digests[i] == digests[j] &&
+			cur.tools[i].RawName == next[j].RawName {
+			next[j].Upstream = cur.tools[i].Upstream
+		}
+	}
+}
+
+// DefaultMaxToolBytesPerNamespace is the default budget of a namespace's
+// published tools (SPEC §13.1).
+const DefaultMaxToolBytesPerNamespace = 64 << 20
+
+// FlagMaxToolBytesPerNamespace sets Registry.MaxToolBytesPerNamespace in
+// the manager; a refusal names it.
+const FlagMaxToolBytesPerNamespace = "--max-tool-bytes-per-namespace"
+
+// ToolBudgetError reports that a tool set was not published because the
+// namespace's published tools would pass their budget.
+type ToolBudgetError struct {
+	Bytes  int64 // of the refused set
+	Others int64 // of the rest of the namespace
+	Max    int64
+}
+
+func (e *ToolBudgetError) Error() string {
+	return fmt.Sprintf("the server's tools take %s as JSON and the namespace's other servers publish %s: "+
+		"together over the namespace's budget of %s (%s)", mib(e.Bytes), mib(e.Others), mib(e.Max), FlagMaxToolBytesPerNamespace)
+}
+
+func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+
+// checkBudget refuses a set of size bytes for owner cur (nil: new) of st
+// that would pass the namespace's budget. A set that does not grow is
+// never refused, so that a namespace over a lowered budget can shrink.
+func (r *Registry) checkBudget(st *regNamespace, cur *regOwner, size int64) error {
+	var curBytes int64
+	if cur != nil {
+		curBytes = cur.bytes
+	}
+	others := st.bytes - curBytes
+	limit := cmp.Or(r.MaxToolBytesPerNamespace, DefaultMaxToolBytesPerNamespace)
+	if size <= curBytes || others+size <= limit {
+		return nil
+	}
+	return &ToolBudgetError{Bytes: size, Others: others, Max: limit}
+}
+
+// hasKey: key is a member name anywhere in the decoded JSON value v.
+func hasKey(v any, key string) bool {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, e := range v {
+			if k == key || hasKey(e, key) {
+				return true
+			}
+		}
+	case []any:
+		for _, e := range v {
+			if hasKey(e, key) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // regSameSet reports whether next (with digests) publishes exactly what cur
@@ -246,6 +348,7 @@ func (r *Registry) Remove(ns, owner string) (changed bool) {
 		return false
 	}
 	delete(st.owners, owner)
+	st.bytes -= cur.bytes
 	for _, t := range cur.tools {
 		delete(st.byName, t.Name)
 	}

@@ -38,8 +38,11 @@ type Snapshot struct {
 	// Pod the supervisor waits for; empty while there is none.
 	PodName string
 	// SyncConflict is set while the latest fetched tool set could not be
-	// published because a public name is held by another server.
+	// published because a public name is held by another server or the
+	// namespace's tool budget would be passed; SyncReason says which, as
+	// the v1alpha1 reason (ToolNameConflict or ToolBudgetExceeded).
 	SyncConflict string
+	SyncReason   string
 }
 
 // ServerInfo is what the server said about itself.

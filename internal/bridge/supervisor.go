@@ -69,6 +69,10 @@ type Options struct {
 	// TracerProvider receives the supervisor's spans; nil is tracing off.
 	// See docs/design.md, "Tracing".
 	TracerProvider trace.TracerProvider
+	// ResyncInterval is the least time between two list_changed re-syncs
+	// of the server; zero is DefaultResyncInterval. See docs/design.md,
+	// "Budgets".
+	ResyncInterval time.Duration
 
 	dialer dialer // tests inject transports here
 }
@@ -82,6 +86,7 @@ type Supervisor struct {
 	log      logr.Logger
 	clock    clock.WithTicker
 	barrier  time.Duration
+	resync   time.Duration // least time between two re-syncs
 	dialer   dialer
 	changes  chan struct{}
 	syncMu   sync.Mutex // two syncs of this server never interleave
@@ -118,6 +123,7 @@ func New(o Options) *Supervisor {
 		log:      o.Log.WithValues("mcpserver", o.Namespace+"/"+o.Name, "serverName", o.Policy.ServerName),
 		clock:    o.Clock,
 		barrier:  o.CloseBarrier,
+		resync:   cmp.Or(o.ResyncInterval, DefaultResyncInterval),
 		dialer:   o.dialer,
 		observer: o.Observer,
 		changes:  make(chan struct{}, 1),

@@ -110,10 +110,14 @@ func (s *Supervisor) publish(g *generation, fetched []*mcp.Tool) {
 	before := s.registry.Owned(s.ns, s.owner)
 	changed, err := s.registry.Swap(s.ns, s.owner, s.p.ServerName, tools, s)
 	owned := s.registry.Owned(s.ns, s.owner)
+	reason := v1alpha1.ReasonToolNameConflict
+	if errors.As(err, new(*ToolBudgetError)) {
+		reason = v1alpha1.ReasonToolBudgetExceeded
+	}
 	s.mu.Lock()
-	s.snap.Tools, s.snap.SyncConflict = owned, ""
+	s.snap.Tools, s.snap.SyncConflict, s.snap.SyncReason = owned, "", ""
 	if err != nil {
-		s.snap.SyncConflict = err.Error()
+		s.snap.SyncConflict, s.snap.SyncReason = err.Error(), reason
 	}
 	live := s.live == g
 	s.mu.Unlock()
@@ -122,7 +126,7 @@ func (s *Supervisor) publish(g *generation, fetched []*mcp.Tool) {
 	}
 	if err != nil {
 		s.log.Info("tool set not published: keeping the previous set", "error", err.Error())
-		s.emit(true, v1alpha1.ReasonToolNameConflict, "Kept the previous tool set: "+err.Error())
+		s.emit(true, reason, "Kept the previous tool set: "+err.Error())
 		return
 	}
 	if changed && len(before) > 0 {
@@ -181,10 +185,17 @@ func diffTools(before, after []Tool) (added, removed int) {
 	return added, len(old)
 }
 
-// resyncLoop re-syncs on list_changed, each time with a fresh budget. A
+// DefaultResyncInterval: a server's list_changed re-syncs are at least
+// this far apart; notifications in between are coalesced into the next one
+// (SPEC §13.1), so that a storm of them costs one fetch a second.
+const DefaultResyncInterval = time.Second
+
+// resyncLoop re-syncs on list_changed, each time with a fresh budget, at
+// most one per s.resync (real time, like the deadlines of requests). A
 // failed re-sync keeps the last good set; a timed-out one is a loss.
 // See docs/design.md, "Tool sync".
 func (s *Supervisor) resyncLoop(g *generation) {
+	var last time.Time // start of the latest re-sync
 	for {
 		select {
 		case <-g.ctx.Done():
@@ -198,6 +209,10 @@ func (s *Supervisor) resyncLoop(g *generation) {
 			continue
 		case <-g.resync:
 		}
+		if !last.IsZero() && !sleepCtx(g.ctx, s.resync-time.Since(last)) {
+			return
+		}
+		last = time.Now()
 		ctx, cancel := context.WithTimeout(g.ctx, s.p.ConnectionTimeout)
 		stage := StageToolsList(1)
 		err := s.syncTools(ctx, g, &stage)
@@ -212,5 +227,21 @@ func (s *Supervisor) resyncLoop(g *generation) {
 			}
 		}
 		cancel()
+	}
+}
+
+// sleepCtx waits d (nothing when d <= 0), or reports false when ctx ends
+// first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }

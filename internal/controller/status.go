@@ -29,6 +29,9 @@ func verdictFromSnapshot(sn bridge.Snapshot) verdict {
 			// Connected, but none of its tools could be published.
 			// See docs/design.md, "Tool registry and names".
 			v.phase, v.reason = v1alpha1.PhaseConflict, v1alpha1.ReasonServerNameConflict
+			if sn.SyncReason == v1alpha1.ReasonToolBudgetExceeded {
+				v.reason = sn.SyncReason
+			}
 			v.message = "Connected, but no tool could be published: " + sn.SyncConflict
 			break
 		}

@@ -15,7 +15,8 @@ import (
 //
 // outcome is success, tool_error (the tool reported an error), error (the
 // call failed), unknown_tool, or denied (a tool of a server the caller may
-// not use; the caller was answered as for an unknown tool).
+// not use; the caller was answered as for an unknown tool), or refused (a
+// budget of the identity or the namespace was spent, budgets.go).
 func (v *view) audit(public string, tool bridge.Tool, outcome string, d time.Duration) {
 	user := "anonymous" // --gateway-auth=none
 	if u := v.caller.Load(); u != nil {

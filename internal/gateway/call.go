@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpbridge/operator/internal/bridge"
@@ -144,7 +146,35 @@ func (v *view) fastCall(w http.ResponseWriter, r *http.Request, msg *message) bo
 	}
 	defer done()
 	ctx, span := v.startFastMethod(ctx, msg)
-	res, isError, err := jc.CallToolJSON(ctx, tool.RawName, msg.Params.Arguments)
+	release, refusal := v.admitCall()
+	if refusal != nil {
+		v.refuseCall(w, sid, msg, tool, refusal, start)
+		if span.IsRecording() {
+			endMethod(span, r.Header.Get("Mcp-Protocol-Version"), tool, "refused", refusal)
+		}
+		return true
+	}
+	defer release()
+	// The result is read once, counted against the namespace's bytes, and
+	// written from that memory; the bytes are given back once it is sent.
+	held := &lease{pool: &v.e.results}
+	defer held.close()
+	var res json.RawMessage
+	var isError bool
+	err := bridge.ErrResultBudget
+	// The arguments are held twice while the call runs: in the agent's
+	// request and in the one posted upstream.
+	if held.Take(2 * int64(len(msg.Params.Arguments))) {
+		res, isError, err = jc.CallToolJSON(bridge.WithResultBytes(ctx, held), tool.RawName, msg.Params.Arguments)
+	}
+	if errors.Is(err, bridge.ErrResultBudget) {
+		refusal = v.e.resultBudgetError()
+		v.refuseCall(w, sid, msg, tool, refusal, start)
+		if span.IsRecording() {
+			endMethod(span, r.Header.Get("Mcp-Protocol-Version"), tool, "refused", refusal)
+		}
+		return true
+	}
 	if err != nil {
 		// As in the SDK path: a failed call is a tool error with the reason.
 		res, isError = errorResultJSON(err.Error()), true
@@ -257,19 +287,46 @@ func writeResult(w http.ResponseWriter, sid string, id, result json.RawMessage) 
 	if sid != "" {
 		h.Set("Mcp-Session-Id", sid)
 	}
-	buf := make([]byte, 0, len(id)+len(result)+40)
-	buf = append(buf, `{"jsonrpc":"2.0","id":`...)
-	buf = append(buf, id...)
-	buf = append(buf, `,"result":`...)
-	buf = append(buf, result...)
-	buf = append(buf, '}', '\n')
+	// The result is written from the memory it was read into, never
+	// copied: it may be 16 MiB (docs/design.md, "Budgets"). Small answers
+	// go out in one write.
+	head := make([]byte, 0, len(id)+40+min(len(result), smallResult))
+	head = append(head, `{"jsonrpc":"2.0","id":`...)
+	head = append(head, id...)
+	head = append(head, `,"result":`...)
+	tail := result
+	if len(result) <= smallResult {
+		head, tail = append(append(head, result...), '}', '\n'), nil
+	}
 	// The whole answer leaves now, with its length: the agent has it while
 	// the gateway counts, audits and ends the call's spans.
-	h.Set("Content-Length", strconv.Itoa(len(buf)))
-	_, _ = w.Write(buf)
+	n := len(head)
+	if tail != nil {
+		n += len(tail) + 2
+	}
+	h.Set("Content-Length", strconv.Itoa(n))
+	_, _ = w.Write(head)
+	if tail != nil {
+		_, _ = w.Write(tail)
+		_, _ = w.Write([]byte("}\n"))
+	}
 	if f, ok := w.(http.Flusher); ok {
 		f.Flush()
 	}
+}
+
+// smallResult: results up to this size are copied into the answer's one
+// write; larger ones are written where they are.
+const smallResult = 32 << 10
+
+// refuseCall answers a call a budget refused, at once, and counts and
+// audits it.
+func (v *view) refuseCall(w http.ResponseWriter, sid string, msg *message, tool bridge.Tool, refusal *jsonrpc.Error, start time.Time) {
+	d := time.Since(start)
+	requests.WithLabelValues("tools/call", "refused").Inc()
+	callDuration.WithLabelValues("refused").Observe(d.Seconds())
+	writeError(w, sid, msg.ID, refusal)
+	v.audit(msg.Params.Name, tool, "refused", d)
 }
 
 func errorResultJSON(msg string) json.RawMessage {

@@ -129,6 +129,7 @@ type envOptions struct {
 	maxBody int64
 	log     logr.Logger
 	tracing trace.TracerProvider
+	budgets Budgets
 }
 
 func newTestEnv(t *testing.T, o envOptions) *testEnv {
@@ -143,7 +144,8 @@ func newTestEnv(t *testing.T, o envOptions) *testEnv {
 	if _, err := reg.Swap(testNS, testNS+"/"+testServer, testServer, tools, fake); err != nil {
 		t.Fatal(err)
 	}
-	g := &Gateway{Registry: reg, SessionIdleTimeout: o.idle, MaxBodyBytes: o.maxBody, Log: o.log, TracerProvider: o.tracing}
+	g := &Gateway{Registry: reg, SessionIdleTimeout: o.idle, MaxBodyBytes: o.maxBody, Log: o.log, TracerProvider: o.tracing,
+		Budgets: o.budgets}
 	srv := httptest.NewUnstartedServer(g.Handler())
 	srv.Start() // httptest listens on 127.0.0.1
 	bodies := &bodyRecorder{}

@@ -28,5 +28,10 @@
 // sessions itself (sessions.go), since the SDK does not see fast-path calls.
 // Every tools/call, on either path, writes one audit line (audit.go).
 //
+// Budgets (budgets.go) bound what one identity and one namespace may hold:
+// sessions, calls in flight, and the bytes of arguments and results, which
+// the fast path reads once and writes from where it read them. Beyond a
+// budget the request is refused at once.
+//
 // See docs/design.md, "The gateway".
 package gateway

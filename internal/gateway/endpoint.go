@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -26,15 +27,20 @@ type endpoint struct {
 	log      logr.Logger
 	auditLog logr.Logger
 	tracer   tracing.Tracer
+	budgets  Budgets
+
+	// calls in flight and result bytes held, all identities together.
+	calls   atomic.Int64
+	results resultBytes
 
 	mu    sync.Mutex
 	views map[string]*view // by identity
 }
 
-func newEndpoint(ns string, registry *bridge.Registry, access *Access, log logr.Logger, tracer tracing.Tracer) *endpoint {
+func newEndpoint(ns string, registry *bridge.Registry, access *Access, log logr.Logger, tracer tracing.Tracer, b Budgets) *endpoint {
 	log = log.WithValues("namespace", ns)
 	return &endpoint{ns: ns, registry: registry, access: access, log: log, auditLog: log.WithName("audit"),
-		tracer: tracer, views: map[string]*view{}}
+		tracer: tracer, budgets: b, results: resultBytes{max: b.ResultBytesPerNamespace}, views: map[string]*view{}}
 }
 
 // hold returns the view of u's identity, creating it on first use, and

@@ -58,6 +58,9 @@ type Gateway struct {
 	// TracerProvider receives the spans of requests and tool calls; nil is
 	// tracing off. See docs/design.md, "Tracing".
 	TracerProvider trace.TracerProvider
+	// Budgets bound what one identity and one namespace may hold; zero
+	// fields are the defaults.
+	Budgets Budgets
 
 	tracer    tracing.Tracer // of TracerProvider, set by Handler
 	mu        sync.Mutex
@@ -185,7 +188,7 @@ func (g *Gateway) view(ctx context.Context, ns string, gr grant) (*view, func(),
 	}
 	e := g.endpoints[ns]
 	if e == nil {
-		e = newEndpoint(ns, g.Registry, g.Auth, g.Log, g.tracer)
+		e = newEndpoint(ns, g.Registry, g.Auth, g.Log, g.tracer, g.Budgets.withDefaults())
 		g.endpoints[ns] = e
 	}
 	v, release := e.hold(gr.user)

@@ -1,9 +1,7 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -59,6 +57,12 @@ type view struct {
 
 	inflight inflight
 	activity activity
+
+	// calls in flight of this identity; opening counts the requests that
+	// may be opening a session now (budgets.go).
+	calls      atomic.Int64
+	opening    sync.Mutex
+	openingNow int
 }
 
 func newView(e *endpoint, u *kubeauth.User) *view {
@@ -96,6 +100,13 @@ func (v *view) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get("Mcp-Protocol-Version") >= bridge.SessionlessProtocol {
 		v.sessionless.ServeHTTP(w, r)
 		return
+	}
+	if opensSession(r) {
+		release, ok := v.admitSession(w, r)
+		if !ok {
+			return
+		}
+		defer release()
 	}
 	v.sessions.ServeHTTP(w, r)
 }
@@ -137,14 +148,14 @@ func (v *view) refreshLocked(ctx context.Context) error {
 		}
 		want[t.Name] = true
 		if v.published[t.Name] == t.Upstream {
-			continue // unchanged entry: the registry keeps it on an equal swap
+			continue // unchanged entry: the registry keeps it on a swap that leaves it equal
 		}
 		if err := v.add(t); err != nil {
 			v.e.log.Error(err, "tool not served", "tool", t.Name)
 			continue
 		}
 		v.published[t.Name] = t.Upstream
-		v.plain[t.Name] = !hasParamHeaders(t.Upstream)
+		v.plain[t.Name] = !t.ParamHeaders // found once, at publish
 	}
 	var gone []string
 	for name := range v.published {
@@ -295,7 +306,13 @@ func (v *view) receiveCall(ctx context.Context, next mcp.MethodHandler, req mcp.
 		case !allowed:
 			err, outcome = unknownTool(name), "denied"
 		default:
+			release, refusal := v.admitCall()
+			if refusal != nil {
+				err, outcome = refusal, "refused"
+				break
+			}
 			res, err = next(ctx, "tools/call", req)
+			release()
 			outcome = outcomeOf(res, err)
 		}
 	}
@@ -346,11 +363,4 @@ func (v *view) plainTool(name string) bool {
 
 func errorResult(msg string) *mcp.CallToolResult {
 	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: msg}}}
-}
-
-// hasParamHeaders: the tool's input schema binds a parameter to an HTTP
-// header (x-mcp-header), or cannot be read to tell.
-func hasParamHeaders(t *mcp.Tool) bool {
-	b, err := json.Marshal(t.InputSchema)
-	return err != nil || bytes.Contains(b, []byte(`"x-mcp-header"`))
 }

@@ -109,6 +109,14 @@ values.schema.json); manager.extraArgs comes last, so it can override.
 {{- if .Values.gateway.tls.secretName }}
 - --gateway-cert-dir={{ include "mcp-bridge.gatewayCertDir" . }}
 {{- end }}
+{{- /* budgets */}}
+{{- with .Values.budgets }}
+- --gateway-max-sessions-per-identity={{ .sessionsPerIdentity }}
+- --gateway-max-inflight-calls-per-identity={{ .inflightCallsPerIdentity }}
+- --gateway-max-inflight-calls-per-namespace={{ .inflightCallsPerNamespace }}
+- --gateway-max-result-bytes-per-namespace={{ .resultBytesPerNamespace }}
+- --max-tool-bytes-per-namespace={{ .toolBytesPerNamespace }}
+{{- end }}
 {{- /* reconciler */}}
 {{- with .Values.manager.watchNamespaces }}
 - --watch-namespaces={{ join "," . }}

@@ -1,0 +1,106 @@
+package bridge
+
+import (
+	"bytes"
+	"encoding/json"
+)
+
+// Finding a member of a JSON object without copying it: a result is
+// forwarded as the bytes the server sent, and the message it came in is the
+// only copy the manager holds (see docs/design.md, "Budgets").
+
+// memberValue is the value of the top-level member name of the JSON object
+// data, as a slice of data (the last one, as encoding/json would take it),
+// or nil. data must be valid JSON (json.Unmarshal accepted it).
+func memberValue(data []byte, name string) []byte {
+	i := skipSpace(data, 0)
+	if i >= len(data) || data[i] != '{' {
+		return nil
+	}
+	var found []byte
+	for i++; ; {
+		i = skipSpace(data, i)
+		if i >= len(data) || data[i] == '}' {
+			return found
+		}
+		if data[i] == ',' {
+			i++
+			continue
+		}
+		kEnd := skipString(data, i)
+		key := data[i:kEnd]
+		i = skipSpace(data, kEnd)
+		if i >= len(data) || data[i] != ':' {
+			return nil
+		}
+		i = skipSpace(data, i+1)
+		vEnd := skipValue(data, i)
+		if keyIs(key, name) {
+			found = data[i:vEnd]
+		}
+		i = vEnd
+	}
+}
+
+// keyIs: the JSON string key (with its quotes) is name.
+func keyIs(key []byte, name string) bool {
+	if len(key) < 2 {
+		return false
+	}
+	if bytes.IndexByte(key, '\\') < 0 {
+		return string(key[1:len(key)-1]) == name
+	}
+	var s string
+	return json.Unmarshal(key, &s) == nil && s == name
+}
+
+func skipSpace(data []byte, i int) int {
+	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index after the string that starts at data[i].
+func skipString(data []byte, i int) int {
+	for j := i + 1; j < len(data); j++ {
+		switch data[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1
+		}
+	}
+	return len(data)
+}
+
+// skipValue returns the index after the value that starts at data[i].
+func skipValue(data []byte, i int) int {
+	if i >= len(data) {
+		return i
+	}
+	switch data[i] {
+	case '"':
+		return skipString(data, i)
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(data); j++ {
+			switch data[j] {
+			case '"':
+				j = skipString(data, j) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return j + 1
+				}
+			}
+		}
+		return len(data)
+	}
+	j := i
+	for j < len(data) && !bytes.ContainsRune([]byte(",}] \t\r\n"), rune(data[j])) {
+		j++
+	}
+	return j
+}

@@ -1,0 +1,139 @@
+package bridge
+
+import (
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	. "github.com/onsi/gomega"
+
+	"github.com/mcpbridge/operator/test/fixture"
+)
+
+// paddedTools are n tools of about size bytes of JSON each.
+func paddedTools(prefix string, n, size int) []*mcp.Tool {
+	out := make([]*mcp.Tool, n)
+	for i := range out {
+		t := registryTestTool(prefix + string(rune('a'+i)))
+		t.Description = strings.Repeat("d", size)
+		out[i] = t
+	}
+	return out
+}
+
+// A namespace's published tools stay under its budget: a set that would
+// pass it is refused with a ToolBudgetError and changes nothing, other
+// namespaces have budgets of their own, a set that shrinks is always
+// taken, and room made by another server lets the refused set in.
+func TestSwapRefusesASetOverTheNamespaceToolBudget(t *testing.T) {
+	reg := NewRegistry()
+	reg.MaxToolBytesPerNamespace = 100 << 10
+	c := &registryTestCaller{id: "c"}
+	if _, err := reg.Swap("ns", "ns/a", "a", paddedTools("t", 6, 10<<10), c); err != nil { // ~60 KiB
+		t.Fatal(err)
+	}
+	_, err := reg.Swap("ns", "ns/b", "b", paddedTools("t", 5, 10<<10), c) // ~50 KiB more
+	var be *ToolBudgetError
+	if !errors.As(err, &be) || !strings.Contains(err.Error(), FlagMaxToolBytesPerNamespace) {
+		t.Fatalf("over the budget: got %v, want a ToolBudgetError naming the flag", err)
+	}
+	if got := len(reg.Tools("ns")); got != 6 {
+		t.Fatalf("a refused set changed the namespace: %d tools, want 6", got)
+	}
+	if _, err := reg.Swap("other", "other/b", "b", paddedTools("t", 5, 10<<10), c); err != nil {
+		t.Fatalf("another namespace was held to this one's budget: %v", err)
+	}
+	reg.MaxToolBytesPerNamespace = 40 << 10 // lowered under what a publishes
+	if _, err := reg.Swap("ns", "ns/a", "a", paddedTools("t", 3, 10<<10), c); err != nil {
+		t.Fatalf("a set that shrinks was refused: %v", err)
+	}
+	reg.MaxToolBytesPerNamespace = 100 << 10
+	if _, err := reg.Swap("ns", "ns/b", "b", paddedTools("t", 5, 10<<10), c); err != nil {
+		t.Fatalf("the set fits once a shrank: %v", err)
+	}
+	reg.Remove("ns", "ns/b")
+	if _, err := reg.Swap("ns", "ns/c", "c", paddedTools("t", 6, 10<<10), c); err != nil {
+		t.Fatalf("a removed server's bytes were not given back: %v", err)
+	}
+}
+
+// A swap that changes one tool keeps the other entries as they were, so
+// that the gateway's views re-add only that one; x-mcp-header parameters
+// are found at publish.
+func TestSwapKeepsTheEntriesOfUnchangedTools(t *testing.T) {
+	reg := NewRegistry()
+	c := &registryTestCaller{id: "c"}
+	tools := registryTestTools("a", "b")
+	if _, err := reg.Swap("ns", "ns/s", "s", tools, c); err != nil {
+		t.Fatal(err)
+	}
+	before := reg.Owned("ns", "ns/s")
+	changed := registryTestTools("a", "b")
+	changed[1].Description = "changed"
+	changed[1].InputSchema = map[string]any{"type": "object", "properties": map[string]any{
+		"region": map[string]any{"type": "string", "x-mcp-header": "Region"}}}
+	if ok, err := reg.Swap("ns", "ns/s", "s", changed, c); err != nil || !ok {
+		t.Fatalf("swap: changed=%v, %v", ok, err)
+	}
+	after := reg.Owned("ns", "ns/s")
+	if after[0].Upstream != before[0].Upstream {
+		t.Error("the unchanged tool got a new entry")
+	}
+	if after[1].Upstream == before[1].Upstream || after[1].Upstream.Description != "changed" {
+		t.Error("the changed tool kept its old entry")
+	}
+	if after[0].ParamHeaders || !after[1].ParamHeaders {
+		t.Errorf("ParamHeaders = %v, %v; want false, true", after[0].ParamHeaders, after[1].ParamHeaders)
+	}
+}
+
+// syncCounter counts the supervisor's tool syncs.
+type syncCounter struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (c *syncCounter) ToolCall(string, time.Duration) {}
+func (c *syncCounter) ToolSync(bool, time.Duration) {
+	c.mu.Lock()
+	c.n++
+	c.mu.Unlock()
+}
+
+func (c *syncCounter) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+// A storm of list_changed costs at most one re-sync per ResyncInterval, and
+// the change it announces is still synced.
+func TestListChangedStormIsCoalescedToOneResyncPerInterval(t *testing.T) {
+	const interval = 100 * time.Millisecond
+	up := httpServe(t, httpFixture(t, fixture.Options{}))
+	obs := &syncCounter{}
+	s, _ := startSupervisor(t, httpTestPolicy(up.URL()), func(o *Options) { o.Observer = obs; o.ResyncInterval = interval })
+	waitFor(t, s, "Ready", isReady)
+	s.mu.Lock()
+	g := s.live
+	s.mu.Unlock()
+	before := obs.count()
+
+	start := time.Now()
+	storm := time.NewTicker(time.Millisecond)
+	for range 400 {
+		<-storm.C
+		kick(g.resync)
+	}
+	storm.Stop()
+	elapsed := time.Since(start)
+	got := obs.count() - before
+	// One sync may have started before the storm's last interval ended.
+	if limit := int(elapsed/interval) + 2; got > limit {
+		t.Fatalf("%d re-syncs in %v of list_changed, want at most %d (one per %v)", got, elapsed, limit, interval)
+	}
+	NewWithT(t).Eventually(obs.count, eventually).Should(BeNumerically(">", before), "the storm was never synced")
+}
