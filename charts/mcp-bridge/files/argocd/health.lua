@@ -37,18 +37,17 @@ local function text(v)
   return nil
 end
 
--- A terminal phase says why: what the last connection attempt hit for a
--- Failed server, the Ready condition's message otherwise (an Invalid or
+-- A terminal phase says why: the Ready condition's message, and for a
+-- Failed server what the last connection attempt hit (an Invalid or
 -- Conflict server never connected, so an older lastError would mislead).
 local function degraded_message(status, ready, stalled)
   local c = ready or stalled
   local reason = c and text(c.reason)
-  local message = c and text(c.message)
+  local message = (c and text(c.message)) or ("The server is " .. tostring(status.phase or "stalled"))
   local last = table_or_nil(status.lastError)
   if status.phase == "Failed" and last ~= nil and text(last.message) ~= nil then
-    message = last.message
+    message = message .. "; last error (" .. tostring(text(last.stage) or "unknown stage") .. "): " .. last.message
   end
-  message = message or ("The server is " .. tostring(status.phase or "stalled"))
   if reason ~= nil then
     return reason .. ": " .. message
   end
