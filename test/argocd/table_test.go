@@ -86,4 +86,3 @@ func readObject(t *testing.T, path string) map[string]any {
 	}
 	return u.Object
 }
-
