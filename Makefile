@@ -31,6 +31,9 @@ manifests: $(CONTROLLER_GEN) ## Generate the CRD and RBAC manifests.
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 	cp config/crd/bases/mcpbridge.dev_mcpservers.yaml $(CHART)/files/crds/
 	cp config/rbac/role.yaml $(CHART)/files/rbac/manager-role.yaml
+	{ cat config/argocd/argocd-cm.header.yaml; sed 's/^./    &/' config/argocd/health.lua; } > config/argocd/argocd-cm.yaml
+	mkdir -p $(CHART)/files/argocd
+	cp config/argocd/health.lua config/argocd/argocd-cm.yaml $(CHART)/files/argocd/
 
 .PHONY: fmt
 fmt: ## Run gofmt on the tree.

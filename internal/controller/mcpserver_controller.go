@@ -87,7 +87,7 @@ func (r *McpServerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	obj := &v1alpha1.McpServer{}
 	if err := r.APIReader.Get(ctx, req.NamespacedName, obj); err != nil {
 		if apierrors.IsNotFound(err) {
-			recordGauges(req.Namespace, req.Name, nil)
+			forgetMetrics(req.Namespace, req.Name)
 			_, err := r.halt(ctx, req.NamespacedName, verdict{})
 			return ctrl.Result{}, err
 		}
@@ -108,6 +108,7 @@ func (r *McpServerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	applyStatus(obj, serverNameOf(obj), v)
 	r.emitEvents(obj, &orig.Status, v)
 	recordGauges(obj.Namespace, obj.Name, v.snap)
+	recordPhase(obj.Namespace, obj.Name, obj.Status.Phase)
 	// Nothing watches an object with a Pod-runtime name that we do not
 	// own (the caches hold only ours): look again later.
 	res = ctrl.Result{}

@@ -1,11 +1,13 @@
 package controller
 
 import (
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/bridge"
 )
 
@@ -35,11 +37,21 @@ var (
 		Name: "mcpbridge_tool_sync_duration_seconds", Help: "Duration of complete tools/list fetches.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
 	}, []string{"namespace", "name", "result"})
+	// One series per McpServer, for the phase its status shows (value 1),
+	// so that dashboards count servers by phase and alerts can say "Failed
+	// for 5 minutes" without kube-state-metrics.
+	serverPhase = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "mcpbridge_server_phase", Help: "1 for the phase the McpServer's status shows (label phase).",
+	}, []string{"namespace", "name", "phase"})
 )
+
+// lastPhase remembers the phase series of each McpServer ("ns/name"), so
+// that a new phase replaces it, whatever phases the API adds.
+var lastPhase sync.Map
 
 func init() {
 	metrics.Registry.MustRegister(connectionUp, connectionGeneration, reconnectAttempts, publishedTools,
-		toolCalls, toolCallDuration, toolSyncDuration)
+		toolCalls, toolCallDuration, toolSyncDuration, serverPhase)
 }
 
 // observer feeds one McpServer's calls and syncs into the metrics.
@@ -60,10 +72,18 @@ func (o observer) ToolSync(ok bool, d time.Duration) {
 
 var _ bridge.Observer = observer{}
 
+// recordPhase sets the McpServer's phase series, replacing the previous one.
+func recordPhase(ns, name string, phase v1alpha1.Phase) {
+	serverPhase.WithLabelValues(ns, name, string(phase)).Set(1)
+	if prev, ok := lastPhase.Swap(ns+"/"+name, phase); ok && prev != phase {
+		serverPhase.DeleteLabelValues(ns, name, string(prev.(v1alpha1.Phase)))
+	}
+}
+
 // recordGauges sets the per-server gauges from a snapshot, or clears them.
 func recordGauges(ns, name string, sn *bridge.Snapshot) {
 	if sn == nil {
-		forgetMetrics(ns, name)
+		forgetConnection(ns, name)
 		return
 	}
 	up := 0.0
@@ -75,11 +95,20 @@ func recordGauges(ns, name string, sn *bridge.Snapshot) {
 	publishedTools.WithLabelValues(ns, name).Set(float64(len(sn.Tools)))
 }
 
-func forgetMetrics(ns, name string) {
+// forgetConnection clears the series of a server that runs no supervisor;
+// its phase series stays.
+func forgetConnection(ns, name string) {
 	labels := prometheus.Labels{"namespace": ns, "name": name}
 	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
 		connectionUp, connectionGeneration, reconnectAttempts, publishedTools, toolCalls, toolCallDuration, toolSyncDuration,
 	} {
 		v.DeletePartialMatch(labels)
 	}
+}
+
+// forgetMetrics clears every series of a deleted McpServer.
+func forgetMetrics(ns, name string) {
+	forgetConnection(ns, name)
+	lastPhase.Delete(ns + "/" + name)
+	serverPhase.DeletePartialMatch(prometheus.Labels{"namespace": ns, "name": name})
 }

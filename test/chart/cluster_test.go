@@ -26,7 +26,7 @@ import (
 // manager's template, which PodSecurity admission checks against the
 // namespace's restricted level.
 func TestEveryObjectPassesServerDryRun(t *testing.T) {
-	installServiceMonitorCRD(t)
+	installMonitoringCRDs(t)
 	// The minimal set uses a ServiceAccount that exists before the chart.
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "preexisting", Namespace: releaseNamespace}}
 	if err := env.Client.Create(ctx(t), sa); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -116,18 +116,27 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 	uninstall(t)
 }
 
-// installServiceMonitorCRD makes monitoring.coreos.com/v1 ServiceMonitor
-// known to the apiserver, schemaless: the dry run then checks its metadata
-// and admission, and the strict decode into prometheus-operator's Go type
-// (render_test.go) checks its fields.
-func installServiceMonitorCRD(t *testing.T) {
+// installMonitoringCRDs makes monitoring.coreos.com/v1 ServiceMonitor and
+// PrometheusRule known to the apiserver, schemaless: the dry run then
+// checks their metadata and admission, and the strict decode into
+// prometheus-operator's Go types (render_test.go, monitoring_test.go)
+// checks their fields.
+func installMonitoringCRDs(t *testing.T) {
 	t.Helper()
+	for _, kind := range []string{"ServiceMonitor", "PrometheusRule"} {
+		installSchemalessCRD(t, "monitoring.coreos.com", kind)
+	}
+}
+
+func installSchemalessCRD(t *testing.T, group, kind string) {
+	t.Helper()
+	singular := strings.ToLower(kind)
 	crd := &apiextensionsv1.CustomResourceDefinition{
-		ObjectMeta: metav1.ObjectMeta{Name: "servicemonitors.monitoring.coreos.com"},
+		ObjectMeta: metav1.ObjectMeta{Name: singular + "s." + group},
 		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
-			Group: "monitoring.coreos.com",
-			Names: apiextensionsv1.CustomResourceDefinitionNames{Kind: "ServiceMonitor", ListKind: "ServiceMonitorList",
-				Plural: "servicemonitors", Singular: "servicemonitor"},
+			Group: group,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Kind: kind, ListKind: kind + "List",
+				Plural: singular + "s", Singular: singular},
 			Scope: apiextensionsv1.NamespaceScoped,
 			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1", Served: true, Storage: true,
 				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
@@ -150,7 +159,7 @@ func installServiceMonitorCRD(t *testing.T) {
 	}, time.Minute, 100*time.Millisecond).Should(BeTrue())
 	// kubectl's discovery cache learns the new kind on its next run.
 	NewWithT(t).Eventually(func() error {
-		_, _, err := env.Kubectl(ctx(t), "get", "servicemonitors", "-A")
+		_, _, err := env.Kubectl(ctx(t), "get", singular+"s", "-A")
 		return err
 	}, time.Minute, 200*time.Millisecond).Should(Succeed())
 }

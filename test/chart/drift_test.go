@@ -22,6 +22,8 @@ func TestGeneratedCopiesAreCurrent(t *testing.T) {
 	for copyPath, source := range map[string]string{
 		"files/crds/mcpbridge.dev_mcpservers.yaml": "config/crd/bases/mcpbridge.dev_mcpservers.yaml",
 		"files/rbac/manager-role.yaml":             "config/rbac/role.yaml",
+		"files/argocd/health.lua":                  "config/argocd/health.lua",
+		"files/argocd/argocd-cm.yaml":              "config/argocd/argocd-cm.yaml",
 	} {
 		got, err := os.ReadFile(filepath.Join(chartDir(), copyPath))
 		if err != nil {

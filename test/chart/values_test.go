@@ -54,6 +54,12 @@ var valueSets = map[string]map[string]any{
 		"tolerations":               []any{map[string]any{"key": "dedicated", "operator": "Equal", "value": "ai", "effect": "NoSchedule"}},
 		"affinity":                  map[string]any{"nodeAffinity": map[string]any{"preferredDuringSchedulingIgnoredDuringExecution": []any{map[string]any{"weight": 1, "preference": map[string]any{"matchExpressions": []any{map[string]any{"key": "pool", "operator": "In", "values": []any{"ai"}}}}}}}},
 		"topologySpreadConstraints": []any{map[string]any{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": map[string]any{"matchLabels": map[string]any{"app.kubernetes.io/name": "mcp-bridge"}}}},
+		"grafanaDashboard": map[string]any{"enabled": true, "namespace": "default",
+			"labels": map[string]any{"dashboards": "mcp"}, "annotations": map[string]any{"grafana_folder": "MCP"}},
+		"prometheusRule": map[string]any{"enabled": true, "labels": map[string]any{"release": "prometheus"},
+			"alertLabels": map[string]any{"team": "ai"}, "serverFailedFor": "15m",
+			"reconnectStorm": map[string]any{"window": "30m", "attempts": 25},
+			"gatewayErrors":  map[string]any{"ratio": 0.2, "for": "30m"}, "authRateLimitedFor": "1m"},
 	},
 	"minimal": {
 		"crds":           map[string]any{"install": false},
