@@ -31,6 +31,7 @@ manifests: $(CONTROLLER_GEN) ## Generate the CRD and RBAC manifests.
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 	cp config/crd/bases/mcpbridge.dev_mcpservers.yaml $(CHART)/files/crds/
 	cp config/rbac/role.yaml $(CHART)/files/rbac/manager-role.yaml
+	cp config/admission/*_policy.yaml $(CHART)/files/admission/
 
 .PHONY: fmt
 fmt: ## Run gofmt on the tree.
