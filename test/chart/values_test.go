@@ -52,11 +52,12 @@ var valueSets = map[string]map[string]any{
 		"topologySpreadConstraints": []any{map[string]any{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": map[string]any{"matchLabels": map[string]any{"app.kubernetes.io/name": "mcp-bridge"}}}},
 	},
 	"minimal": {
-		"crds":           map[string]any{"install": false},
-		"leaderElection": map[string]any{"enabled": false},
-		"serviceAccount": map[string]any{"create": false, "name": "preexisting"},
-		"gateway":        map[string]any{"auth": "none"},
-		"metrics":        map[string]any{"enabled": false, "serviceMonitor": map[string]any{"enabled": true}},
+		"admissionPolicies": map[string]any{"authorReferences": false, "managerWrites": false},
+		"crds":              map[string]any{"install": false},
+		"leaderElection":    map[string]any{"enabled": false},
+		"serviceAccount":    map[string]any{"create": false, "name": "preexisting"},
+		"gateway":           map[string]any{"auth": "none"},
+		"metrics":           map[string]any{"enabled": false, "serviceMonitor": map[string]any{"enabled": true}},
 	},
 	"plain-metrics": {
 		"metrics": map[string]any{"secure": false, "serviceMonitor": map[string]any{"enabled": true}},
