@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"fmt"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -89,7 +90,7 @@ var _ = Describe("Admission of McpServers checks their author's rights to what t
 				s.Spec.Stdio.Env = []corev1.EnvVar{secretEnv("TOKEN", deniedName)}
 			}), client.DryRunAll)
 			g.Expect(err).To(HaveOccurred())
-		}).WithContext(ctx).Should(Succeed())
+		}).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed(), "the policy is enforced")
 	})
 
 	BeforeEach(func(ctx SpecContext) {

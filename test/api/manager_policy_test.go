@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -70,7 +71,7 @@ var _ = Describe("Admission confines the manager's writes to its McpServers' obj
 		probe := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: "default"}}
 		Eventually(func(ctx context.Context) error {
 			return clientAs(managerUser).Create(ctx, probe.DeepCopy(), client.DryRunAll)
-		}).WithContext(ctx).Should(HaveOccurred(), "the policy is enforced")
+		}).WithContext(ctx).WithTimeout(time.Minute).Should(HaveOccurred(), "the policy is enforced")
 	})
 
 	BeforeEach(func(ctx SpecContext) {
