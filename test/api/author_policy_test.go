@@ -110,9 +110,9 @@ var _ = Describe("Admission of McpServers checks their author's rights to what t
 			stdioServer(env(configMapEnv("REGION", deniedName))), "ConfigMap", "spec.stdio.env REGION"),
 		Entry("a Secret in spec.streamableHttp.headers",
 			httpServer(headers(secretHeader("Authorization", deniedName))), "Secret", "spec.streamableHttp.headers Authorization"),
-		Entry("the third object of three, after two the author may get",
-			stdioServer(env(secretEnv("A", grantedSecret), configMapEnv("B", grantedConfigMap), secretEnv("A2", grantedSecret),
-				secretEnv("C", deniedName))), "Secret", "spec.stdio.env C"),
+		Entry("the third object of three (Secrets, then ConfigMaps), after two the author may get",
+			stdioServer(env(configMapEnv("C", deniedName), secretEnv("A", grantedSecret), configMapEnv("B", grantedConfigMap),
+				secretEnv("A2", grantedSecret))), "ConfigMap", "spec.stdio.env C"),
 	)
 
 	DescribeTable("admits what the author may get",
