@@ -132,7 +132,9 @@ var _ = Describe("Admission confines the manager's writes to its McpServers' obj
 			expectManagerRefused(ctx, d, why)
 		},
 		Entry("a privileged container", func(p *corev1.PodSpec) {
+			// The apiserver refuses privileged with allowPrivilegeEscalation false.
 			p.Containers[0].SecurityContext.Privileged = ptr.To(true)
+			p.Containers[0].SecurityContext.AllowPrivilegeEscalation = nil
 		}, "no privileged container"),
 		Entry("an added capability", func(p *corev1.PodSpec) {
 			p.Containers[0].SecurityContext.Capabilities.Add = []corev1.Capability{"NET_ADMIN"}
