@@ -34,6 +34,7 @@ manifests: $(CONTROLLER_GEN) ## Generate the CRD and RBAC manifests.
 	{ cat config/argocd/argocd-cm.header.yaml; sed 's/^./    &/' config/argocd/health.lua; } > config/argocd/argocd-cm.yaml
 	mkdir -p $(CHART)/files/argocd
 	cp config/argocd/health.lua config/argocd/argocd-cm.yaml $(CHART)/files/argocd/
+	cp config/admission/*_policy.yaml $(CHART)/files/admission/
 
 .PHONY: fmt
 fmt: ## Run gofmt on the tree.

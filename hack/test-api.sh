@@ -12,5 +12,5 @@ if [ $rc -ne 0 ]; then
 	exit $rc
 fi
 echo "API suite on a real kube-apiserver (each line is one spec):"
-grep -E '^(Invalid McpServer manifests|Valid McpServer manifests|config/samples|Printer columns)' "$log" | sed 's/^/  /'
+grep -E '^(Invalid McpServer manifests|Valid McpServer manifests|config/samples|Printer columns|Admission)' "$log" | sed 's/^/  /'
 grep -E '^(Ran [0-9]+ of|SUCCESS!|ok )' "$log"

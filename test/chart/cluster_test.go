@@ -32,6 +32,13 @@ func TestEveryObjectPassesServerDryRun(t *testing.T) {
 	if err := env.Client.Create(ctx(t), sa); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
+	// The namespaces the custom set watches hold the manager's Roles.
+	for _, name := range []string{"agents", "tools"} {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if err := env.Client.Create(ctx(t), ns); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
 	for name, vals := range valueSets {
 		t.Run(name, func(t *testing.T) {
 			objs, _ := render(t, vals)

@@ -20,10 +20,12 @@ import (
 // files against config/, which `make manifests` writes both of.
 func TestGeneratedCopiesAreCurrent(t *testing.T) {
 	for copyPath, source := range map[string]string{
-		"files/crds/mcpbridge.dev_mcpservers.yaml": "config/crd/bases/mcpbridge.dev_mcpservers.yaml",
-		"files/rbac/manager-role.yaml":             "config/rbac/role.yaml",
-		"files/argocd/health.lua":                  "config/argocd/health.lua",
-		"files/argocd/argocd-cm.yaml":              "config/argocd/argocd-cm.yaml",
+		"files/crds/mcpbridge.dev_mcpservers.yaml":      "config/crd/bases/mcpbridge.dev_mcpservers.yaml",
+		"files/rbac/manager-role.yaml":                  "config/rbac/role.yaml",
+		"files/admission/author_references_policy.yaml": "config/admission/author_references_policy.yaml",
+		"files/admission/manager_writes_policy.yaml":    "config/admission/manager_writes_policy.yaml",
+		"files/argocd/health.lua":                       "config/argocd/health.lua",
+		"files/argocd/argocd-cm.yaml":                   "config/argocd/argocd-cm.yaml",
 	} {
 		got, err := os.ReadFile(filepath.Join(chartDir(), copyPath))
 		if err != nil {
@@ -67,6 +69,20 @@ func TestChartMatchesConfigDefault(t *testing.T) {
 			g.Expect(chartRoles[k].rules).To(Equal(want.rules), "rules of %s", k)
 		}
 		g.Expect(bindings(t, chartObjs, chartRoles)).To(Equal(bindings(t, kustomized, kustRoles)))
+	})
+
+	t.Run("admission policies", func(t *testing.T) {
+		g := NewWithT(t)
+		for _, name := range []string{"author-references", "manager-writes"} {
+			got := find(t, chartObjs, "ValidatingAdmissionPolicy", "mcp-bridge-"+name)
+			want := find(t, kustomized, "ValidatingAdmissionPolicy", "mcpbridge-"+name)
+			g.Expect(withManagerAs(t, got, chartObjs)).To(Equal(withManagerAs(t, want, kustomized)), name)
+			gotB := find(t, chartObjs, "ValidatingAdmissionPolicyBinding", "mcp-bridge-"+name)
+			wantB := find(t, kustomized, "ValidatingAdmissionPolicyBinding", "mcpbridge-"+name)
+			g.Expect(gotB.Object["spec"]).To(HaveKeyWithValue("policyName", "mcp-bridge-"+name))
+			g.Expect(wantB.Object["spec"]).To(HaveKeyWithValue("policyName", "mcpbridge-"+name))
+			g.Expect(gotB.Object["spec"]).To(HaveKeyWithValue("validationActions", wantB.Object["spec"].(map[string]any)["validationActions"]))
+		}
 	})
 
 	t.Run("manager pod", func(t *testing.T) {
@@ -197,4 +213,28 @@ func withoutImage(args []string, image string) []string {
 		out[i] = strings.ReplaceAll(a, image, "IMAGE")
 	}
 	return out
+}
+
+// withManagerAs is the policy's spec with the match condition that names
+// the render's manager ServiceAccount written as <manager>: each render
+// must name its own, in whatever form its tool writes it.
+func withManagerAs(t *testing.T, policy *unstructured.Unstructured, objs []*unstructured.Unstructured) map[string]any {
+	t.Helper()
+	d := managerOf(t, objs)
+	user := "system:serviceaccount:" + d.Namespace + ":" + d.Spec.Template.Spec.ServiceAccountName
+	spec := runtime.DeepCopyJSON(policy.Object)["spec"].(map[string]any)
+	conds, _ := spec["matchConditions"].([]any)
+	for _, c := range conds {
+		c := c.(map[string]any)
+		if c["name"] != "manager" {
+			continue
+		}
+		// config/default's replacement leaves the name in pieces.
+		expr := strings.NewReplacer("' + '", "", "' + ':' + '", ":").Replace(c["expression"].(string))
+		if !strings.Contains(expr, "'"+user+"'") {
+			t.Errorf("%s matches %q, not the manager %s", policy.GetName(), c["expression"], user)
+		}
+		c["expression"] = strings.ReplaceAll(expr, user, "<manager>")
+	}
+	return spec
 }

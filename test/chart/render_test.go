@@ -36,9 +36,14 @@ func TestDefaultRender(t *testing.T) {
 		"Deployment/mcp-bridge-manager",
 		"Service/mcp-bridge-gateway",
 		"Service/mcp-bridge-metrics",
+		"ValidatingAdmissionPolicy/mcp-bridge-author-references",
+		"ValidatingAdmissionPolicyBinding/mcp-bridge-author-references",
+		"ValidatingAdmissionPolicy/mcp-bridge-manager-writes",
+		"ValidatingAdmissionPolicyBinding/mcp-bridge-manager-writes",
 	))
 	for _, o := range objs {
-		if o.GetKind() == "CustomResourceDefinition" || strings.HasPrefix(o.GetKind(), "Cluster") {
+		if o.GetKind() == "CustomResourceDefinition" || strings.HasPrefix(o.GetKind(), "Cluster") ||
+			strings.HasPrefix(o.GetKind(), "ValidatingAdmissionPolicy") {
 			g.Expect(o.GetNamespace()).To(BeEmpty(), "%s/%s", o.GetKind(), o.GetName())
 		} else {
 			g.Expect(o.GetNamespace()).To(Equal(releaseNamespace), "%s/%s", o.GetKind(), o.GetName())
@@ -103,6 +108,16 @@ func TestValuesReachTheManager(t *testing.T) {
 			VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "gateway-tls"}}}))
 		g.Expect(c.VolumeMounts).To(ContainElement(corev1.VolumeMount{Name: "gateway-certs",
 			MountPath: "/etc/mcpbridge/gateway-certs", ReadOnly: true}))
+
+		// Namespaced RBAC, and the policy that confines this release's
+		// ServiceAccount.
+		for _, ns := range []string{"agents", "tools"} {
+			g.Expect(objs).To(ContainElement(SatisfyAll(HaveField("Object", HaveKeyWithValue("kind", "Role")),
+				WithTransform(func(o *unstructured.Unstructured) string { return o.GetNamespace() + "/" + o.GetName() }, Equal(ns+"/bridge-manager")))))
+		}
+		mw := find(t, objs, "ValidatingAdmissionPolicy", "bridge-manager-writes")
+		g.Expect(mw.Object).To(HaveKeyWithValue("spec", HaveKeyWithValue("matchConditions", ContainElement(HaveKeyWithValue("expression",
+			"request.userInfo.username == 'system:serviceaccount:mcpbridge-system:bridge-sa'")))))
 
 		sa := find(t, objs, "ServiceAccount", "bridge-sa")
 		g.Expect(sa.GetAnnotations()).To(HaveKeyWithValue("example.com/role", "mcp"))

@@ -62,11 +62,12 @@ var valueSets = map[string]map[string]any{
 			"gatewayErrors":  map[string]any{"ratio": 0.2, "for": "30m"}, "authRateLimitedFor": "1m"},
 	},
 	"minimal": {
-		"crds":           map[string]any{"install": false},
-		"leaderElection": map[string]any{"enabled": false},
-		"serviceAccount": map[string]any{"create": false, "name": "preexisting"},
-		"gateway":        map[string]any{"auth": "none"},
-		"metrics":        map[string]any{"enabled": false, "serviceMonitor": map[string]any{"enabled": true}},
+		"admissionPolicies": map[string]any{"authorReferences": false, "managerWrites": false},
+		"crds":              map[string]any{"install": false},
+		"leaderElection":    map[string]any{"enabled": false},
+		"serviceAccount":    map[string]any{"create": false, "name": "preexisting"},
+		"gateway":           map[string]any{"auth": "none"},
+		"metrics":           map[string]any{"enabled": false, "serviceMonitor": map[string]any{"enabled": true}},
 	},
 	"plain-metrics": {
 		"metrics": map[string]any{"secure": false, "serviceMonitor": map[string]any{"enabled": true}},

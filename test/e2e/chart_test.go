@@ -59,7 +59,7 @@ var _ = Describe("The operator installed with the Helm chart", Ordered, func() {
 			Expect(cluster.Kubectl(ctx, "delete", "crd", crdName, "--ignore-not-found", "--wait=true", "--timeout=3m")).Error().NotTo(HaveOccurred())
 			// The cluster-scoped objects of a release whose uninstall did
 			// not run: the namespace held the release's record.
-			Expect(cluster.Kubectl(ctx, "delete", "clusterroles,clusterrolebindings", "--ignore-not-found",
+			Expect(cluster.Kubectl(ctx, "delete", "clusterroles,clusterrolebindings,validatingadmissionpolicies,validatingadmissionpolicybindings", "--ignore-not-found",
 				"-l", "app.kubernetes.io/instance="+chartRelease)).Error().NotTo(HaveOccurred())
 		}, NodeTimeout(10*time.Minute))
 	})

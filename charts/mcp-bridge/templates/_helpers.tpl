@@ -197,3 +197,43 @@ then manager.extraEnv.
 {{ toYaml . }}
 {{- end }}
 {{- end -}}
+
+{{/*
+A ValidatingAdmissionPolicy from files/admission (.file), named .name, and
+its binding. The manager-writes policy matches this release's ServiceAccount:
+its match condition "manager" is written here, as config/default writes it
+with a replacement.
+*/}}
+{{- define "mcp-bridge.admissionPolicy" -}}
+{{- $root := .root }}
+{{- $path := printf "files/admission/%s" .file }}
+{{- $policy := $root.Files.Get $path | fromYaml }}
+{{- if or (not $policy) (hasKey $policy "Error") }}
+{{- fail (printf "%s is missing or not YAML: run `make manifests`" $path) }}
+{{- end }}
+{{- $_ := set $policy "metadata" (dict "name" .name "labels" (include "mcp-bridge.labels" $root | fromYaml)) }}
+{{- $conditions := list }}
+{{- range $policy.spec.matchConditions }}
+{{- if eq .name "manager" }}
+{{- $user := printf "system:serviceaccount:%s:%s" $root.Release.Namespace (include "mcp-bridge.serviceAccountName" $root) }}
+{{- $conditions = append $conditions (dict "name" "manager" "expression" (printf "request.userInfo.username == '%s'" $user)) }}
+{{- else }}
+{{- $conditions = append $conditions . }}
+{{- end }}
+{{- end }}
+{{- if $conditions }}
+{{- $_ := set $policy.spec "matchConditions" $conditions }}
+{{- end }}
+---
+{{ toYaml $policy }}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: {{ .name }}
+  labels:
+    {{- include "mcp-bridge.labels" $root | nindent 4 }}
+spec:
+  policyName: {{ .name }}
+  validationActions: [Deny]
+{{- end }}
