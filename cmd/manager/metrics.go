@@ -71,7 +71,7 @@ func metricsAuth(scheme *runtime.Scheme) func(*rest.Config, *http.Client) (metri
 					kubeauth.Unauthorized(w)
 					return
 				}
-				u, err := authn.AuthenticateFrom(r.Context(), token, kubeauth.SourceOf(r))
+				u, err := authn.Authenticate(r.Context(), token)
 				if err != nil {
 					if kubeauth.Unavailable(err) {
 						log.Error(err, "metrics authentication failed")
