@@ -161,6 +161,9 @@ func TestValuesReachTheManager(t *testing.T) {
 			"--metrics-bind-address=0", "--metrics-secure",
 			"--health-probe-bind-address=:8081",
 			"--gateway-bind-address=127.0.0.1:8090", "--gateway-auth=none",
+			"--gateway-max-sessions-per-identity=64", "--gateway-max-inflight-calls-per-identity=32",
+			"--gateway-max-inflight-calls-per-namespace=256", "--gateway-max-result-bytes-per-namespace=64Mi",
+			"--max-tool-bytes-per-namespace=64Mi",
 			"--shim-image=ghcr.io/mcpbridge/operator:" + loadChart(t).Metadata.AppVersion,
 		}))
 		g.Expect(c.Ports).NotTo(ContainElement(HaveField("Name", "metrics")))
