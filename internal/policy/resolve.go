@@ -96,6 +96,7 @@ func (r *resolver) resolve(name string, spec *v1alpha1.McpServerSpec) *Policy {
 		Tools:               r.tools(root.Child("tools"), spec.Tools),
 	}
 	r.transport(root, spec, p)
+	p.SuspendAfter = r.suspendAfter(root.Child("idle", "suspendAfterMs"), spec)
 	return p
 }
 
