@@ -11,6 +11,11 @@
 // server process has closed, even past its close barrier, so that a hot
 // swap or a re-created resource never runs two servers at once; status
 // says CloseTimeout meanwhile.
+//
+// A Pod-runtime server's Deployment has 0 replicas exactly while its
+// supervisor is Sleeping (spec.idle), and 1 otherwise: the supervisor never
+// writes to the apiserver, it signals, and the reconcile that follows
+// renders the replicas (see docs/design.md, "Idle servers").
 package controller
 
 // +kubebuilder:rbac:groups=mcpbridge.dev,resources=mcpservers,verbs=get;list;watch
