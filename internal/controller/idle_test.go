@@ -146,7 +146,7 @@ var _ = Describe("Idle servers", func() {
 		Expect(woken.Status.ConnectionGeneration).To(BeEquivalentTo(2), "concurrent calls woke the server more than once")
 		Expect(lifetimes(events)).To(HaveLen(2))
 		Eventually(hasEvent(ns, "idle-fx", v1alpha1.ReasonWoken, "Woke for a tool call in"), eventuallyTimeout, poll).Should(BeTrue())
-		Expect(metricValue("mcpbridge_wakes_total", ns, "idle-fx")).To(BeEquivalentTo(1))
+		Eventually(func() float64 { v, _ := metricValue("mcpbridge_wakes_total", ns, "idle-fx"); return v }, eventuallyTimeout, poll).Should(BeEquivalentTo(1))
 		Eventually(func() bool { _, ok := idleServersIn(ns); return ok }, eventuallyTimeout, poll).Should(BeFalse())
 	})
 
@@ -277,7 +277,7 @@ var _ = Describe("Idle Pod-runtime servers", Ordered, func() {
 
 	It("fail a wake whose Pod never comes up like any outage: the status says why, and so does the call's error", func() {
 		ns := podNamespace()
-		agent := asleep(ns, "idle-broken", func(obj *v1alpha1.McpServer) { obj.Spec.ConnectionTimeoutMs = ptr32(1500) })
+		agent := asleep(ns, "idle-broken", func(obj *v1alpha1.McpServer) { obj.Spec.ConnectionTimeoutMs = ptr32(4000) })
 		echo := bridge.PublicName("idle-broken", fixture.ToolEcho)
 
 		done := make(chan string, 1)
@@ -296,7 +296,7 @@ var _ = Describe("Idle Pod-runtime servers", Ordered, func() {
 		var text string
 		Eventually(done, eventuallyTimeout).Should(Receive(&text))
 		Expect(text).To(ContainSubstring(`waking server "idle-broken" failed`))
-		Expect(text).To(ContainSubstring("the server's Pod was not Ready after 1500ms (connectionTimeoutMs): ErrImagePull"))
+		Expect(text).To(ContainSubstring("the server's Pod was not Ready after 4000ms (connectionTimeoutMs): ErrImagePull"))
 		Eventually(func(g Gomega) {
 			got := get(ns, "idle-broken")
 			g.Expect(got.Status.Phase).To(Equal(v1alpha1.PhaseReconnecting))
@@ -305,6 +305,6 @@ var _ = Describe("Idle Pod-runtime servers", Ordered, func() {
 			g.Expect(got.Status.LastError.Stage).To(Equal("pod"))
 			g.Expect(got.Status.LastError.Message).To(ContainSubstring("ErrImagePull"))
 		}, eventuallyTimeout, poll).Should(Succeed())
-		Expect(metricValue("mcpbridge_wakes_total", ns, "idle-broken")).To(BeEquivalentTo(1))
+		Eventually(func() float64 { v, _ := metricValue("mcpbridge_wakes_total", ns, "idle-broken"); return v }, eventuallyTimeout, poll).Should(BeEquivalentTo(1))
 	})
 })
