@@ -148,3 +148,47 @@ func TestIdleDisposeWhileAsleep(t *testing.T) {
 	_, err := echo(context.Background(), s, "late")
 	g.Expect(err).To(MatchError(ContainSubstring("unavailable")))
 }
+
+// A Pod-runtime server wakes through the Pod wait: the wake counts against
+// the call's toolCallTimeoutMs, and a call whose time runs out first says
+// that it timed out while the server was waking, and why. The wake goes on
+// and connects once the Pod is Ready.
+func TestIdleWakeCountsAgainstTheCallTimeout(t *testing.T) {
+	g := NewWithT(t)
+	sh := startPodShim(t, fixtureBin)
+	pods := newTestPods()
+	pods.set(readyPod("srv-mcp-1", "uid-1"), true)
+	p := podPolicy()
+	p.SuspendAfter, p.HealthCheckInterval, p.ToolCallTimeout = suspendAfter, 0, 500*time.Millisecond
+	fc := clocktesting.NewFakeClock(time.Now())
+	s, reg := startSupervisor(t, p, func(o *Options) {
+		o.Pod = &PodTunnel{Pods: pods, Token: podToken, Port: sh.port}
+		o.Log = stdioLog(t)
+		o.Clock = fc
+	})
+	waitFor(t, s, "Ready", isReady)
+	waitTimers(t, fc)
+	fc.Step(suspendAfter)
+	sn := waitFor(t, s, "Idle", isIdle)
+	g.Expect(sn.PodName).To(BeEmpty())
+	g.Expect(s.Sleeping()).To(BeTrue())
+	pods.set(PodInfo{}, false) // scaled to 0: the Pod is gone
+
+	started := time.Now()
+	_, err := echo(context.Background(), s, "too early")
+	g.Expect(err).To(MatchError(ContainSubstring("the tool call timed out after 500ms while the server was waking")))
+	g.Expect(err).To(MatchError(ContainSubstring("No Pod of the current template yet (stage: pod)")))
+	g.Expect(err).To(MatchError(context.DeadlineExceeded))
+	t.Logf("the call gave up after %v", time.Since(started))
+	g.Expect(s.Sleeping()).To(BeFalse(), "a requested wake still asks for 0 replicas")
+	g.Expect(s.Snapshot().Phase).To(Equal(PhaseConnecting))
+	g.Expect(reg.Owned("ns", "ns/srv")).NotTo(BeEmpty())
+
+	pods.set(readyPod("srv-mcp-2", "uid-2"), true)
+	sn = waitFor(t, s, "Ready after the wake", isReady)
+	g.Expect(sn.PodName).To(Equal("srv-mcp-2"))
+	g.Expect(sn.Generation).To(BeEquivalentTo(2))
+	got, err := echo(context.Background(), s, "awake")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got).To(Equal("awake"))
+}
