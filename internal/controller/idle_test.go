@@ -66,6 +66,11 @@ func idleServersIn(ns string) (float64, bool) {
 	return 0, false
 }
 
+// idleCount polls idleServersIn(ns), 0 without a series.
+func idleCount(ns string) func() float64 {
+	return func() float64 { v, _ := idleServersIn(ns); return v }
+}
+
 // callEcho calls echo through the gateway; a failed call is a tool error.
 func callEcho(agent *mcp.ClientSession, tool, text string) (string, bool, error) {
 	res, err := agent.CallTool(context.Background(), &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"text": text}})
@@ -104,7 +109,7 @@ var _ = Describe("Idle servers", func() {
 		Eventually(func() []fixture.Lifetime { return lifetimes(events) }, eventuallyTimeout, poll).Should(
 			ConsistOf(HaveField("End", Not(BeZero()))), "the sleeping server's process still runs")
 		Expect(listToolNames(agent)).To(ContainElement(echo), "tools/list through the gateway lost the sleeping server's tools")
-		Expect(idleServersIn(ns)).To(BeEquivalentTo(1))
+		Eventually(idleCount(ns), eventuallyTimeout, poll).Should(BeEquivalentTo(1))
 		out, _, err := env.Kubectl(ctx, "get", "mcpservers", "-n", ns)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(out).To(MatchRegexp(`PHASE.*\nidle-fx\s+idle-fx\s+stdio\s+Idle\s`))
@@ -179,7 +184,7 @@ var _ = Describe("Idle servers", func() {
 		readyAt(ns, "idle-fx", 1)
 		agent := connectAgent(ns, saToken(ns, "agent", ns), nil)
 		suspended(ns, "idle-fx")
-		Expect(idleServersIn(ns)).To(BeEquivalentTo(1))
+		Eventually(idleCount(ns), eventuallyTimeout, poll).Should(BeEquivalentTo(1))
 
 		Expect(k8s.Delete(ctx, get(ns, "idle-fx"))).To(Succeed())
 		Eventually(func() []string { return listToolNames(agent) }, eventuallyTimeout, poll).Should(BeEmpty())
