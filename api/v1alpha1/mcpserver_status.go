@@ -5,13 +5,16 @@ import (
 )
 
 // Phase is the one-word summary of a server's connection.
-// +kubebuilder:validation:Enum=Pending;Connecting;Ready;Reconnecting;Failed;Invalid;Conflict
+// +kubebuilder:validation:Enum=Pending;Connecting;Ready;Idle;Reconnecting;Failed;Invalid;Conflict
 type Phase string
 
 const (
-	PhasePending      Phase = "Pending"
-	PhaseConnecting   Phase = "Connecting"
-	PhaseReady        Phase = "Ready"
+	PhasePending    Phase = "Pending"
+	PhaseConnecting Phase = "Connecting"
+	PhaseReady      Phase = "Ready"
+	// PhaseIdle: the server sleeps (spec.idle) with its tools published;
+	// the next tools/call wakes it.
+	PhaseIdle         Phase = "Idle"
 	PhaseReconnecting Phase = "Reconnecting"
 	PhaseFailed       Phase = "Failed"
 	PhaseInvalid      Phase = "Invalid"
@@ -60,6 +63,9 @@ const (
 	// because the namespace's published tools would pass their budget
 	// (--max-tool-bytes-per-namespace); also the reason of the event.
 	ReasonToolBudgetExceeded = "ToolBudgetExceeded"
+	// ReasonIdle: the server sleeps after spec.idle.suspendAfterMs without
+	// a tools/call; Ready stays True, its tools published.
+	ReasonIdle = "Idle"
 )
 
 // Reasons of events on an McpServer that no condition carries.
@@ -72,6 +78,10 @@ const (
 	// ReasonToolNameConflict: a fetched tool set was not published because
 	// a public name is held by another server; the previous set stays.
 	ReasonToolNameConflict = "ToolNameConflict"
+	// ReasonSuspended: the server went to sleep (spec.idle).
+	ReasonSuspended = "Suspended"
+	// ReasonWoken: a tools/call woke a sleeping server.
+	ReasonWoken = "Woken"
 )
 
 // MaxStatusTools caps status.tools so that status stays small.

@@ -28,6 +28,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="self.transport == 'stdio' || !has(self.stdio)",message="spec.stdio is forbidden unless spec.transport is stdio",fieldPath=".stdio"
 // +kubebuilder:validation:XValidation:rule="self.transport != 'streamable-http' || has(self.streamableHttp)",message="spec.streamableHttp is required when spec.transport is streamable-http",fieldPath=".streamableHttp"
 // +kubebuilder:validation:XValidation:rule="self.transport == 'streamable-http' || !has(self.streamableHttp)",message="spec.streamableHttp is forbidden unless spec.transport is streamable-http",fieldPath=".streamableHttp"
+// +kubebuilder:validation:XValidation:rule="self.transport == 'stdio' || !has(self.idle) || !has(self.idle.suspendAfterMs) || self.idle.suspendAfterMs == 0",message="spec.idle.suspendAfterMs applies only to stdio servers",fieldPath=".idle.suspendAfterMs"
 type McpServerSpec struct {
 	// ServerName qualifies the server's tools as mcp__<serverName>__<tool>.
 	// It defaults to metadata.name, which must then match the same pattern.
@@ -89,6 +90,27 @@ type McpServerSpec struct {
 	// +optional
 	// +kubebuilder:default={}
 	Reconnect *ReconnectPolicy `json:"reconnect,omitempty"`
+
+	// Idle lets a stdio server sleep while no agent calls it, and wake on
+	// the next tools/call. Unset, the server never sleeps.
+	// +optional
+	Idle *IdlePolicy `json:"idle,omitempty"`
+}
+
+// IdlePolicy says when a stdio server sleeps. A sleeping server's connection
+// is closed and its process ended (its Deployment scaled to 0 in the Pod
+// runtime); its tools stay published, and the next tools/call wakes it.
+// Changing it applies in place, without reconnecting. See docs/design.md,
+// "Idle servers".
+type IdlePolicy struct {
+	// SuspendAfterMs is how long the server stays connected without a
+	// tools/call before it sleeps; a call in flight keeps it awake. 0 (or
+	// unset) never suspends; otherwise at least 60000. stdio only.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2147483647
+	// +kubebuilder:validation:XValidation:rule="self == 0 || self >= 60000",message="spec.idle.suspendAfterMs must be 0 (never) or at least 60000"
+	SuspendAfterMs *int32 `json:"suspendAfterMs,omitempty"`
 }
 
 // StdioTransport runs an MCP server as a process speaking JSON-RPC on its

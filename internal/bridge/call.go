@@ -14,8 +14,9 @@ import (
 
 // CallTool sends tools/call with the raw name upstream, bounded by
 // toolCallTimeoutMs and by the caller's ctx. A server that is not connected
-// fails at once with the reason.
-// See docs/design.md, "Tool calls".
+// fails at once with the reason; a sleeping one is woken first, within the
+// same toolCallTimeoutMs.
+// See docs/design.md, "Tool calls" and "Idle servers".
 func (s *Supervisor) CallTool(ctx context.Context, rawName string, args any) (res *mcp.CallToolResult, err error) {
 	start := time.Now()
 	ctx, span := s.startCall(ctx, rawName)
@@ -25,10 +26,12 @@ func (s *Supervisor) CallTool(ctx context.Context, rawName string, args any) (re
 		s.observer.ToolCall(outcome, time.Since(start))
 		endCall(span, g, outcome, err)
 	}()
-	if g, err = s.callable(rawName); err != nil {
+	deadline := start.Add(s.p.ToolCallTimeout)
+	if g, err = s.callable(ctx, rawName, deadline); err != nil {
 		return nil, err
 	}
-	cctx, cancel := g.callContext(ctx, s.p.ToolCallTimeout)
+	defer s.release()
+	cctx, cancel := g.callContext(ctx, deadline)
 	defer cancel()
 	params := &mcp.CallToolParams{Name: rawName, Arguments: args}
 	if s.tracer.On() {
@@ -41,26 +44,30 @@ func (s *Supervisor) CallTool(ctx context.Context, rawName string, args any) (re
 	return res, nil
 }
 
-// callable is the generation a call to rawName goes to, or why there is none.
-func (s *Supervisor) callable(rawName string) (*generation, error) {
-	g, why := s.liveGeneration()
-	if g == nil {
-		return nil, &StageError{Stage: StageToolsCall, Err: fmt.Errorf("%w: %s", ErrUnavailable, why)}
-	}
+// callable is the generation a call to rawName goes to, or why there is
+// none. A sleeping server is woken first (acquire), unless the call is
+// refused anyway. A nil error counts the call in flight: the caller must
+// release it.
+func (s *Supervisor) callable(ctx context.Context, rawName string, deadline time.Time) (*generation, error) {
 	if !s.filter.Load().Allows(rawName) {
 		return nil, &StageError{Stage: StageToolsCall, Err: fmt.Errorf("tool %q is not published: spec.tools filters it out", rawName)}
 	}
+	g, err := s.acquire(ctx, deadline)
+	if err != nil {
+		return nil, err
+	}
 	if s.tasks.required(rawName) {
+		s.release()
 		return nil, &StageError{Stage: StageToolsCall, Err: fmt.Errorf(
 			"tool %q requires task-based execution (execution.taskSupport: required), which the bridge does not support", rawName)}
 	}
 	return g, nil
 }
 
-// callContext bounds one call by timeout, by ctx and by the generation: a
+// callContext bounds one call by deadline, by ctx and by the generation: a
 // closing generation ends its calls.
-func (g *generation) callContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
-	cctx, cancel := context.WithTimeout(ctx, timeout)
+func (g *generation) callContext(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
+	cctx, cancel := context.WithDeadline(ctx, deadline)
 	stop := context.AfterFunc(g.ctx, cancel)
 	return cctx, func() { stop(); cancel() }
 }
@@ -95,24 +102,19 @@ func (e errCallTimeout) Error() string {
 
 func (errCallTimeout) Is(target error) bool { return target == context.DeadlineExceeded }
 
-// liveGeneration is the connected generation, or why there is none.
-func (s *Supervisor) liveGeneration() (*generation, string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.live != nil {
-		return s.live, ""
-	}
+// downReason says why no generation is live; the caller holds s.mu.
+func (s *Supervisor) downReason() string {
 	sn := &s.snap
 	switch sn.Phase {
 	case PhaseReconnecting:
 		if sn.Attempt > 0 {
-			return nil, fmt.Sprintf("server %q is reconnecting (attempt %d of %d)", s.p.ServerName, sn.Attempt, sn.MaxAttempts)
+			return fmt.Sprintf("server %q is reconnecting (attempt %d of %d)", s.p.ServerName, sn.Attempt, sn.MaxAttempts)
 		}
-		return nil, fmt.Sprintf("server %q is reconnecting", s.p.ServerName)
+		return fmt.Sprintf("server %q is reconnecting", s.p.ServerName)
 	case PhaseFailed:
-		return nil, fmt.Sprintf("server %q is down (%s): %s", s.p.ServerName, sn.Reason, sn.Message)
+		return fmt.Sprintf("server %q is down (%s): %s", s.p.ServerName, sn.Reason, sn.Message)
 	default:
-		return nil, fmt.Sprintf("server %q is not connected yet", s.p.ServerName)
+		return fmt.Sprintf("server %q is not connected yet", s.p.ServerName)
 	}
 }
 

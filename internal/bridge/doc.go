@@ -22,6 +22,9 @@
 //	Connecting ──attempt failed──▶ Connecting (retry scheduled, Attempt n)
 //	Ready ──lost──▶ Reconnecting ──connected──▶ Ready
 //	Reconnecting ──attempt failed──▶ Reconnecting (retry scheduled)
+//	Ready ──suspendAfterMs without a call, generation closed──▶ Idle
+//	Idle ──a call requests the wake──▶ Connecting ──connected──▶ Ready
+//	Connecting (a wake) ──attempt failed──▶ Reconnecting (retry scheduled)
 //	any ──budget spent / failOnStartupError / reconnect disabled /
 //	       close barrier passed──▶ Failed (Reason says which)
 //
@@ -34,6 +37,21 @@
 // hot swap. Dispose moves no phase: a disposed supervisor's snapshot keeps
 // the phase it had, and its tools leave the registry. A retry scheduled while the server has never been Ready keeps
 // the phase Connecting, as the first attempt had it.
+//
+// # Sleeping and waking
+//
+// With spec.idle.suspendAfterMs (idle.go), serve also runs an idle timer on
+// the injected clock. When the live generation has had no call for that
+// long and none is in flight, suspendIfIdle takes it out of service in one
+// step with the check (calls from then on find a wakeup and wait for it),
+// serve closes it through the close barrier, and sleep turns the phase Idle:
+// the tools stay in the registry, nothing runs, no health check. The first
+// call that finds the server asleep requests the wake (acquire, the one
+// function every call goes through); run then starts the next attempt at
+// once, in phase Connecting, and wakeAnswered releases the waiting calls
+// with the live generation or with why the wake failed. A failed wake is a
+// failed attempt of a new outage, like any other. Sleeping tells the
+// controller to keep a Pod-runtime server's Deployment at 0 replicas.
 //
 // # Waiting for the server's Pod
 //
@@ -109,6 +127,8 @@
 //     serve → closeGeneration).
 //   - generation.go: one generation's state, lose and shutdown.
 //   - outage.go: the attempt budget, backoff delays and the stability window.
+//   - idle.go: calls in flight, the idle timer and the wake of a sleeping
+//     server.
 //   - loss.go, health.go: detecting a lost connection.
 //   - toolsync.go, tasks.go: fetching, publishing and re-syncing tools.
 //   - call.go: tool calls through the SDK; rawcall.go and rawcall_response.go:

@@ -28,6 +28,12 @@ func (s *Supervisor) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		if errors.Is(err, errSuspended) {
+			if !s.sleep(ctx) {
+				return
+			}
+			continue // the wake is the next attempt, at once
+		}
 		if err != nil {
 			s.stop(err)
 			return
@@ -53,6 +59,9 @@ func (s *Supervisor) run(ctx context.Context) {
 // outlived its close barrier keeps run waiting here, and the supervisor
 // counts as closing, until it is.
 func (s *Supervisor) finish() {
+	if _, requested := s.finishWake(errStoppedAsleep); requested {
+		s.observeWake("cancelled", 0)
+	}
 	s.mu.Lock()
 	g := s.last
 	s.mu.Unlock()
@@ -74,6 +83,7 @@ func (e *stopError) Error() string { return e.msg }
 // "back off and try again"; a *stopError means stop for good.
 func (s *Supervisor) attempt(ctx context.Context, o *outage, everConnected *bool) error {
 	g, err := s.tracedConnect(ctx, *everConnected)
+	s.wakeAnswered(ctx, err)
 	if ctx.Err() != nil {
 		if g != nil { // connected just as the supervisor was disposed
 			_ = s.closeGeneration(g)
@@ -99,6 +109,10 @@ func (s *Supervisor) attempt(ctx context.Context, o *outage, everConnected *bool
 	lossErr := s.serve(ctx, g, o, up)
 	if ctx.Err() != nil {
 		return nil
+	}
+	if errors.Is(lossErr, errSuspended) {
+		o.upFor(s.clock.Since(up)) // a sleep is no loss: no attempt counted
+		return lossErr
 	}
 	if !o.upFor(g.lostAt.Sub(up)) {
 		o.failedAttempt() // lost inside the stability window: the outage goes on
@@ -126,6 +140,7 @@ func (s *Supervisor) stop(err error) {
 		se = &stopError{reason: v1alpha1.ReasonReconnectExhausted, msg: err.Error()}
 	}
 	s.log.Error(nil, "connection supervisor stopped", "reason", se.reason, "message", se.msg)
+	s.finishWake(err) // a suspend whose close passed the barrier
 	s.emit(true, se.reason, se.msg)
 	s.update(func(sn *Snapshot) {
 		sn.Phase, sn.Reason, sn.Message = PhaseFailed, se.reason, se.msg
@@ -250,7 +265,7 @@ func (s *Supervisor) beginGeneration(everConnected bool) *generation {
 		sn.Generation++
 		g = newGeneration(sn.Generation)
 		s.last = g
-		if !everConnected {
+		if !everConnected || s.waking {
 			sn.Phase = PhaseConnecting
 		} else {
 			sn.Phase = PhaseReconnecting
@@ -331,14 +346,18 @@ func (s *Supervisor) connected(g *generation) {
 		s.snap.LastError = nil // a reason to wait, not an error, and over now
 	}
 	s.snap.LastConnected = s.clock.Now()
+	s.lastCall = s.snap.LastConnected // the idle time starts with the connection
 	s.snap.Attempt, s.snap.NextRetry, s.snap.RetryDelay = 0, time.Time{}, 0
 	s.mu.Unlock()
 	s.signal()
 	tools := len(s.registry.Owned(s.ns, s.owner))
 	s.log.Info("connected", "generation", g.num, "protocolVersion", info.ProtocolVersion,
-		"tools", tools, "recovered", recovered)
+		"tools", tools, "recovered", recovered, "woken", s.waking)
 	reason, verb := v1alpha1.ReasonConnected, "Connected to"
-	if recovered {
+	switch {
+	case s.waking:
+		reason, verb = v1alpha1.ReasonWoken, fmt.Sprintf("Woke for a tool call in %dms: connected to", s.wakeDuration().Milliseconds())
+	case recovered:
 		reason, verb = v1alpha1.ReasonRecovered, "Reconnected to"
 	}
 	s.emit(false, reason, fmt.Sprintf("%s %s %s (protocol %s) in generation %d; %d tools published",
@@ -347,19 +366,30 @@ func (s *Supervisor) connected(g *generation) {
 	g.goFn(func() { s.healthLoop(g) })
 }
 
-// serve waits until the live generation is lost or ctx ends, then closes
-// it. It owns the stability window: a connection up since up for the whole
-// window ends the outage while it is still up.
+// serve waits until the live generation is lost, goes idle, or ctx ends,
+// then closes it. It owns the stability window (a connection up since up
+// for the whole window ends the outage while it is still up) and the idle
+// timer (suspendAfterMs without a call suspends the server: errSuspended).
 func (s *Supervisor) serve(ctx context.Context, g *generation, o *outage, up time.Time) error {
 	sub := s.registry.Subscribe()
 	defer sub.Close()
 	stable := s.clock.After(s.p.Reconnect.MaxDelay)
+	idle := &idleTimer{s: s}
+	idle.rearm()
+	defer idle.stop()
 	var lossErr error
 	for lossErr == nil {
 		select {
 		case <-ctx.Done():
 			_ = s.closeGeneration(g)
 			return ctx.Err()
+		case <-idle.C():
+			if s.suspendIfIdle(g) {
+				return s.suspend(g)
+			}
+			idle.rearm()
+		case <-s.idleChanged:
+			idle.rearm()
 		case <-g.lost:
 			lossErr = g.lostErr
 			g.lostAt = s.clock.Now() // uptime ends here, not after the close
@@ -386,6 +416,71 @@ func (s *Supervisor) serve(ctx context.Context, g *generation, o *outage, up tim
 		return err
 	}
 	return lossErr
+}
+
+// errSuspended ends serve when the server goes to sleep: no loss.
+var errSuspended = errors.New("suspended after spec.idle.suspendAfterMs without a tool call")
+
+// suspend closes g, which suspendIfIdle took out of service, for a sleep.
+// The phase turns Idle (sleep) only once g has closed: for a Pod-runtime
+// server, the Deployment goes to 0 replicas after the shim confirmed the
+// child's reap.
+func (s *Supervisor) suspend(g *generation) error {
+	s.log.Info("suspending: no tool call for spec.idle.suspendAfterMs", "generation", g.num,
+		"suspendAfter", time.Duration(s.suspendAfter.Load()).String())
+	if err := s.closeGeneration(g); err != nil {
+		return err
+	}
+	return errSuspended
+}
+
+// sleep is the Idle phase: the tools stay published, nothing runs, no
+// health check, until a call requests the wake (true: connect now) or ctx
+// ends (false). A call that came while the connection closed wakes it at
+// once.
+// See docs/design.md, "Idle servers".
+func (s *Supervisor) sleep(ctx context.Context) bool {
+	s.mu.Lock()
+	w := s.wake
+	s.mu.Unlock()
+	if w == nil { // suspendIfIdle always leaves one; never sleep without it
+		return ctx.Err() == nil
+	}
+	tools := len(s.registry.Owned(s.ns, s.owner))
+	s.emit(false, v1alpha1.ReasonSuspended, fmt.Sprintf(
+		"Suspended after %dms without a tool call; %d tools stay published and the next tool call wakes the server",
+		time.Duration(s.suspendAfter.Load()).Milliseconds(), tools))
+	s.update(func(sn *Snapshot) {
+		sn.Phase, sn.PodName = PhaseIdle, ""
+		sn.Attempt, sn.NextRetry, sn.RetryDelay = 0, time.Time{}, 0
+	})
+	select {
+	case <-ctx.Done():
+		return false
+	case <-w.requested:
+	}
+	s.waking = true
+	return true
+}
+
+// wakeAnswered ends a wake with its connection attempt's result: the
+// waiting calls proceed on the new generation, or fail with why the wake
+// failed (an ordinary outage follows).
+func (s *Supervisor) wakeAnswered(ctx context.Context, err error) {
+	if !s.waking {
+		return
+	}
+	s.waking = false
+	outcome := "success"
+	switch {
+	case ctx.Err() != nil:
+		err, outcome = errStoppedAsleep, "cancelled"
+	case err != nil:
+		outcome = "error"
+		s.log.Info("the wake failed", "error", err.Error())
+	}
+	took, _ := s.finishWake(err)
+	s.observeWake(outcome, took)
 }
 
 // inConflict: the last publish was refused. Every registry change wakes

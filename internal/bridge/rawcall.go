@@ -35,17 +35,24 @@ func (s *Supervisor) CallToolJSON(ctx context.Context, rawName string, args json
 	if args != nil && !json.Valid(args) {
 		return nil, false, &StageError{Stage: StageToolsCall, Err: errors.New("the arguments are not valid JSON")}
 	}
-	g, err := s.callable(rawName)
+	if s.p.HTTP == nil { // stdio: the SDK's session, and the wake of a sleeping server
+		return s.callToolAsJSON(ctx, rawName, args)
+	}
+	start := time.Now()
+	deadline := start.Add(s.p.ToolCallTimeout)
+	g, err := s.callable(ctx, rawName, deadline)
 	var hl *httpLink
 	if err == nil {
-		hl, _ = g.link.(*httpLink)
+		if hl, _ = g.link.(*httpLink); hl == nil {
+			s.release()
+		}
 	}
 	if hl == nil { // not over HTTP, or no call at all: CallTool says why
 		return s.callToolAsJSON(ctx, rawName, args)
 	}
-	start := time.Now()
+	defer s.release()
 	ctx, span := s.startCall(ctx, rawName)
-	cctx, cancel := g.callContext(ctx, s.p.ToolCallTimeout)
+	cctx, cancel := g.callContext(ctx, deadline)
 	defer cancel()
 	res, isError, err := g.postCall(withCallSpan(cctx), hl, rawName, args)
 	if err != nil {

@@ -23,9 +23,12 @@ import (
 type Phase string
 
 const (
-	PhasePending      Phase = "Pending"
-	PhaseConnecting   Phase = "Connecting"
-	PhaseReady        Phase = "Ready"
+	PhasePending    Phase = "Pending"
+	PhaseConnecting Phase = "Connecting"
+	PhaseReady      Phase = "Ready"
+	// PhaseIdle: suspended after suspendAfterMs without a call, the tools
+	// still published; the next call wakes the server.
+	PhaseIdle         Phase = "Idle"
 	PhaseReconnecting Phase = "Reconnecting"
 	PhaseFailed       Phase = "Failed"
 )
@@ -108,6 +111,20 @@ type Supervisor struct {
 	// snap.LastError; a connection clears it from there.
 	waitReport *StageError
 
+	// Idle servers (idle.go): calls in flight on the live generation, the
+	// end of the last call (or the connection) on s.clock, and the wakeup
+	// calls wait for while the server sleeps or wakes (nil otherwise).
+	inflight int
+	lastCall time.Time
+	wake     *wakeup
+	// suspendAfter is spec.idle.suspendAfterMs, changed in place by
+	// SetSuspendAfter, which kicks idleChanged.
+	suspendAfter atomic.Int64
+	idleChanged  chan struct{}
+	// waking is set by the run goroutine, and read only by it, while the
+	// attempt it runs is a wake.
+	waking bool
+
 	lifeMu sync.Mutex
 	cancel context.CancelFunc // nil until Start (or Dispose)
 	closed chan struct{}      // see Closed
@@ -128,7 +145,9 @@ func New(o Options) *Supervisor {
 		observer: o.Observer,
 		changes:  make(chan struct{}, 1),
 		closed:   make(chan struct{}),
-		snap:     Snapshot{Phase: PhasePending, Generation: o.BaseGeneration, MaxAttempts: o.Policy.Reconnect.MaxAttempts},
+
+		idleChanged: make(chan struct{}, 1),
+		snap:        Snapshot{Phase: PhasePending, Generation: o.BaseGeneration, MaxAttempts: o.Policy.Reconnect.MaxAttempts},
 	}
 	if o.Policy.Stdio != nil {
 		s.snap.Runtime = o.Policy.Stdio.Runtime
@@ -138,6 +157,7 @@ func New(o Options) *Supervisor {
 	}
 	filter := o.Policy.Tools
 	s.filter.Store(&filter)
+	s.suspendAfter.Store(int64(o.Policy.SuspendAfter))
 	if s.clock == nil {
 		s.clock = clock.RealClock{}
 	}

@@ -15,6 +15,10 @@
 // CacheOptions (cache.go) shapes the manager's cache: only the Pod
 // runtime's own Deployments and Pods, and every object stripped of
 // managedFields and of the annotations the manager does not read.
+// A Pod-runtime server's Deployment has 0 replicas exactly while its
+// supervisor is Sleeping (spec.idle), and 1 otherwise: the supervisor never
+// writes to the apiserver, it signals, and the reconcile that follows
+// renders the replicas (see docs/design.md, "Idle servers").
 package controller
 
 // +kubebuilder:rbac:groups=mcpbridge.dev,resources=mcpservers,verbs=get;list;watch

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -199,6 +200,11 @@ func (r *McpServerReconciler) runInPod(ctx context.Context, obj *v1alpha1.McpSer
 	if err != nil {
 		return closeTimeoutVerdict(err)
 	}
+	if sup.Sleeping() {
+		// Asleep: no Pod until a call wakes the server, which signals
+		// and brings this reconcile back. See docs/design.md, "Idle servers".
+		deploy.Spec.Replicas = ptr.To[int32](0)
+	}
 	if err := r.applyDeployment(ctx, obj, deploy); err != nil {
 		return r.podObjectFailure(ctx, key, err)
 	}
@@ -269,6 +275,8 @@ func swapKey(obj *v1alpha1.McpServer, p *policy.Policy) SwapKey {
 		Connection: obj.Annotations[v1alpha1.RestartedAtAnnotation] + "/" + p.ConnectionFingerprint(),
 		Generation: obj.Generation,
 		Tools:      p.Tools,
+		// Applied in place as well: see docs/design.md, "Idle servers".
+		SuspendAfter: p.SuspendAfter,
 	}
 }
 

@@ -43,6 +43,17 @@ var (
 	serverPhase = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "mcpbridge_server_phase", Help: "1 for the phase the McpServer's status shows (label phase).",
 	}, []string{"namespace", "name", "phase"})
+	// Idle servers; see docs/design.md, "Idle servers".
+	idleServers = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "mcpbridge_idle_servers", Help: "McpServers asleep (phase Idle) in the namespace.",
+	}, []string{"namespace"})
+	wakes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "mcpbridge_wakes_total", Help: "Wakes of sleeping McpServers by outcome (success, error, cancelled).",
+	}, []string{"namespace", "name", "outcome"})
+	wakeDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "mcpbridge_wake_duration_seconds", Help: "Time from the first tool call to a sleeping McpServer until it is connected again, or its wake failed.",
+		Buckets: prometheus.ExponentialBuckets(0.05, 2, 12),
+	}, []string{"namespace", "name"})
 )
 
 // lastPhase remembers the phase series of each McpServer ("ns/name"), so
@@ -51,7 +62,7 @@ var lastPhase sync.Map
 
 func init() {
 	metrics.Registry.MustRegister(connectionUp, connectionGeneration, reconnectAttempts, publishedTools,
-		toolCalls, toolCallDuration, toolSyncDuration, serverPhase)
+		toolCalls, toolCallDuration, toolSyncDuration, serverPhase, idleServers, wakes, wakeDuration)
 }
 
 // observer feeds one McpServer's calls and syncs into the metrics.
@@ -70,7 +81,17 @@ func (o observer) ToolSync(ok bool, d time.Duration) {
 	toolSyncDuration.WithLabelValues(o.ns, o.name, result).Observe(d.Seconds())
 }
 
-var _ bridge.Observer = observer{}
+func (o observer) Wake(outcome string, d time.Duration) {
+	wakes.WithLabelValues(o.ns, o.name, outcome).Inc()
+	if outcome != "cancelled" {
+		wakeDuration.WithLabelValues(o.ns, o.name).Observe(d.Seconds())
+	}
+}
+
+var (
+	_ bridge.Observer     = observer{}
+	_ bridge.WakeObserver = observer{}
+)
 
 // recordPhase sets the McpServer's phase series, replacing the previous one.
 func recordPhase(ns, name string, phase v1alpha1.Phase) {
@@ -91,6 +112,7 @@ func recordGauges(ns, name string, sn *bridge.Snapshot) {
 		up = 1
 	}
 	connectionUp.WithLabelValues(ns, name).Set(up)
+	idle.set(ns, name, sn.Phase == bridge.PhaseIdle)
 	connectionGeneration.WithLabelValues(ns, name).Set(float64(sn.Generation))
 	publishedTools.WithLabelValues(ns, name).Set(float64(len(sn.Tools)))
 }
@@ -98,9 +120,11 @@ func recordGauges(ns, name string, sn *bridge.Snapshot) {
 // forgetConnection clears the series of a server that runs no supervisor;
 // its phase series stays.
 func forgetConnection(ns, name string) {
+	idle.set(ns, name, false)
 	labels := prometheus.Labels{"namespace": ns, "name": name}
 	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
 		connectionUp, connectionGeneration, reconnectAttempts, publishedTools, toolCalls, toolCallDuration, toolSyncDuration,
+		wakes, wakeDuration,
 	} {
 		v.DeletePartialMatch(labels)
 	}
@@ -111,4 +135,38 @@ func forgetMetrics(ns, name string) {
 	forgetConnection(ns, name)
 	lastPhase.Delete(ns + "/" + name)
 	serverPhase.DeletePartialMatch(prometheus.Labels{"namespace": ns, "name": name})
+}
+
+// idle counts the sleeping McpServers of each namespace for idleServers.
+var idle = idleSet{byNS: map[string]map[string]bool{}}
+
+type idleSet struct {
+	mu   sync.Mutex
+	byNS map[string]map[string]bool
+}
+
+// set records whether ns/name sleeps and updates the namespace's gauge; a
+// namespace without sleeping servers loses its series.
+func (s *idleSet) set(ns, name string, asleep bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	names := s.byNS[ns]
+	if asleep == names[name] {
+		return
+	}
+	if asleep {
+		if names == nil {
+			names = map[string]bool{}
+			s.byNS[ns] = names
+		}
+		names[name] = true
+	} else {
+		delete(names, name)
+	}
+	if len(names) == 0 {
+		delete(s.byNS, ns)
+		idleServers.DeleteLabelValues(ns)
+		return
+	}
+	idleServers.WithLabelValues(ns).Set(float64(len(names)))
 }

@@ -37,6 +37,11 @@ func verdictFromSnapshot(sn bridge.Snapshot) verdict {
 		}
 		v.phase, v.reason = v1alpha1.PhaseReady, v1alpha1.ReasonConnected
 		v.message = connectedMessage(sn)
+	case bridge.PhaseIdle:
+		// Asleep and healthy (kstatus: Current): its tools stay published.
+		// See docs/design.md, "Idle servers".
+		v.phase, v.reason = v1alpha1.PhaseIdle, v1alpha1.ReasonIdle
+		v.message = fmt.Sprintf("Idle: suspended without a tool call; %d tools published, the next tool call wakes the server", len(sn.Tools))
 	case bridge.PhaseReconnecting:
 		v.phase, v.reason = v1alpha1.PhaseReconnecting, v1alpha1.ReasonReconnecting
 		v.message = "Connection lost" + errorSuffix(sn) + attemptSuffix(sn)
@@ -93,8 +98,8 @@ func applyStatus(obj *v1alpha1.McpServer, serverName string, v verdict) {
 func applySnapshot(st *v1alpha1.McpServerStatus, sn bridge.Snapshot) {
 	st.ConnectionGeneration = max(st.ConnectionGeneration, sn.Generation)
 	st.FailedAttempts = int32(sn.FailedAttempts)
-	if sn.Phase == bridge.PhaseReady {
-		st.FailedAttempts = 0 // connected: no outage in progress
+	if sn.Phase == bridge.PhaseReady || sn.Phase == bridge.PhaseIdle {
+		st.FailedAttempts = 0 // connected, or asleep after a connection: no outage in progress
 	}
 	st.Runtime, st.PodName = sn.Runtime, sn.PodName
 	st.ToolCount = int32(len(sn.Tools))
@@ -174,7 +179,7 @@ func setConditions(obj *v1alpha1.McpServer, v verdict) {
 		}
 	}
 	ready := metav1.ConditionFalse
-	if v.phase == v1alpha1.PhaseReady {
+	if v.phase == v1alpha1.PhaseReady || v.phase == v1alpha1.PhaseIdle {
 		ready = metav1.ConditionTrue
 	}
 	set(v1alpha1.ConditionReady, ready)

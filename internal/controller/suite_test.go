@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -119,6 +120,9 @@ func startManagerWith(rc policy.RuntimeConfig, po podruntime.Options) {
 			}
 			o.CloseBarrier = 3 * time.Second
 			o.TerminateGrace = 500 * time.Millisecond
+			if strings.HasPrefix(o.Name, idlePrefix) {
+				o.Clock = idleClock // the idle specs step it past suspendAfterMs
+			}
 			if strings.HasPrefix(o.Name, slowClosePrefix) {
 				// A child that ignores SIGTERM lives until SIGKILL, two
 				// graces (3 s) after its close began: far past the barrier.
@@ -149,6 +153,13 @@ const (
 	gatewayDenyTTL    = time.Second
 	gatewayRevalidate = time.Second
 )
+
+// idlePrefix names the McpServers whose supervisors run on idleClock: their
+// idle timers (and backoff, and health checks) move only when a spec steps
+// it. See idle_test.go.
+const idlePrefix = "idle-"
+
+var idleClock = clocktesting.NewFakeClock(time.Now())
 
 // refusedPrefix names the McpServers whose supervisors get the manager's
 // default egress policy, which refuses loopback; the others may reach the

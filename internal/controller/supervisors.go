@@ -75,10 +75,20 @@ type SwapKey struct {
 	Generation int64
 	// Tools is the resolved spec.tools.
 	Tools policy.ToolFilter
+	// SuspendAfter is the resolved spec.idle.suspendAfterMs.
+	SuspendAfter time.Duration
 }
 
 func (k SwapKey) equal(o SwapKey) bool {
-	return k.Connection == o.Connection && k.Generation == o.Generation && k.Tools.Equal(o.Tools)
+	return k.Connection == o.Connection && k.Generation == o.Generation && k.Tools.Equal(o.Tools) &&
+		k.SuspendAfter == o.SuspendAfter
+}
+
+// inPlace: specKey differs from k only in what a running supervisor
+// changes in place (the tool filter, suspendAfterMs), and in the spec
+// generation that this change made.
+func (k SwapKey) inPlace(specKey SwapKey) bool {
+	return k.Connection == specKey.Connection && (!k.Tools.Equal(specKey.Tools) || k.SuspendAfter != specKey.SuspendAfter)
 }
 
 type supervisorEntry struct {
@@ -128,8 +138,9 @@ func (s *Supervisors) Get(key types.NamespacedName) *bridge.Supervisor {
 }
 
 // Ensure runs a supervisor for key that runs specKey. An unchanged specKey
-// keeps the running one. A new tool filter alone (same Connection) is
-// applied to the running one in place when it is connected. Anything else,
+// keeps the running one. A new tool filter (same Connection) is applied to
+// the running one in place when it is connected, and a new suspendAfterMs
+// always. Anything else,
 // a new spec generation included, disposes it first (waiting for its close
 // barrier, no lock held) and starts a new one that continues its generation
 // numbering. While a disposed supervisor of key is still closing, Ensure
@@ -153,8 +164,8 @@ func (s *Supervisors) Ensure(ctx context.Context, key types.NamespacedName, spec
 		switch {
 		case running.equal(specKey):
 			return old.sup, nil
-		case running.Connection == specKey.Connection && !running.Tools.Equal(specKey.Tools) &&
-			old.sup.SetToolFilter(specKey.Tools):
+		case running.inPlace(specKey) && (running.Tools.Equal(specKey.Tools) || old.sup.SetToolFilter(specKey.Tools)):
+			old.sup.SetSuspendAfter(specKey.SuspendAfter)
 			s.mu.Lock()
 			old.key = specKey
 			s.mu.Unlock()

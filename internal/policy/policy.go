@@ -24,9 +24,13 @@ type Policy struct {
 	HealthCheckInterval time.Duration // 0 disables the probe
 	FailOnStartupError  bool
 	Reconnect           Reconnect
-	// Tools filters what is published. It is the one field a supervisor
-	// can change in place (see ConnectionFingerprint).
+	// Tools filters what is published. A supervisor changes it in place
+	// (see ConnectionFingerprint).
 	Tools ToolFilter
+	// SuspendAfter is how long a stdio server stays connected without a
+	// tools/call before it sleeps; 0 never. A supervisor changes it in
+	// place. See docs/design.md, "Idle servers".
+	SuspendAfter time.Duration
 }
 
 // Stdio is a resolved stdio transport.
@@ -80,13 +84,14 @@ func (p *Policy) Fingerprint() string {
 	return hex.EncodeToString(sum[:])
 }
 
-// ConnectionFingerprint is Fingerprint without the tool filter: it changes
-// exactly when the connection has to be rebuilt, while a new filter alone
-// only changes what is published.
-// See docs/design.md, "Tool sync".
+// ConnectionFingerprint is Fingerprint without the tool filter and the idle
+// policy: it changes exactly when the connection has to be rebuilt, while a
+// new filter alone only changes what is published, and a new suspendAfterMs
+// only when the server sleeps.
+// See docs/design.md, "Tool sync" and "Idle servers".
 func (p *Policy) ConnectionFingerprint() string {
 	c := *p
-	c.Tools = ToolFilter{}
+	c.Tools, c.SuspendAfter = ToolFilter{}, 0
 	return c.Fingerprint()
 }
 
@@ -115,6 +120,7 @@ type redactedPolicy struct {
 	FailOnStartupError  bool
 	Reconnect           Reconnect
 	Tools               *ToolFilter `json:",omitempty"`
+	SuspendAfter        string      `json:",omitempty"`
 }
 
 func (p *Policy) redacted() redactedPolicy {
@@ -129,6 +135,9 @@ func (p *Policy) redacted() redactedPolicy {
 	}
 	if !p.Tools.Empty() {
 		r.Tools = &p.Tools
+	}
+	if p.SuspendAfter > 0 {
+		r.SuspendAfter = p.SuspendAfter.String()
 	}
 	if p.Stdio != nil {
 		r.Command, r.Args, r.Runtime = p.Stdio.Command, p.Stdio.Args, p.Stdio.Runtime

@@ -97,6 +97,7 @@ func (r *resolver) resolve(name string, spec *v1alpha1.McpServerSpec) *Policy {
 	}
 	r.limits(root, spec, p)
 	r.transport(root, spec, p)
+	p.SuspendAfter = r.suspendAfter(root.Child("idle", "suspendAfterMs"), spec)
 	return p
 }
 

@@ -77,6 +77,10 @@ func reconnect(r v1alpha1.ReconnectPolicy) mutation {
 	return func(s *v1alpha1.McpServer) { s.Spec.Reconnect = &r }
 }
 
+func suspendAfter(ms int32) mutation {
+	return func(s *v1alpha1.McpServer) { s.Spec.Idle = &v1alpha1.IdlePolicy{SuspendAfterMs: ptr.To(ms)} }
+}
+
 func named(name string) mutation {
 	return func(s *v1alpha1.McpServer) { s.Name = name }
 }
@@ -275,6 +279,19 @@ var _ = Describe("Invalid McpServer manifests", func() {
 			stdioServer(func(s *v1alpha1.McpServer) { s.Spec.Stdio.Command = strings.Repeat("c", 4097) }),
 			"spec.stdio.command"),
 
+		// spec.idle.suspendAfterMs: 0 or >= 60000, stdio only (CEL).
+		Entry("idle.suspendAfterMs 59999, below the floor",
+			stdioServer(suspendAfter(59999)), "spec.idle.suspendAfterMs"),
+		Entry("idle.suspendAfterMs 1",
+			stdioServer(suspendAfter(1)), "spec.idle.suspendAfterMs"),
+		Entry("idle.suspendAfterMs -1",
+			stdioServer(suspendAfter(-1)), "spec.idle.suspendAfterMs"),
+		Entry("idle.suspendAfterMs 2147483648",
+			manifest(`{transport: stdio, stdio: {command: npx}, idle: {suspendAfterMs: 2147483648}}`),
+			"spec.idle.suspendAfterMs"),
+		Entry("idle.suspendAfterMs on a streamable-http server",
+			httpServer(suspendAfter(60000)), "spec.idle.suspendAfterMs"),
+
 		// Wrong types, which the Go types cannot express.
 		Entry("a string in a number field (toolCallTimeoutMs)",
 			manifest(`{transport: stdio, stdio: {command: npx}, toolCallTimeoutMs: "60000"}`),
@@ -443,6 +460,14 @@ spec:
 			})),
 		Entry("healthCheckIntervalMs 0 stays 0",
 			stdioServer(func(s *v1alpha1.McpServer) { s.Spec.HealthCheckIntervalMs = ptr.To[int32](0) })),
+		Entry("idle.suspendAfterMs at its floor of 60000",
+			stdioServer(suspendAfter(60000))),
+		Entry("idle.suspendAfterMs 0 (never) on a stdio server",
+			stdioServer(suspendAfter(0))),
+		Entry("idle.suspendAfterMs 0 on a streamable-http server",
+			httpServer(suspendAfter(0))),
+		Entry("idle.suspendAfterMs at its maximum (2147483647)",
+			stdioServer(suspendAfter(2147483647))),
 		Entry("initialDelayMs equal to maxDelayMs",
 			stdioServer(reconnect(v1alpha1.ReconnectPolicy{InitialDelayMs: ptr.To[int32](2000), MaxDelayMs: ptr.To[int32](2000)}))),
 		Entry("only maxDelayMs set, equal to the default initialDelayMs",
