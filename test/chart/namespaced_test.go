@@ -2,7 +2,6 @@ package chart_test
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -94,7 +93,7 @@ func TestNamespacedInstallRunsTheManager(t *testing.T) {
 	g.Expect(canI("create", "deployments.apps", "-n", unwatched)).To(Equal("no"))
 	g.Expect(canI("create", "tokenreviews.authentication.k8s.io")).To(Equal("yes"))
 
-	logPath := runManager(t, d, sa)
+	logPath := runReleaseManager(t, d, sa)
 
 	servers := map[string]*v1alpha1.McpServer{}
 	for _, ns := range append(slices.Clone(watched), unwatched) {
@@ -133,11 +132,11 @@ func TestNamespacedInstallRunsTheManager(t *testing.T) {
 	}
 }
 
-// runManager builds and runs the manager with d's arguments (loopback
+// runReleaseManager builds and runs the manager with d's arguments (loopback
 // addresses instead of the Pod's) and a kubeconfig holding only a token of
 // the release's ServiceAccount sa, waits for it to be ready, and stops it
 // when the test ends. It returns the path of the manager's log.
-func runManager(t *testing.T, d *appsv1.Deployment, sa string) string {
+func runReleaseManager(t *testing.T, d *appsv1.Deployment, sa string) string {
 	t.Helper()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "manager")
@@ -224,16 +223,6 @@ func tokenKubeconfig(t *testing.T, ns, sa string) string {
 		t.Fatal(err)
 	}
 	return path
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // decode splits a release's manifest into objects.
