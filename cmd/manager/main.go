@@ -104,7 +104,7 @@ func run(args []string) error {
 
 	log.Info("starting manager", "gatewayBindAddress", opts.gatewayAddr, "gatewayAuth", opts.gatewayAuth,
 		"gatewayTokenAudiences", opts.gatewayAudiences, "gatewayTLS", opts.gatewayCertDir != "",
-		"watchNamespaces", opts.watchNamespaces, "upstreamAllowCIDRs", opts.upstreamAllowCIDRs, "metricsBindAddress", opts.metricsAddr, "metricsSecure", opts.metricsSecure,
+		"watchNamespaces", opts.watchNamespaces, "upstreamAllowCIDRs", opts.upstreamAllowCIDRs, "clusterCIDRs", opts.clusterCIDRs, "metricsBindAddress", opts.metricsAddr, "metricsSecure", opts.metricsSecure,
 		"localStdioNamespaces", opts.stdio.localNamespaces, "shimImage", opts.stdio.shimImage)
 	err = mgr.Start(ctrl.SetupSignalHandler())
 	// No stdio server may outlive the manager, however it stopped.
@@ -120,7 +120,7 @@ func setupControllers(mgr ctrl.Manager, opts *options) (*controller.Supervisors,
 		return nil, fmt.Errorf("set up the gateway: %w", err)
 	}
 	sups := &controller.Supervisors{Registry: registry, Log: ctrl.Log.WithName("supervisor"),
-		Egress: egress.New(opts.upstreamAllowCIDRs)}
+		Egress: egress.New(opts.upstreamAllowCIDRs).WithCluster(opts.clusterCIDRs, egress.KubeOwners{Reader: mgr.GetAPIReader()})}
 	sups.TracerProvider = opts.tracerProvider
 	r := &controller.McpServerReconciler{
 		Client:      mgr.GetClient(),

@@ -41,6 +41,7 @@ type options struct {
 	watchNamespaces         []string
 	stdio                   stdioOptions
 	upstreamAllowCIDRs      []netip.Prefix
+	clusterCIDRs            []netip.Prefix
 	zap                     zap.Options
 	// tracerProvider comes from the OTEL_* environment, not from a flag.
 	tracerProvider trace.TracerProvider
@@ -65,7 +66,7 @@ const defaultShimImage = "ghcr.io/mcpbridge/operator:0.1.0"
 // "Flags".
 func parseOptions(fs *flag.FlagSet, args []string) (*options, error) {
 	o := &options{}
-	var namespaces, audiences, allowCIDRs string
+	var namespaces, audiences, allowCIDRs, clusterCIDRs string
 	// --kubeconfig belongs to controller-runtime's config loader, which
 	// reads it when it is registered on the FlagSet that is parsed.
 	config.RegisterFlags(fs)
@@ -103,7 +104,11 @@ func parseOptions(fs *flag.FlagSet, args []string) (*options, error) {
 		"Comma-separated namespaces to watch; empty watches all namespaces.")
 	fs.StringVar(&allowCIDRs, strings.TrimPrefix(egress.AllowFlag, "--"), "",
 		"Comma-separated CIDRs that Streamable HTTP upstreams may be reached at although they are loopback, link-local, "+
-			"unspecified or multicast addresses, which are refused otherwise, e.g. 127.0.0.0/8,::1/128 for local development.")
+			"unspecified, multicast, metadata (100.100.100.200, fd00:ec2::254) or NAT64 (64:ff9b::/96) addresses, or "+
+			"addresses of another namespace's Pods and Services, which are refused otherwise; e.g. 127.0.0.0/8,::1/128 for local development.")
+	fs.StringVar(&clusterCIDRs, strings.TrimPrefix(egress.ClusterFlag, "--"), prefixList(egress.DefaultClusterCIDRs),
+		"Comma-separated CIDRs of the cluster's Pod and Service networks: an upstream address in them is looked up "+
+			"(Pods by status.podIP, Services by spec.clusterIP) and refused when it belongs to another namespace than the McpServer's.")
 	localStdio := o.stdio.bindFlags(fs)
 	o.zap.BindFlags(fs)
 	fs.Usage = func() {
@@ -123,6 +128,9 @@ func parseOptions(fs *flag.FlagSet, args []string) (*options, error) {
 	o.gatewayAudiences = splitList(audiences)
 	if o.upstreamAllowCIDRs, err = egress.ParseCIDRs(allowCIDRs); err != nil {
 		return nil, fmt.Errorf("%s: %w", egress.AllowFlag, err)
+	}
+	if o.clusterCIDRs, err = egress.ParseCIDRs(clusterCIDRs); err != nil {
+		return nil, fmt.Errorf("%s: %w", egress.ClusterFlag, err)
 	}
 	return o, o.validate()
 }
@@ -204,4 +212,14 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// prefixList is the comma-separated form of prefixes, as the CIDR flags
+// take them.
+func prefixList(prefixes []netip.Prefix) string {
+	s := make([]string, len(prefixes))
+	for i, p := range prefixes {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ",")
 }

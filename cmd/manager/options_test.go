@@ -8,11 +8,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 
+	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/policy"
 )
 
@@ -25,6 +27,7 @@ func TestEveryOperationsFlagIsDefined(t *testing.T) {
 		"kubeconfig", "metrics-bind-address", "metrics-secure", "metrics-cert-path", "metrics-cert-name",
 		"metrics-cert-key", "enable-http2", "health-probe-bind-address", "leader-elect", "leader-election-namespace",
 		"gateway-bind-address", "gateway-auth", "gateway-token-audiences", "gateway-cert-dir", "watch-namespaces", "upstream-allow-cidrs",
+		"cluster-cidrs",
 		"local-stdio-namespaces", "shim-image", "node-image", "python-image",
 		"zap-devel", "zap-encoder", "zap-log-level", "zap-stacktrace-level", "zap-time-encoding",
 	} {
@@ -64,6 +67,8 @@ func TestOptionsThatCannotWorkAreRefused(t *testing.T) {
 		{[]string{"--python-image=library/UPPER:1"}, "--python-image"},
 		{[]string{"--upstream-allow-cidrs=127.0.0.0/8, ::1/128"}, ""},
 		{[]string{"--upstream-allow-cidrs=127.0.0.0/8,localhost"}, `--upstream-allow-cidrs: "localhost" is not a CIDR`},
+		{[]string{"--cluster-cidrs=10.244.0.0/16,10.96.0.0/12,fd00:10::/56"}, ""},
+		{[]string{"--cluster-cidrs=10.244.0.0"}, `--cluster-cidrs: "10.244.0.0" is not a CIDR`},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -197,4 +202,16 @@ func TestHelpListsEveryFlag(t *testing.T) {
 			t.Errorf("--%s has no help text", f.Name)
 		}
 	})
+}
+
+// TestClusterCIDRsDefaultToThePrivateRanges: without --cluster-cidrs, the
+// in-cluster rule looks up every private and shared address.
+func TestClusterCIDRsDefaultToThePrivateRanges(t *testing.T) {
+	o, err := parseOptions(flag.NewFlagSet("manager", flag.ContinueOnError), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(o.clusterCIDRs, egress.DefaultClusterCIDRs) {
+		t.Errorf("clusterCIDRs = %v, want %v", o.clusterCIDRs, egress.DefaultClusterCIDRs)
+	}
 }

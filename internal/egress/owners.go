@@ -1,0 +1,46 @@
+package egress
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// +kubebuilder:rbac:groups="",resources=pods;services,verbs=list
+
+// KubeOwners looks an address up in the apiserver: the Pods whose
+// status.podIP and the Services whose spec.clusterIP it is, in every
+// namespace, through field-selected Lists. Reader should be uncached
+// (the manager's APIReader): the manager caches neither all Pods nor all
+// Services of the cluster, and a dial is rare next to the calls it serves.
+type KubeOwners struct {
+	Reader client.Reader
+}
+
+// Owners implements Owners. A Pod that has ended (Succeeded, Failed) no
+// longer has its address: the address may already be another Pod's.
+func (k KubeOwners) Owners(ctx context.Context, a netip.Addr) ([]Owner, error) {
+	ip := a.WithZone("").Unmap().String()
+	var out []Owner
+	pods := &corev1.PodList{}
+	if err := k.Reader.List(ctx, pods, client.MatchingFields{"status.podIP": ip}); err != nil {
+		return nil, fmt.Errorf("list the Pods with that address: %w", err)
+	}
+	for _, p := range pods.Items {
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		out = append(out, Owner{Kind: "Pod", Namespace: p.Namespace, Name: p.Name})
+	}
+	svcs := &corev1.ServiceList{}
+	if err := k.Reader.List(ctx, svcs, client.MatchingFields{"spec.clusterIP": ip}); err != nil {
+		return nil, fmt.Errorf("list the Services with that address: %w", err)
+	}
+	for _, s := range svcs.Items {
+		out = append(out, Owner{Kind: "Service", Namespace: s.Namespace, Name: s.Name})
+	}
+	return out, nil
+}
