@@ -28,7 +28,6 @@ import (
 	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/gateway"
 	"github.com/mcpbridge/operator/internal/kubeauth"
-	"github.com/mcpbridge/operator/internal/podruntime"
 	"github.com/mcpbridge/operator/internal/proc"
 )
 
@@ -105,7 +104,8 @@ func run(args []string) error {
 	log.Info("starting manager", "gatewayBindAddress", opts.gatewayAddr, "gatewayAuth", opts.gatewayAuth,
 		"gatewayTokenAudiences", opts.gatewayAudiences, "gatewayTLS", opts.gatewayCertDir != "",
 		"watchNamespaces", opts.watchNamespaces, "upstreamAllowCIDRs", opts.upstreamAllowCIDRs, "clusterCIDRs", opts.clusterCIDRs, "metricsBindAddress", opts.metricsAddr, "metricsSecure", opts.metricsSecure,
-		"localStdioNamespaces", opts.stdio.localNamespaces, "shimImage", opts.stdio.shimImage)
+		"localStdioNamespaces", opts.stdio.localNamespaces, "shimImage", opts.stdio.shimImage,
+		"managerPodLabels", opts.stdio.managerPodLabels, "managerNamespace", opts.stdio.managerNamespace)
 	err = mgr.Start(ctrl.SetupSignalHandler())
 	// No stdio server may outlive the manager, however it stopped.
 	sups.DisposeAll()
@@ -128,7 +128,7 @@ func setupControllers(mgr ctrl.Manager, opts *options) (*controller.Supervisors,
 		Recorder:    mgr.GetEventRecorder("mcpbridge-manager"),
 		Supervisors: sups,
 		Runtime:     opts.stdio.runtimeConfig(),
-		PodRuntime:  podruntime.Options{ShimImage: opts.stdio.shimImage},
+		PodRuntime:  opts.stdio.podRuntime(),
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up the McpServer controller: %w", err)

@@ -27,7 +27,7 @@ func TestEveryOperationsFlagIsDefined(t *testing.T) {
 		"kubeconfig", "metrics-bind-address", "metrics-secure", "metrics-cert-path", "metrics-cert-name",
 		"metrics-cert-key", "enable-http2", "health-probe-bind-address", "leader-elect", "leader-election-namespace",
 		"gateway-bind-address", "gateway-auth", "gateway-token-audiences", "gateway-cert-dir", "watch-namespaces", "upstream-allow-cidrs",
-		"cluster-cidrs",
+		"cluster-cidrs", "manager-pod-labels", "manager-namespace",
 		"local-stdio-namespaces", "shim-image", "node-image", "python-image",
 		"zap-devel", "zap-encoder", "zap-log-level", "zap-stacktrace-level", "zap-time-encoding",
 	} {
@@ -69,6 +69,9 @@ func TestOptionsThatCannotWorkAreRefused(t *testing.T) {
 		{[]string{"--upstream-allow-cidrs=127.0.0.0/8,localhost"}, `--upstream-allow-cidrs: "localhost" is not a CIDR`},
 		{[]string{"--cluster-cidrs=10.244.0.0/16,10.96.0.0/12,fd00:10::/56"}, ""},
 		{[]string{"--cluster-cidrs=10.244.0.0"}, `--cluster-cidrs: "10.244.0.0" is not a CIDR`},
+		{[]string{"--manager-pod-labels=app=mcpbridge,tier=manager", "--manager-namespace=ops"}, ""},
+		{[]string{"--manager-pod-labels="}, "--manager-pod-labels"},
+		{[]string{"--manager-pod-labels=app in (a,b)"}, "--manager-pod-labels"},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

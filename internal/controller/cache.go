@@ -3,6 +3,7 @@ package controller
 import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -11,9 +12,9 @@ import (
 )
 
 // CacheOptions adds to base what the reconciler needs of the manager's
-// cache: Deployments and Pods only with the label the manager puts on the
+// cache: Deployments, Pods and NetworkPolicies only with the label the manager puts on the
 // objects of the Pod runtime, so that the manager never caches the
-// cluster's other Pods and Deployments. The manager must be built with it.
+// cluster's other Pods, Deployments and NetworkPolicies. The manager must be built with it.
 // See docs/design.md, "Pods that are not there yet".
 func CacheOptions(base cache.Options) cache.Options {
 	managed := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{podruntime.ManagedByLabel: podruntime.ManagedByValue})}
@@ -23,6 +24,7 @@ func CacheOptions(base cache.Options) cache.Options {
 	}
 	byObject[&appsv1.Deployment{}] = managed
 	byObject[&corev1.Pod{}] = managed
+	byObject[&networkingv1.NetworkPolicy{}] = managed
 	base.ByObject = byObject
 	return base
 }

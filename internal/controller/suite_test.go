@@ -94,6 +94,9 @@ func startManager() { startManagerWith(localEverywhere, podruntime.Options{ShimI
 // startManagerWith runs the manager with the runtime flags given. Its cache
 // is set up as the manager binary's (controller.CacheOptions).
 func startManagerWith(rc policy.RuntimeConfig, po podruntime.Options) {
+	if len(po.ManagerPodLabels) == 0 {
+		po.ManagerPodLabels, po.ManagerNamespace = testManagerLabels, testManagerNamespace
+	}
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:                 env.Scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
@@ -103,14 +106,16 @@ func startManagerWith(rc policy.RuntimeConfig, po podruntime.Options) {
 	})
 	Expect(err).NotTo(HaveOccurred())
 	registry = bridge.NewRegistry()
+	// The in-cluster rule looks addresses up as the manager binary does.
+	owners := egress.KubeOwners{Reader: mgr.GetAPIReader()}
 	sups = &controller.Supervisors{Registry: registry, Log: ctrl.Log.WithName("supervisor"),
-		Egress: testEgress("127.0.0.0/8", "::1/128"),
+		Egress: testEgress("127.0.0.0/8", "::1/128").WithCluster(egress.DefaultClusterCIDRs, owners),
 		Tune: func(o *bridge.Options) {
 			// Pod-runtime supervisors get the manager's default too: their
 			// shims listen on loopback and are reached all the same, since
 			// the tunnel to the operator's own Pod is not an upstream.
 			if strings.HasPrefix(o.Name, refusedPrefix) || o.Pod != nil {
-				o.Egress = testEgress() // the manager's default: nothing allowed
+				o.Egress = testEgress().WithCluster(egress.DefaultClusterCIDRs, owners) // the manager's default: nothing allowed
 			}
 			o.CloseBarrier = 3 * time.Second
 			o.TerminateGrace = 500 * time.Millisecond
@@ -144,6 +149,12 @@ const (
 	gatewayDenyTTL    = time.Second
 	gatewayRevalidate = time.Second
 )
+
+// The labels and namespace of the manager's Pods that the test manager's
+// NetworkPolicies admit.
+var testManagerLabels = map[string]string{"app.kubernetes.io/component": "manager"}
+
+const testManagerNamespace = "mcpbridge-system"
 
 // refusedPrefix names the McpServers whose supervisors get the manager's
 // default egress policy, which refuses loopback; the others may reach the

@@ -9,13 +9,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// +kubebuilder:rbac:groups="",resources=pods;services,verbs=list
-
 // KubeOwners looks an address up in the apiserver: the Pods whose
 // status.podIP and the Services whose spec.clusterIP it is, in every
 // namespace, through field-selected Lists. Reader should be uncached
 // (the manager's APIReader): the manager caches neither all Pods nor all
 // Services of the cluster, and a dial is rare next to the calls it serves.
+// It needs list on Pods and Services in every namespace (the RBAC markers
+// are internal/controller's, where the manager's rules are generated).
 type KubeOwners struct {
 	Reader client.Reader
 }
