@@ -6,6 +6,7 @@ import (
 	"net/netip"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -35,12 +36,33 @@ func (k KubeOwners) Owners(ctx context.Context, a netip.Addr) ([]Owner, error) {
 		}
 		out = append(out, Owner{Kind: "Pod", Namespace: p.Namespace, Name: p.Name})
 	}
-	svcs := &corev1.ServiceList{}
-	if err := k.Reader.List(ctx, svcs, client.MatchingFields{"spec.clusterIP": ip}); err != nil {
+	svcs, err := k.services(ctx, ip)
+	if err != nil {
 		return nil, fmt.Errorf("list the Services with that address: %w", err)
 	}
-	for _, s := range svcs.Items {
+	for _, s := range svcs {
 		out = append(out, Owner{Kind: "Service", Namespace: s.Namespace, Name: s.Name})
+	}
+	return out, nil
+}
+
+// services are the Services whose spec.clusterIP is ip. An apiserver older
+// than the spec.clusterIP field selector (Kubernetes 1.31) refuses it as a
+// bad request; then every Service is listed and filtered here.
+func (k KubeOwners) services(ctx context.Context, ip string) ([]corev1.Service, error) {
+	list := &corev1.ServiceList{}
+	err := k.Reader.List(ctx, list, client.MatchingFields{"spec.clusterIP": ip})
+	if err == nil || !apierrors.IsBadRequest(err) {
+		return list.Items, err
+	}
+	if err := k.Reader.List(ctx, list); err != nil {
+		return nil, err
+	}
+	var out []corev1.Service
+	for _, s := range list.Items {
+		if s.Spec.ClusterIP == ip {
+			out = append(out, s)
+		}
 	}
 	return out, nil
 }
