@@ -230,7 +230,8 @@ var _ = Describe("The Pod runtime", Ordered, func() {
 		stale := s2.DeepCopy()
 		stale.Data[podruntime.CertKey], stale.Data[podruntime.PrivateKeyKey] = s1.Data[podruntime.CertKey], s1.Data[podruntime.PrivateKeyKey]
 		stop = runShim(shimBin, shimPort, stale, fixtureBin)
-		setPodStatus(createPod(ns, "fx", d2), readyStatus())
+		rolled := createPod(ns, "fx", d2)
+		setPodStatus(rolled, readyStatus())
 		Eventually(func(g Gomega) {
 			got := get(ns, "fx")
 			g.Expect(got.Status.LastError).NotTo(BeNil())
@@ -240,7 +241,7 @@ var _ = Describe("The Pod runtime", Ordered, func() {
 		stop()
 
 		runShim(shimBin, shimPort, s2, fixtureBin)
-		Expect(readyAt(ns, "fx", 1).Status.LastError).To(BeNil())
+		Expect(readyAt(ns, "fx", 1).Status.PodName).To(Equal(rolled.Name))
 		Expect(tokenSecretOf(ns, "fx").Data).To(Equal(s2.Data), "no roll, no new credentials")
 	})
 
@@ -372,6 +373,7 @@ var _ = Describe("The Pod runtime", Ordered, func() {
 		ns := podNamespace()
 		Expect(k8s.Create(ctx, podServer(ns, "fx"))).To(Succeed())
 		before := deploymentOf(ns, "fx")
+		creds := tokenSecretOf(ns, "fx").Data
 		Eventually(func() int64 { return get(ns, "fx").Status.ConnectionGeneration }, eventuallyTimeout, poll).Should(BeEquivalentTo(1))
 		stopManager()
 		startManagerWith(policy.RuntimeConfig{LocalNamespaces: []string{trusted}},
@@ -379,6 +381,7 @@ var _ = Describe("The Pod runtime", Ordered, func() {
 		Eventually(func() int64 { return get(ns, "fx").Status.ConnectionGeneration }, eventuallyTimeout, poll).Should(
 			BeEquivalentTo(2), "the new manager's supervisor runs")
 		Consistently(func() int64 { return deploymentOf(ns, "fx").Generation }, time.Second, poll).Should(Equal(before.Generation))
+		Expect(tokenSecretOf(ns, "fx").Data).To(Equal(creds), "the same template keeps its credentials")
 	})
 })
 
