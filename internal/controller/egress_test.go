@@ -97,9 +97,13 @@ var _ = Describe("Upstreams inside the cluster", func() {
 		Expect(check(theirs, myPod)).To(MatchError(ContainSubstring("another namespace")))
 		Expect(check(mine, "10.244.3.9")).To(Succeed(), "an address nobody has is not another namespace's")
 
-		// A Pod that has ended no longer holds its address.
-		setPodPhase(theirs, "api", corev1.PodSucceeded)
-		Expect(check(mine, theirPod)).To(Succeed())
+		// A Pod that has ended no longer holds its address. (Another Pod
+		// than the one an McpServer above keeps retrying: the address it
+		// frees would be dialled.)
+		ended := podWithIP(theirs, "job", "10.244.3.10")
+		Expect(check(mine, ended)).To(MatchError(ContainSubstring("another namespace")))
+		setPodPhase(theirs, "job", corev1.PodSucceeded)
+		Expect(check(mine, ended)).To(Succeed())
 		Expect(egressViolations.Load()).To(BeZero())
 	})
 })
