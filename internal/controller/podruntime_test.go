@@ -270,6 +270,18 @@ var _ = Describe("The Pod runtime", Ordered, func() {
 		Eventually(func() []networkingv1.NetworkPolicyPeer {
 			return networkPolicyOf(ns, "fx").Spec.Ingress[0].From
 		}, eventuallyTimeout, poll).Should(Equal(rule.From))
+		// A rule added beside the manager's is removed too: the spec must
+		// equal the rendering, not merely contain it.
+		np = networkPolicyOf(ns, "fx")
+		np.Spec.Ingress = append(np.Spec.Ingress, networkingv1.NetworkPolicyIngressRule{})
+		Expect(k8s.Update(ctx, np)).To(Succeed())
+		Eventually(func() []networkingv1.NetworkPolicyIngressRule {
+			return networkPolicyOf(ns, "fx").Spec.Ingress
+		}, eventuallyTimeout, poll).Should(HaveLen(1))
+		// And what the apiserver stores is the rendering: no write per reconcile.
+		rv := networkPolicyOf(ns, "fx").ResourceVersion
+		editSpec(ns, "fx", func(obj *v1alpha1.McpServer) { obj.Spec.ToolCallTimeoutMs = ptr32(12345) })
+		Consistently(func() string { return networkPolicyOf(ns, "fx").ResourceVersion }, time.Second, poll).Should(Equal(rv))
 	})
 
 	It("removes the Deployment and the token Secret on a switch to Local or HTTP, and on delete", func() {
