@@ -72,10 +72,12 @@ var _ = BeforeSuite(func() {
 
 var _ = AfterSuite(func() {
 	stopManager()
-	Expect(egressViolations.Load()).To(BeZero(), "an egress policy let an address off this machine through")
+	// The control plane stops first: a failed expectation must not leave
+	// its processes behind.
 	if env != nil {
 		Expect(env.Stop()).To(Succeed())
 	}
+	Expect(egressViolations.Load()).To(BeZero(), "an egress policy let an address off this machine through")
 })
 
 // localEverywhere runs every stdio server without an image as a child of
