@@ -28,7 +28,6 @@ import (
 	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/gateway"
 	"github.com/mcpbridge/operator/internal/kubeauth"
-	"github.com/mcpbridge/operator/internal/podruntime"
 	"github.com/mcpbridge/operator/internal/proc"
 )
 
@@ -104,8 +103,9 @@ func run(args []string) error {
 
 	log.Info("starting manager", "gatewayBindAddress", opts.gatewayAddr, "gatewayAuth", opts.gatewayAuth,
 		"gatewayTokenAudiences", opts.gatewayAudiences, "gatewayTLS", opts.gatewayCertDir != "",
-		"watchNamespaces", opts.watchNamespaces, "upstreamAllowCIDRs", opts.upstreamAllowCIDRs, "metricsBindAddress", opts.metricsAddr, "metricsSecure", opts.metricsSecure,
-		"localStdioNamespaces", opts.stdio.localNamespaces, "shimImage", opts.stdio.shimImage, "limits", opts.limits,
+		"watchNamespaces", opts.watchNamespaces, "upstreamAllowCIDRs", opts.upstreamAllowCIDRs, "clusterCIDRs", opts.clusterCIDRs, "metricsBindAddress", opts.metricsAddr, "metricsSecure", opts.metricsSecure,
+		"localStdioNamespaces", opts.stdio.localNamespaces, "shimImage", opts.stdio.shimImage,
+		"managerPodLabels", opts.stdio.managerPodLabels, "managerNamespace", opts.stdio.managerNamespace, "limits", opts.limits,
 		"gatewayBudgets", opts.budgets.gateway, "maxToolBytesPerNamespace", opts.budgets.toolBytes)
 	err = mgr.Start(ctrl.SetupSignalHandler())
 	// No stdio server may outlive the manager, however it stopped.
@@ -122,14 +122,15 @@ func setupControllers(mgr ctrl.Manager, opts *options) (*controller.Supervisors,
 		return nil, fmt.Errorf("set up the gateway: %w", err)
 	}
 	sups := controller.NewSupervisors(controller.SupervisorsOptions{Registry: registry, Log: ctrl.Log.WithName("supervisor"),
-		Egress: egress.New(opts.upstreamAllowCIDRs), TracerProvider: opts.tracerProvider})
+		Egress:         egress.New(opts.upstreamAllowCIDRs).WithCluster(opts.clusterCIDRs, egress.KubeOwners{Reader: mgr.GetAPIReader()}),
+		TracerProvider: opts.tracerProvider})
 	r := &controller.McpServerReconciler{
 		Client:      mgr.GetClient(),
 		APIReader:   mgr.GetAPIReader(),
 		Recorder:    mgr.GetEventRecorder("mcpbridge-manager"),
 		Supervisors: sups,
 		Runtime:     opts.runtimeConfig(),
-		PodRuntime:  podruntime.Options{ShimImage: opts.stdio.shimImage},
+		PodRuntime:  opts.stdio.podRuntime(),
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up the McpServer controller: %w", err)

@@ -5,15 +5,18 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/distribution/reference"
 	"go.opentelemetry.io/otel/trace"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/mcpbridge/operator/internal/egress"
+	"github.com/mcpbridge/operator/internal/podruntime"
 	"github.com/mcpbridge/operator/internal/policy"
 )
 
@@ -42,6 +45,7 @@ type options struct {
 	watchNamespaces         []string
 	stdio                   stdioOptions
 	upstreamAllowCIDRs      []netip.Prefix
+	clusterCIDRs            []netip.Prefix
 	limits                  policy.Limits
 	budgets                 budgetOptions
 	zap                     zap.Options
@@ -54,8 +58,12 @@ type options struct {
 type stdioOptions struct {
 	localNamespaces []string
 	shimImage       string
-	nodeImage       string
-	pythonImage     string
+	// managerPodLabels and managerNamespace select the manager's own Pods,
+	// which a server Pod's NetworkPolicy admits to the shim.
+	managerPodLabels map[string]string
+	managerNamespace string
+	nodeImage        string
+	pythonImage      string
 }
 
 // defaultShimImage is the operator's own published image, which holds the
@@ -68,7 +76,7 @@ const defaultShimImage = "ghcr.io/mcpbridge/operator:0.1.0"
 // "Flags".
 func parseOptions(fs *flag.FlagSet, args []string) (*options, error) {
 	o := &options{}
-	var namespaces, audiences, allowCIDRs string
+	var namespaces, audiences, allowCIDRs, clusterCIDRs string
 	// --kubeconfig belongs to controller-runtime's config loader, which
 	// reads it when it is registered on the FlagSet that is parsed.
 	config.RegisterFlags(fs)
@@ -106,8 +114,12 @@ func parseOptions(fs *flag.FlagSet, args []string) (*options, error) {
 		"Comma-separated namespaces to watch; empty watches all namespaces.")
 	fs.StringVar(&allowCIDRs, strings.TrimPrefix(egress.AllowFlag, "--"), "",
 		"Comma-separated CIDRs that Streamable HTTP upstreams may be reached at although they are loopback, link-local, "+
-			"unspecified or multicast addresses, which are refused otherwise, e.g. 127.0.0.0/8,::1/128 for local development.")
-	localStdio := o.stdio.bindFlags(fs)
+			"unspecified, multicast, metadata (100.100.100.200, fd00:ec2::254) or NAT64 (64:ff9b::/96) addresses, or "+
+			"addresses of another namespace's Pods and Services, which are refused otherwise; e.g. 127.0.0.0/8,::1/128 for local development.")
+	fs.StringVar(&clusterCIDRs, strings.TrimPrefix(egress.ClusterFlag, "--"), prefixList(egress.DefaultClusterCIDRs),
+		"Comma-separated CIDRs of the cluster's Pod and Service networks: an upstream address in them is looked up "+
+			"(Pods by status.podIP, Services by spec.clusterIP) and refused when it belongs to another namespace than the McpServer's.")
+	localStdio, managerLabels := o.stdio.bindFlags(fs)
 	bindLimitFlags(fs, &o.limits)
 	o.budgets.bindFlags(fs)
 	o.zap.BindFlags(fs)
@@ -125,16 +137,25 @@ func parseOptions(fs *flag.FlagSet, args []string) (*options, error) {
 	}
 	o.watchNamespaces = splitList(namespaces)
 	o.stdio.localNamespaces = splitList(*localStdio)
+	if o.stdio.managerPodLabels, err = labels.ConvertSelectorToLabelsMap(*managerLabels); err != nil || len(o.stdio.managerPodLabels) == 0 {
+		return nil, fmt.Errorf("--manager-pod-labels=%q: want labels such as app.kubernetes.io/component=manager", *managerLabels)
+	}
+	if o.stdio.managerNamespace == "" {
+		o.stdio.managerNamespace = inClusterNamespace()
+	}
 	o.gatewayAudiences = splitList(audiences)
 	if o.upstreamAllowCIDRs, err = egress.ParseCIDRs(allowCIDRs); err != nil {
 		return nil, fmt.Errorf("%s: %w", egress.AllowFlag, err)
+	}
+	if o.clusterCIDRs, err = egress.ParseCIDRs(clusterCIDRs); err != nil {
+		return nil, fmt.Errorf("%s: %w", egress.ClusterFlag, err)
 	}
 	return o, o.validate()
 }
 
 // bindFlags defines the runtime flags; the namespace list is split after
 // parsing.
-func (o *stdioOptions) bindFlags(fs *flag.FlagSet) *string {
+func (o *stdioOptions) bindFlags(fs *flag.FlagSet) (localNamespaces, managerLabels *string) {
 	local := fs.String("local-stdio-namespaces", "",
 		"Comma-separated namespaces whose stdio servers without spec.stdio.image run as child processes of the manager "+
 			"(the Local runtime), '*' for every namespace; empty (the default) runs every stdio server in a Pod of its own. "+
@@ -145,7 +166,29 @@ func (o *stdioOptions) bindFlags(fs *flag.FlagSet) *string {
 		"Default image of stdio servers whose command is npx or node and that set no spec.stdio.image.")
 	fs.StringVar(&o.pythonImage, "python-image", policy.DefaultPythonImage,
 		"Default image of stdio servers whose command is uvx, uv, python or python3 and that set no spec.stdio.image.")
-	return local
+	managerLabels = fs.String("manager-pod-labels", defaultManagerPodLabels,
+		"Comma-separated labels (k=v) of the manager's own Pods: the NetworkPolicy of each stdio server's Pod admits "+
+			"the shim's port only from Pods with these labels in --manager-namespace.")
+	fs.StringVar(&o.managerNamespace, "manager-namespace", "",
+		"Namespace of the manager's Pods for the server Pods' NetworkPolicies; empty is the manager's own namespace in a cluster, "+
+			"and every namespace outside one.")
+	return local, managerLabels
+}
+
+// defaultManagerPodLabels is the label config/default and the chart give
+// the manager's Pods.
+const defaultManagerPodLabels = "app.kubernetes.io/component=manager"
+
+// serviceAccountNamespaceFile is where a Pod finds its own namespace.
+const serviceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// inClusterNamespace is the manager Pod's namespace, or "" outside a cluster.
+func inClusterNamespace() string {
+	b, err := os.ReadFile(serviceAccountNamespaceFile)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // validate refuses image references the kubelet could not pull.
@@ -158,6 +201,11 @@ func (o *stdioOptions) validate() error {
 		}
 	}
 	return nil
+}
+
+// podRuntime is the Pod renderer's view of the flags.
+func (o *stdioOptions) podRuntime() podruntime.Options {
+	return podruntime.Options{ShimImage: o.shimImage, ManagerPodLabels: o.managerPodLabels, ManagerNamespace: o.managerNamespace}
 }
 
 // runtimeConfig is the resolve step's view of the flags.
@@ -254,4 +302,14 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// prefixList is the comma-separated form of prefixes, as the CIDR flags
+// take them.
+func prefixList(prefixes []netip.Prefix) string {
+	s := make([]string, len(prefixes))
+	for i, p := range prefixes {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ",")
 }

@@ -8,12 +8,14 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 
+	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/policy"
 )
 
@@ -26,6 +28,7 @@ func TestEveryOperationsFlagIsDefined(t *testing.T) {
 		"kubeconfig", "metrics-bind-address", "metrics-secure", "metrics-cert-path", "metrics-cert-name",
 		"metrics-cert-key", "enable-http2", "health-probe-bind-address", "leader-elect", "leader-election-namespace",
 		"gateway-bind-address", "gateway-auth", "gateway-token-audiences", "gateway-cert-dir", "watch-namespaces", "upstream-allow-cidrs",
+		"cluster-cidrs", "manager-pod-labels", "manager-namespace",
 		"local-stdio-namespaces", "shim-image", "node-image", "python-image",
 		"min-reconnect-delay", "min-health-check-interval", "max-tool-call-timeout", "max-connection-timeout",
 		"gateway-max-sessions-per-identity", "gateway-max-inflight-calls-per-identity",
@@ -77,6 +80,11 @@ func TestOptionsThatCannotWorkAreRefused(t *testing.T) {
 		{[]string{"--min-reconnect-delay=-1s"}, "--min-reconnect-delay=-1s must not be negative"},
 		{[]string{"--max-connection-timeout=-1ms"}, "--max-connection-timeout=-1ms must not be negative"},
 		{[]string{"--min-health-check-interval=often"}, "min-health-check-interval"},
+		{[]string{"--cluster-cidrs=10.244.0.0/16,10.96.0.0/12,fd00:10::/56"}, ""},
+		{[]string{"--cluster-cidrs=10.244.0.0"}, `--cluster-cidrs: "10.244.0.0" is not a CIDR`},
+		{[]string{"--manager-pod-labels=app=mcpbridge,tier=manager", "--manager-namespace=ops"}, ""},
+		{[]string{"--manager-pod-labels="}, "--manager-pod-labels"},
+		{[]string{"--manager-pod-labels=app in (a,b)"}, "--manager-pod-labels"},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -246,4 +254,16 @@ func TestHelpListsEveryFlag(t *testing.T) {
 			t.Errorf("--%s has no help text", f.Name)
 		}
 	})
+}
+
+// TestClusterCIDRsDefaultToThePrivateRanges: without --cluster-cidrs, the
+// in-cluster rule looks up every private and shared address.
+func TestClusterCIDRsDefaultToThePrivateRanges(t *testing.T) {
+	o, err := parseOptions(flag.NewFlagSet("manager", flag.ContinueOnError), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(o.clusterCIDRs, egress.DefaultClusterCIDRs) {
+		t.Errorf("clusterCIDRs = %v, want %v", o.clusterCIDRs, egress.DefaultClusterCIDRs)
+	}
 }

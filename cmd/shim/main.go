@@ -5,7 +5,7 @@
 // `shim install DEST`.
 //
 //	shim install DEST
-//	shim [--listen=:7420] --token-file=PATH [--terminate-grace=1.5s] -- COMMAND [ARG...]
+//	shim [--listen=:7420] --token-file=PATH --tls-cert-file=PATH --tls-key-file=PATH [--terminate-grace=1.5s] -- COMMAND [ARG...]
 package main
 
 import (
@@ -54,6 +54,8 @@ func run(args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", ":"+strconv.Itoa(shim.DefaultPort), "listen on `ADDR`")
 	tokenFile := fs.String("token-file", "", "read the tunnel token from `PATH` (required)")
+	certFile := fs.String("tls-cert-file", "", "serve TLS with the certificate (PEM) at `PATH` (required)")
+	keyFile := fs.String("tls-key-file", "", "serve TLS with the private key (PEM) at `PATH` (required)")
 	grace := fs.Duration("terminate-grace", shim.DefaultTerminateGrace, "wait between a tunnel's end, SIGTERM and SIGKILL to its process group")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usage)
@@ -71,8 +73,13 @@ func run(args []string, stderr io.Writer) int {
 		log.Error("cannot start", "error", err.Error())
 		return 2
 	}
+	cert, err := shim.LoadKeyPair(*certFile, *keyFile)
+	if err != nil {
+		log.Error("cannot start", "error", err.Error())
+		return 2
+	}
 	srv, err := shim.NewServer(shim.Config{
-		Command: fs.Args(), Token: token, TerminateGrace: *grace, ReapOrphans: true, Log: log,
+		Command: fs.Args(), Token: token, Certificate: cert, TerminateGrace: *grace, ReapOrphans: true, Log: log,
 	})
 	if err != nil {
 		log.Error("cannot start", "error", err.Error())

@@ -23,18 +23,21 @@ type httpDialer struct {
 	spec   *policy.HTTP
 	sniff  func([]byte) // optional: sees every line of every response body
 	egress *egress.Policy
-	tracer tracing.Tracer // a span per request of a traced operation
+	// namespace is the McpServer's: its own Pods and Services are not
+	// another tenant's.
+	namespace string
+	tracer    tracing.Tracer // a span per request of a traced operation
 }
 
 func (d *httpDialer) dial(_ context.Context, onLost func(error)) (link, error) {
 	// Every connection of the generation, the SDK's and the calls posted
 	// as JSON alike, is dialled by this one transport, so the guard sees
 	// each address it connects to. See docs/design.md, "Egress policy".
-	guard := d.egress.Guard()
+	guard := d.egress.Guard(d.namespace)
 	base := &http.Transport{
 		Proxy: guard.Proxy(http.ProxyFromEnvironment),
 		DialContext: (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second,
-			Control: guard.Control}).DialContext,
+			ControlContext: guard.Control}).DialContext,
 		MaxIdleConnsPerHost:   64, // above it, concurrent calls redial every time
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   10 * time.Second,

@@ -51,6 +51,9 @@ type PodTunnel struct {
 	Pods PodSource
 	// Token authenticates the tunnel to the shim.
 	Token string
+	// Cert is the shim's certificate (PEM), pinned: the tunnel opens only
+	// to a shim that serves exactly it.
+	Cert []byte
 	// Port is the shim's port; shim.DefaultPort when 0.
 	Port int
 }
@@ -112,7 +115,7 @@ func (d *tunnelDialer) dial(ctx context.Context, onLost func(error)) (link, erro
 	if port == 0 {
 		port = shim.DefaultPort
 	}
-	t, err := shim.Dial(ctx, net.JoinHostPort(pod.IP, strconv.Itoa(port)), d.target.Token)
+	t, err := shim.Dial(ctx, net.JoinHostPort(pod.IP, strconv.Itoa(port)), shim.Credentials{Token: d.target.Token, Cert: d.target.Cert})
 	if err != nil {
 		return nil, fmt.Errorf("Pod %s: %w", pod.Name, err)
 	}

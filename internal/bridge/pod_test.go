@@ -28,6 +28,16 @@ import (
 
 const podToken = "pod-test-token-0123456789abcdef"
 
+// podCert and podKey are the shim's key pair, issued once for the package
+// as the manager issues one per Pod template; supervisors pin podCert.
+var podCert, podKey = func() ([]byte, []byte) {
+	c, k, err := shim.NewKeyPair("bridge test")
+	if err != nil {
+		panic(err)
+	}
+	return c, k
+}()
+
 // podShim is the shim running as a real process, as in the server's
 // container; its stderr (the container log) goes to the test's.
 type podShim struct {
@@ -40,12 +50,16 @@ type podShim struct {
 // kubelet would.
 func startPodShim(t *testing.T, command ...string) *podShim {
 	t.Helper()
-	tokenFile := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(tokenFile, []byte(podToken), 0o600); err != nil {
-		t.Fatal(err)
+	dir := t.TempDir()
+	tokenFile, certFile, keyFile := filepath.Join(dir, "token"), filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	for file, content := range map[string][]byte{tokenFile: []byte(podToken), certFile: podCert, keyFile: podKey} {
+		if err := os.WriteFile(file, content, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	p := &podShim{port: freeLoopbackPort(t)}
 	args := append([]string{"--listen=127.0.0.1:" + strconv.Itoa(p.port), "--token-file=" + tokenFile,
+		"--tls-cert-file=" + certFile, "--tls-key-file=" + keyFile,
 		"--terminate-grace=300ms", "--"}, command...)
 	p.cmd = exec.Command(shimBin, args...)
 	p.cmd.Stderr = os.Stderr
@@ -131,7 +145,7 @@ func podPolicy() *policy.Policy {
 // startPodSupervisor runs a Pod-runtime supervisor against the shim's port.
 func startPodSupervisor(t *testing.T, p *policy.Policy, pods PodSource, port int, token string) (*Supervisor, *Registry) {
 	return startSupervisor(t, p, func(o *Options) {
-		o.Pod = &PodTunnel{Pods: pods, Token: token, Port: port}
+		o.Pod = &PodTunnel{Pods: pods, Token: token, Cert: podCert, Port: port}
 		o.Log = stdioLog(t)
 	})
 }
@@ -174,7 +188,7 @@ func TestPodTunnelIsNotSubjectToTheEgressPolicy(t *testing.T) {
 	pods := newTestPods()
 	pods.set(readyPod("srv-mcp-1", "uid-1"), true)
 	pod, _ := startSupervisor(t, podPolicy(), func(o *Options) {
-		o.Pod = &PodTunnel{Pods: pods, Token: podToken, Port: sh.port}
+		o.Pod = &PodTunnel{Pods: pods, Token: podToken, Cert: podCert, Port: sh.port}
 		o.Log = stdioLog(t)
 		o.Egress = nil
 	})
@@ -380,6 +394,27 @@ func TestPodTunnelFailuresAreFailedAttemptsThatSaySo(t *testing.T) {
 			t.Logf("lastError: %s", sn.LastError)
 		})
 	}
+	// Another key pair answers at the Pod's address (say, a reused Pod IP):
+	// the pin refuses it before the token is sent.
+	t.Run("another certificate", func(t *testing.T) {
+		sh := startPodShim(t, fixtureBin)
+		other, _, err := shim.NewKeyPair("someone else")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pods := newTestPods()
+		pods.set(readyPod("srv-mcp-1", "uid-1"), true)
+		p := podPolicy()
+		p.Reconnect.MaxAttempts = 1
+		s, _ := startSupervisor(t, p, func(o *Options) {
+			o.Pod = &PodTunnel{Pods: pods, Token: podToken, Cert: other, Port: sh.port}
+			o.Log = stdioLog(t)
+		})
+		sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
+		g := NewWithT(t)
+		g.Expect(sn.LastError.Stage).To(Equal(StageTransportStart))
+		g.Expect(sn.LastError.Message()).To(ContainSubstring(shim.ErrPinMismatch.Error()))
+	})
 	// Connection refused: nothing listens on the Pod's port.
 	t.Run("nothing listening", func(t *testing.T) {
 		port := freeLoopbackPort(t)

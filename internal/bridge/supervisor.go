@@ -186,7 +186,7 @@ func (s *Supervisor) newDialer(o Options) dialer {
 		}
 		return &stdioDialer{spec: s.p.Stdio, log: s.log, grace: grace, sniff: s.tasks.sniff}
 	}
-	return &httpDialer{spec: s.p.HTTP, sniff: s.tasks.sniff, egress: cmp.Or(o.Egress, egress.Default()), tracer: s.tracer}
+	return &httpDialer{spec: s.p.HTTP, sniff: s.tasks.sniff, egress: cmp.Or(o.Egress, egress.Default()), namespace: o.Namespace, tracer: s.tracer}
 }
 
 // Start runs the supervisor until ctx ends or Dispose; a second Start, or a

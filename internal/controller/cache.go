@@ -5,6 +5,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -16,11 +17,12 @@ import (
 )
 
 // CacheOptions adds to base what the reconciler needs of the manager's
-// cache: Deployments and Pods only with the label the manager puts on the
+// cache: Deployments, Pods and NetworkPolicies only with the label the manager puts on the
 // objects of the Pod runtime, so that the manager never caches the
-// cluster's other Pods and Deployments; and every cached object stripped of
-// what the manager never reads (StripUnread). The manager must be built
-// with it. See docs/design.md, "Pods that are not there yet" and "Limits".
+// cluster's other Pods, Deployments and NetworkPolicies; and every cached
+// object stripped of what the manager never reads (StripUnread). The manager
+// must be built with it. See docs/design.md, "Pods that are not there yet"
+// and "Limits".
 func CacheOptions(base cache.Options) cache.Options {
 	managed := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{podruntime.ManagedByLabel: podruntime.ManagedByValue})}
 	byObject := make(map[client.Object]cache.ByObject, len(base.ByObject)+2)
@@ -29,6 +31,7 @@ func CacheOptions(base cache.Options) cache.Options {
 	}
 	byObject[&appsv1.Deployment{}] = managed
 	byObject[&corev1.Pod{}] = managed
+	byObject[&networkingv1.NetworkPolicy{}] = managed
 	base.ByObject = byObject
 	base.DefaultTransform = chain(base.DefaultTransform, StripUnread)
 	return base

@@ -9,6 +9,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
@@ -72,6 +73,7 @@ func (r *McpServerReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// A server's Deployment edited or deleted by hand is put back; its
 		// status changes (the Pod's) reach status through the supervisor.
 		Owns(&appsv1.Deployment{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Owns(&networkingv1.NetworkPolicy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WatchesRawSource(source.Kind(mgr.GetCache(), &corev1.Pod{}, r.pods.Handler())).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(mapSecretUsers(c))).
 		WatchesMetadata(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(mapRefHolders(c, policy.ConfigMapRef))).
@@ -182,23 +184,29 @@ func (r *McpServerReconciler) runInPod(ctx context.Context, obj *v1alpha1.McpSer
 	if r.pods == nil {
 		return verdict{}, errors.New("the McpServer reconciler runs a Pod-runtime server only once SetupWithManager has given it a Pod cache")
 	}
-	token, err := r.ensureToken(ctx, obj)
-	if err != nil {
-		return r.podObjectFailure(ctx, key, err)
-	}
-	deploy, err := podruntime.Deployment(obj, p, token, r.PodRuntime)
+	netpol, err := podruntime.NetworkPolicy(obj, r.PodRuntime)
 	if err != nil {
 		return verdict{}, err
 	}
-	hash := deploy.Spec.Template.Annotations[podruntime.TemplateHashAnnotation]
+	creds, deploy, err := r.ensureCredentials(ctx, obj, func(token string) (*appsv1.Deployment, error) {
+		return podruntime.Deployment(obj, p, token, r.PodRuntime)
+	})
+	if err != nil {
+		return r.podObjectFailure(ctx, key, err)
+	}
+	hash := templateHashOf(deploy)
 	opts := supervisorOptions(ctx, obj, p)
-	opts.Pod = &bridge.PodTunnel{Pods: r.pods.Source(obj.Namespace, obj.Name, hash), Token: token, Port: int(r.PodRuntime.Port)}
-	// The hash is keyed by the token: a new token is a new supervisor too.
+	opts.Pod = &bridge.PodTunnel{Pods: r.pods.Source(obj.Namespace, obj.Name, hash), Token: creds.Token, Cert: creds.Cert,
+		Port: int(r.PodRuntime.Port)}
+	// The hash is keyed by the token: new credentials are a new supervisor too.
 	k := swapKey(obj, p)
 	k.Connection += "/" + hash
 	sup, err := r.Supervisors.Ensure(ctx, key, k, opts)
 	if err != nil {
 		return closeTimeoutVerdict(err)
+	}
+	if err := r.applyNetworkPolicy(ctx, obj, netpol); err != nil {
+		return r.podObjectFailure(ctx, key, err)
 	}
 	if sup.Sleeping() {
 		// Asleep: no Pod until a call wakes the server, which signals

@@ -7,6 +7,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,14 +20,16 @@ import (
 )
 
 // The objects of the Pod runtime, as the reconciler keeps them: the token
-// Secret (created once, owned by the McpServer) and the Deployment (created,
-// updated when its rendering changes, owned by the McpServer), both removed
-// when the server no longer runs in a Pod. podruntime renders them.
+// Secret (its credentials renewed with every new Pod template), the
+// Deployment and the NetworkPolicy (created, updated when their rendering
+// changes), all owned by the McpServer and removed when the server no
+// longer runs in a Pod. podruntime renders them.
 // See docs/design.md, "The server's Pod".
 
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=create;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=create;update;delete
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;delete
 // Owner references that block the owner's deletion need this where the
 // OwnerReferencesPermissionEnforcement admission plugin runs.
 // +kubebuilder:rbac:groups=mcpbridge.dev,resources=mcpservers/finalizers,verbs=update
@@ -48,34 +51,109 @@ func (e *foreignObjectError) Error() string {
 // token Secret emptied by hand); the reconcile is retried to create it anew.
 var errRecreate = errors.New("deleted an object to create it anew")
 
-// ensureToken returns obj's tunnel token, creating its Secret the first
-// time. It reads the Secret with the uncached reader: Secret data is never
-// cached, and after a manager restart the token comes back from there.
-func (r *McpServerReconciler) ensureToken(ctx context.Context, obj *v1alpha1.McpServer) (string, error) {
+// ensureCredentials returns the credentials of obj's Pod (the token and
+// the shim's key pair) and its Deployment rendered with them. The
+// credentials are issued anew whenever the Pod template changes (a roll):
+// the token Secret records the template hash it was issued for, and a
+// rendering with another hash under the old token replaces the Secret's
+// credentials, which makes a new hash again. The Secret is read with the
+// uncached reader: Secret data is never cached, and after a manager restart
+// the credentials come back from there. See docs/design.md, "The shim and
+// the tunnel".
+func (r *McpServerReconciler) ensureCredentials(ctx context.Context, obj *v1alpha1.McpServer,
+	render func(token string) (*appsv1.Deployment, error)) (podruntime.Credentials, *appsv1.Deployment, error) {
 	key := types.NamespacedName{Namespace: obj.Namespace, Name: podruntime.TokenSecretName(obj.Name)}
 	s := &corev1.Secret{}
 	err := r.APIReader.Get(ctx, key, s)
 	switch {
 	case apierrors.IsNotFound(err):
-		token := podruntime.NewToken()
-		if err := r.Client.Create(ctx, podruntime.TokenSecret(obj, token)); err != nil {
-			return "", fmt.Errorf("create the token Secret %s: %w", key, err)
-		}
-		return token, nil
+		s = nil
 	case err != nil:
-		return "", fmt.Errorf("read the token Secret %s: %w", key, err)
+		return podruntime.Credentials{}, nil, fmt.Errorf("read the token Secret %s: %w", key, err)
+	default:
+		if err := r.claim(ctx, s, obj, "Secret"); err != nil {
+			return podruntime.Credentials{}, nil, err
+		}
+		if c, cerr := podruntime.CredentialsOf(s); cerr == nil {
+			deploy, err := render(c.Token)
+			if err != nil || s.Annotations[podruntime.IssuedForAnnotation] == templateHashOf(deploy) {
+				return c, deploy, err
+			}
+		}
 	}
-	if err := r.claim(ctx, s, obj, "Secret"); err != nil {
-		return "", err
+	return r.issueCredentials(ctx, obj, s, render)
+}
+
+// issueCredentials writes fresh credentials into the token Secret (cur,
+// or a new one when cur is nil), recording the hash of the template they
+// are issued for.
+func (r *McpServerReconciler) issueCredentials(ctx context.Context, obj *v1alpha1.McpServer, cur *corev1.Secret,
+	render func(token string) (*appsv1.Deployment, error)) (podruntime.Credentials, *appsv1.Deployment, error) {
+	c, err := podruntime.NewCredentials(obj)
+	if err != nil {
+		return podruntime.Credentials{}, nil, err
 	}
-	if token := string(s.Data[podruntime.TokenKey]); token != "" {
-		return token, nil
+	deploy, err := render(c.Token)
+	if err != nil {
+		return podruntime.Credentials{}, nil, err
 	}
-	// Emptied by hand: replaced by a new one, which rolls the Pod.
-	if err := r.deleteOwned(ctx, s); err != nil {
-		return "", err
+	want := podruntime.TokenSecret(obj, c, templateHashOf(deploy))
+	if cur == nil {
+		if err := r.Client.Create(ctx, want); err != nil {
+			return podruntime.Credentials{}, nil, fmt.Errorf("create the token Secret %s: %w", want.Name, err)
+		}
+		return c, deploy, nil
 	}
-	return "", errRecreate
+	// An update of the version read: should another write have come
+	// between, the Conflict retries the reconcile.
+	cur.Data, cur.Type = want.Data, want.Type
+	if cur.Annotations == nil {
+		cur.Annotations = map[string]string{}
+	}
+	cur.Annotations[podruntime.IssuedForAnnotation] = want.Annotations[podruntime.IssuedForAnnotation]
+	if err := r.Client.Update(ctx, cur); err != nil {
+		return podruntime.Credentials{}, nil, fmt.Errorf("renew the credentials in the token Secret %s: %w", cur.Name, err)
+	}
+	return c, deploy, nil
+}
+
+func templateHashOf(d *appsv1.Deployment) string {
+	return d.Spec.Template.Annotations[podruntime.TemplateHashAnnotation]
+}
+
+// applyNetworkPolicy creates want, or updates the existing one when its
+// spec differs; the existing one is read from the label-selected cache.
+func (r *McpServerReconciler) applyNetworkPolicy(ctx context.Context, obj *v1alpha1.McpServer, want *networkingv1.NetworkPolicy) error {
+	key := client.ObjectKeyFromObject(want)
+	cur := &networkingv1.NetworkPolicy{}
+	err := r.Client.Get(ctx, key, cur)
+	switch {
+	case apierrors.IsNotFound(err):
+		err = r.Client.Create(ctx, want)
+		if !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		if err := r.APIReader.Get(ctx, key, cur); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		return r.claim(ctx, cur, obj, "NetworkPolicy")
+	case err != nil:
+		return err
+	}
+	if err := r.claim(ctx, cur, obj, "NetworkPolicy"); err != nil {
+		return err
+	}
+	if equality.Semantic.DeepEqual(want.Spec, cur.Spec) && equality.Semantic.DeepDerivative(want.Labels, cur.Labels) {
+		return nil
+	}
+	cur.Spec = want.Spec
+	if cur.Labels == nil {
+		cur.Labels = map[string]string{}
+	}
+	for k, v := range want.Labels {
+		cur.Labels[k] = v
+	}
+	return r.Client.Update(ctx, cur)
 }
 
 // applyDeployment creates want, or updates the existing Deployment when
@@ -137,15 +215,23 @@ func (r *McpServerReconciler) claim(ctx context.Context, o client.Object, obj *v
 	return &foreignObjectError{kind: kind, name: o.GetName()}
 }
 
-// removePodObjects deletes the Deployment and the token Secret of the
-// McpServer name, if they exist and an McpServer of that name controls
-// them. Both are read from caches: the Deployment from the label-selected
-// one, the Secret as metadata only.
+// removePodObjects deletes the Deployment, the NetworkPolicy and the token
+// Secret of the McpServer name, if they exist and an McpServer of that name
+// controls them. All are read from caches: the Deployment and the
+// NetworkPolicy from the label-selected one, the Secret as metadata only.
 func (r *McpServerReconciler) removePodObjects(ctx context.Context, namespace, name string) error {
 	d := &appsv1.Deployment{}
 	err := r.Client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: podruntime.DeploymentName(name)}, d)
 	if err == nil && ownedByServer(d, name) {
 		err = r.deleteOwned(ctx, d)
+	}
+	if client.IgnoreNotFound(err) != nil {
+		return err
+	}
+	np := &networkingv1.NetworkPolicy{}
+	err = r.Client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: podruntime.DeploymentName(name)}, np)
+	if err == nil && ownedByServer(np, name) {
+		err = r.deleteOwned(ctx, np)
 	}
 	if client.IgnoreNotFound(err) != nil {
 		return err

@@ -15,6 +15,7 @@ import (
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8stypes "k8s.io/apimachinery/pkg/types"
@@ -205,6 +206,88 @@ var _ = Describe("The Pod runtime", Ordered, func() {
 		Eventually(func() k8stypes.UID { return deploymentOf(ns, "fx").UID }, eventuallyTimeout, poll).ShouldNot(Equal(d.UID))
 	})
 
+	It("renews the token and the shim's key pair with every roll, and opens the tunnel only to the pinned certificate", func() {
+		ns := podNamespace()
+		Expect(k8s.Create(ctx, podServer(ns, "fx"))).To(Succeed())
+		d1 := deploymentOf(ns, "fx")
+		s1 := tokenSecretOf(ns, "fx")
+		Expect(s1.Annotations).To(HaveKeyWithValue(podruntime.IssuedForAnnotation, templateHash(d1)))
+		Expect(podruntime.CredentialsOf(s1)).Error().NotTo(HaveOccurred())
+		stop := runShim(shimBin, shimPort, s1, fixtureBin)
+		setPodStatus(createPod(ns, "fx", d1), readyStatus())
+		readyAt(ns, "fx", 1)
+
+		editSpec(ns, "fx", func(obj *v1alpha1.McpServer) {
+			obj.Spec.Stdio.Args = append(obj.Spec.Stdio.Args, "--server-version=2.0.0")
+		})
+		Eventually(func() string { return templateHash(deploymentOf(ns, "fx")) }, eventuallyTimeout, poll).ShouldNot(Equal(templateHash(d1)))
+		d2 := deploymentOf(ns, "fx")
+		s2 := tokenSecretOf(ns, "fx")
+		Expect(s2.Annotations).To(HaveKeyWithValue(podruntime.IssuedForAnnotation, templateHash(d2)))
+		for _, key := range []string{podruntime.TokenKey, podruntime.CertKey, podruntime.PrivateKeyKey} {
+			Expect(s2.Data[key]).NotTo(Equal(s1.Data[key]), "%s was kept across the roll", key)
+		}
+		stop()
+
+		// The new Pod's shim with the old key pair: the manager's pin
+		// refuses it, and the token is never sent to it.
+		stale := s2.DeepCopy()
+		stale.Data[podruntime.CertKey], stale.Data[podruntime.PrivateKeyKey] = s1.Data[podruntime.CertKey], s1.Data[podruntime.PrivateKeyKey]
+		stop = runShim(shimBin, shimPort, stale, fixtureBin)
+		rolled := createPod(ns, "fx", d2)
+		setPodStatus(rolled, readyStatus())
+		Eventually(func(g Gomega) {
+			got := get(ns, "fx")
+			g.Expect(got.Status.LastError).NotTo(BeNil())
+			g.Expect(got.Status.LastError.Stage).To(Equal("transport-start"))
+			g.Expect(got.Status.LastError.Message).To(ContainSubstring("presented a certificate other than the one issued for this server"))
+		}, eventuallyTimeout, poll).Should(Succeed())
+		stop()
+
+		runShim(shimBin, shimPort, s2, fixtureBin)
+		Expect(readyAt(ns, "fx", 1).Status.PodName).To(Equal(rolled.Name))
+		Expect(tokenSecretOf(ns, "fx").Data).To(Equal(s2.Data), "no roll, no new credentials")
+	})
+
+	It("renders the NetworkPolicy that admits only the manager's Pods at the shim's port, and puts it back when edited", func() {
+		ns := podNamespace()
+		Expect(k8s.Create(ctx, podServer(ns, "fx"))).To(Succeed())
+		d := deploymentOf(ns, "fx")
+		np := networkPolicyOf(ns, "fx")
+		Expect(metav1.GetControllerOf(np).UID).To(Equal(get(ns, "fx").UID))
+		Expect(np.Labels).To(Equal(d.Labels))
+		Expect(np.Spec.PodSelector).To(Equal(*d.Spec.Selector))
+		Expect(np.Spec.PolicyTypes).To(Equal([]networkingv1.PolicyType{networkingv1.PolicyTypeIngress}))
+		Expect(np.Spec.Ingress).To(HaveLen(1))
+		rule := np.Spec.Ingress[0]
+		Expect(rule.Ports).To(HaveLen(1))
+		Expect(rule.Ports[0].Port.IntValue()).To(Equal(shimPort))
+		Expect(*rule.Ports[0].Protocol).To(Equal(corev1.ProtocolTCP))
+		Expect(rule.From).To(Equal([]networkingv1.NetworkPolicyPeer{{
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": testManagerNamespace}},
+			PodSelector:       &metav1.LabelSelector{MatchLabels: testManagerLabels},
+		}}))
+
+		// Opened to everyone by hand: closed again.
+		np.Spec.Ingress = []networkingv1.NetworkPolicyIngressRule{{}}
+		Expect(k8s.Update(ctx, np)).To(Succeed())
+		Eventually(func() []networkingv1.NetworkPolicyPeer {
+			return networkPolicyOf(ns, "fx").Spec.Ingress[0].From
+		}, eventuallyTimeout, poll).Should(Equal(rule.From))
+		// A rule added beside the manager's is removed too: the spec must
+		// equal the rendering, not merely contain it.
+		np = networkPolicyOf(ns, "fx")
+		np.Spec.Ingress = append(np.Spec.Ingress, networkingv1.NetworkPolicyIngressRule{})
+		Expect(k8s.Update(ctx, np)).To(Succeed())
+		Eventually(func() []networkingv1.NetworkPolicyIngressRule {
+			return networkPolicyOf(ns, "fx").Spec.Ingress
+		}, eventuallyTimeout, poll).Should(HaveLen(1))
+		// And what the apiserver stores is the rendering: no write per reconcile.
+		rv := networkPolicyOf(ns, "fx").ResourceVersion
+		editSpec(ns, "fx", func(obj *v1alpha1.McpServer) { obj.Spec.ToolCallTimeoutMs = ptr32(12345) })
+		Consistently(func() string { return networkPolicyOf(ns, "fx").ResourceVersion }, time.Second, poll).Should(Equal(rv))
+	})
+
 	It("removes the Deployment and the token Secret on a switch to Local or HTTP, and on delete", func() {
 		// Local: a namespace that allows it, and no image.
 		local := podServer(trusted, "to-local")
@@ -302,10 +385,11 @@ var _ = Describe("The Pod runtime", Ordered, func() {
 		}, 500*time.Millisecond, poll).Should(BeTrue())
 	})
 
-	It("keeps the token across a manager restart, so that the Pod does not roll", func() {
+	It("keeps the credentials across a manager restart, so that the Pod does not roll", func() {
 		ns := podNamespace()
 		Expect(k8s.Create(ctx, podServer(ns, "fx"))).To(Succeed())
 		before := deploymentOf(ns, "fx")
+		creds := tokenSecretOf(ns, "fx").Data
 		Eventually(func() int64 { return get(ns, "fx").Status.ConnectionGeneration }, eventuallyTimeout, poll).Should(BeEquivalentTo(1))
 		stopManager()
 		startManagerWith(policy.RuntimeConfig{LocalNamespaces: []string{trusted}},
@@ -313,6 +397,7 @@ var _ = Describe("The Pod runtime", Ordered, func() {
 		Eventually(func() int64 { return get(ns, "fx").Status.ConnectionGeneration }, eventuallyTimeout, poll).Should(
 			BeEquivalentTo(2), "the new manager's supervisor runs")
 		Consistently(func() int64 { return deploymentOf(ns, "fx").Generation }, time.Second, poll).Should(Equal(before.Generation))
+		Expect(tokenSecretOf(ns, "fx").Data).To(Equal(creds), "the same template keeps its credentials")
 	})
 })
 
@@ -348,6 +433,11 @@ func editSpec(ns, name string, edit func(*v1alpha1.McpServer)) {
 func deploymentOf(ns, name string) *appsv1.Deployment {
 	GinkgoHelper()
 	return eventuallyGet(&appsv1.Deployment{}, ns, podruntime.DeploymentName(name))
+}
+
+func networkPolicyOf(ns, name string) *networkingv1.NetworkPolicy {
+	GinkgoHelper()
+	return eventuallyGet(&networkingv1.NetworkPolicy{}, ns, podruntime.DeploymentName(name))
 }
 
 func tokenSecretOf(ns, name string) *corev1.Secret {
@@ -399,13 +489,20 @@ func readyStatus() corev1.PodStatus {
 		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
 }
 
-// runShim runs the shim on 127.0.0.1:port with the token of secret, as the
-// server's container would, until the spec ends.
-func runShim(bin string, port int, secret *corev1.Secret, command ...string) {
+// runShim runs the shim on 127.0.0.1:port with the credentials of secret
+// (token and key pair), as the server's container would, until the spec
+// ends or the returned stop is called.
+func runShim(bin string, port int, secret *corev1.Secret, command ...string) (stop func()) {
 	GinkgoHelper()
-	tokenFile := filepath.Join(GinkgoT().TempDir(), "token")
-	Expect(os.WriteFile(tokenFile, secret.Data[podruntime.TokenKey], 0o600)).To(Succeed())
-	args := append([]string{"--listen=127.0.0.1:" + strconv.Itoa(port), "--token-file=" + tokenFile, "--terminate-grace=300ms", "--"}, command...)
+	dir := GinkgoT().TempDir()
+	files := map[string]string{}
+	for _, key := range []string{podruntime.TokenKey, podruntime.CertKey, podruntime.PrivateKeyKey} {
+		files[key] = filepath.Join(dir, key)
+		Expect(os.WriteFile(files[key], secret.Data[key], 0o600)).To(Succeed())
+	}
+	args := append([]string{"--listen=127.0.0.1:" + strconv.Itoa(port), "--token-file=" + files[podruntime.TokenKey],
+		"--tls-cert-file=" + files[podruntime.CertKey], "--tls-key-file=" + files[podruntime.PrivateKeyKey],
+		"--terminate-grace=300ms", "--"}, command...)
 	cmd := exec.Command(bin, args...)
 	cmd.Stderr = GinkgoWriter
 	Expect(cmd.Start()).To(Succeed())
@@ -414,10 +511,11 @@ func runShim(bin string, port int, secret *corev1.Secret, command ...string) {
 		_ = cmd.Wait()
 		close(exited)
 	}()
-	DeferCleanup(func() {
+	stop = func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		Eventually(exited, eventuallyTimeout).Should(BeClosed())
-	})
+	}
+	DeferCleanup(stop)
 	Eventually(func() error {
 		c, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port))
 		if err == nil {
@@ -425,6 +523,7 @@ func runShim(bin string, port int, secret *corev1.Secret, command ...string) {
 		}
 		return err
 	}, eventuallyTimeout, poll).Should(Succeed())
+	return stop
 }
 
 // watchDeployment sends the time it first sees the server's Deployment with
@@ -453,8 +552,9 @@ func expectPodObjectsGone(ns, name string) {
 	GinkgoHelper()
 	Eventually(func() bool {
 		return apierrors.IsNotFound(k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: podruntime.DeploymentName(name)}, &appsv1.Deployment{})) &&
+			apierrors.IsNotFound(k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: podruntime.DeploymentName(name)}, &networkingv1.NetworkPolicy{})) &&
 			apierrors.IsNotFound(k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: podruntime.TokenSecretName(name)}, &corev1.Secret{}))
-	}, eventuallyTimeout, poll).Should(BeTrue(), "the Deployment and the token Secret of %s/%s", ns, name)
+	}, eventuallyTimeout, poll).Should(BeTrue(), "the Deployment, the NetworkPolicy and the token Secret of %s/%s", ns, name)
 }
 
 func freePort() int {

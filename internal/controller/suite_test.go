@@ -73,10 +73,12 @@ var _ = BeforeSuite(func() {
 
 var _ = AfterSuite(func() {
 	stopManager()
-	Expect(egressViolations.Load()).To(BeZero(), "an egress policy let an address off this machine through")
+	// The control plane stops first: a failed expectation must not leave
+	// its processes behind.
 	if env != nil {
 		Expect(env.Stop()).To(Succeed())
 	}
+	Expect(egressViolations.Load()).To(BeZero(), "an egress policy let an address off this machine through")
 })
 
 // localEverywhere runs every stdio server without an image as a child of
@@ -100,6 +102,9 @@ func startManager() { startManagerWith(localEverywhere, podruntime.Options{ShimI
 // startManagerWith runs the manager with the runtime flags given. Its cache
 // is set up as the manager binary's (controller.CacheOptions).
 func startManagerWith(rc policy.RuntimeConfig, po podruntime.Options) {
+	if len(po.ManagerPodLabels) == 0 {
+		po.ManagerPodLabels, po.ManagerNamespace = testManagerLabels, testManagerNamespace
+	}
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:                 env.Scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
@@ -109,14 +114,16 @@ func startManagerWith(rc policy.RuntimeConfig, po podruntime.Options) {
 	})
 	Expect(err).NotTo(HaveOccurred())
 	registry = bridge.NewRegistry()
+	// The in-cluster rule looks addresses up as the manager binary does.
+	owners := egress.KubeOwners{Reader: mgr.GetAPIReader()}
 	sups = controller.NewSupervisors(controller.SupervisorsOptions{Registry: registry, Log: ctrl.Log.WithName("supervisor"),
-		Egress: testEgress("127.0.0.0/8", "::1/128"),
+		Egress: testEgress("127.0.0.0/8", "::1/128").WithCluster(egress.DefaultClusterCIDRs, owners),
 		Tune: func(o *bridge.Options) {
 			// Pod-runtime supervisors get the manager's default too: their
 			// shims listen on loopback and are reached all the same, since
 			// the tunnel to the operator's own Pod is not an upstream.
 			if strings.HasPrefix(o.Name, refusedPrefix) || o.Pod != nil {
-				o.Egress = testEgress() // the manager's default: nothing allowed
+				o.Egress = testEgress().WithCluster(egress.DefaultClusterCIDRs, owners) // the manager's default: nothing allowed
 			}
 			o.CloseBarrier = 3 * time.Second
 			o.TerminateGrace = 500 * time.Millisecond
@@ -160,6 +167,12 @@ const (
 const idlePrefix = "idle-"
 
 var idleClock = clocktesting.NewFakeClock(time.Now())
+
+// The labels and namespace of the manager's Pods that the test manager's
+// NetworkPolicies admit.
+var testManagerLabels = map[string]string{"app.kubernetes.io/component": "manager"}
+
+const testManagerNamespace = "mcpbridge-system"
 
 // refusedPrefix names the McpServers whose supervisors get the manager's
 // default egress policy, which refuses loopback; the others may reach the

@@ -25,6 +25,10 @@ import (
 // See docs/design.md, "Operations".
 const shutdownTimeout = 25 * time.Second
 
+// The egress policy's in-cluster rule looks up the owner of an upstream
+// address among all Pods and Services (egress.KubeOwners).
+// +kubebuilder:rbac:groups="",resources=pods;services,verbs=list
+
 // Supervisors runs one bridge.Supervisor per McpServer, keyed by name. It is
 // a manager.Runnable that needs leader election: supervisors (and their
 // child processes) exist only on the leader, and all are disposed when the

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -19,12 +20,13 @@ const AllowFlag = "--upstream-allow-cidrs"
 // Policy decides which addresses an upstream connection may reach. It is
 // immutable and safe for concurrent use.
 type Policy struct {
-	allow []netip.Prefix
-	hook  func(network, address string) error
+	allow   []netip.Prefix
+	hook    func(network, address string) error
+	cluster *clusterRule // nil: no in-cluster rule
 }
 
-// New returns a policy that refuses loopback, link-local, unspecified and
-// multicast addresses except those in allow.
+// New returns a policy that refuses loopback, link-local, unspecified,
+// multicast, metadata and NAT64 addresses except those in allow.
 func New(allow []netip.Prefix) *Policy {
 	p := &Policy{}
 	for _, pfx := range allow {
@@ -80,14 +82,32 @@ func normalize(p netip.Prefix) netip.Prefix {
 type RefusedError struct {
 	// Address is the refused address with its port, as it was dialled.
 	Address string
-	// Class is why: "loopback", "link-local", "unspecified" or "multicast".
+	// Class is why: "loopback", "link-local", "unspecified", "multicast",
+	// "metadata", "NAT64", or ClassCluster.
 	Class string
+	// Reason says, for ClassCluster, whose address it is (or why that
+	// could not be told).
+	Reason string
 }
 
 func (e *RefusedError) Error() string {
+	if e.Class == ClassCluster {
+		return fmt.Sprintf("Refused to connect to %s: %s; an administrator can allow it with %s",
+			e.Address, e.Reason, AllowFlag)
+	}
 	return fmt.Sprintf("Refused to connect to %s: %s addresses are not allowed for upstreams; "+
 		"an administrator can allow them with %s", e.Address, e.Class, AllowFlag)
 }
+
+// Addresses refused by class although no property of netip.Addr names
+// them: the metadata services some clouds serve outside link-local
+// (Alibaba's 100.100.100.200, AWS's IPv6 fd00:ec2::254), and the
+// well-known NAT64 prefix, through which an IPv6 address reaches any IPv4
+// address, 127.0.0.1 and 169.254.169.254 included.
+var (
+	metadataAddrs = []netip.Addr{netip.MustParseAddr("100.100.100.200"), netip.MustParseAddr("fd00:ec2::254")}
+	nat64Prefix   = netip.MustParsePrefix("64:ff9b::/96")
+)
 
 // Classify names the refused class an address belongs to, or "" when it
 // belongs to none. An IPv4-mapped IPv6 address is classified as the IPv4
@@ -103,39 +123,62 @@ func Classify(a netip.Addr) string {
 		return "link-local"
 	case a.IsMulticast():
 		return "multicast"
+	case slices.Contains(metadataAddrs, a):
+		return "metadata"
+	case nat64Prefix.Contains(a):
+		return "NAT64"
 	}
 	return ""
 }
 
-// Check is the policy's verdict on one address: nil, or a *RefusedError.
-func (p *Policy) Check(a netip.Addr) error { return p.check(a, a.String()) }
+// Check is the policy's verdict on one address for an upstream of an
+// McpServer in namespace: nil, or a *RefusedError. Only the in-cluster
+// rule uses ctx and namespace.
+func (p *Policy) Check(ctx context.Context, namespace string, a netip.Addr) error {
+	return p.check(ctx, namespace, a, a.WithZone("").Unmap().String())
+}
 
 // check is Check with addr, the address as dialled (with its port), named
-// in the refusal.
-func (p *Policy) check(a netip.Addr, addr string) error {
-	class := Classify(a)
-	if class == "" {
+// in the refusal. An address --upstream-allow-cidrs lists is allowed
+// whatever else holds; otherwise the class rule, then the in-cluster rule.
+func (p *Policy) check(ctx context.Context, namespace string, a netip.Addr, addr string) error {
+	a = a.WithZone("").Unmap()
+	if p.allowed(a) {
 		return nil
 	}
-	a = a.WithZone("").Unmap()
+	if class := Classify(a); class != "" {
+		return &RefusedError{Address: addr, Class: class}
+	}
+	if p.cluster == nil {
+		return nil
+	}
+	if reason := p.cluster.refusal(ctx, namespace, a); reason != "" {
+		return &RefusedError{Address: addr, Class: ClassCluster, Reason: reason}
+	}
+	return nil
+}
+
+func (p *Policy) allowed(a netip.Addr) bool {
 	for _, pfx := range p.allow {
 		if pfx.Contains(a) {
-			return nil
+			return true
 		}
 	}
-	return &RefusedError{Address: addr, Class: class}
+	return false
 }
 
 // Guard applies a Policy to the connections of one HTTP client and
 // remembers the first destination it refused, so that the client's owner
 // can report the refusal instead of the transport error that wraps it.
 type Guard struct {
-	p       *Policy
-	refused atomic.Pointer[RefusedError]
+	p         *Policy
+	namespace string
+	refused   atomic.Pointer[RefusedError]
 }
 
-// Guard returns a new Guard of p.
-func (p *Policy) Guard() *Guard { return &Guard{p: p} }
+// Guard returns a new Guard of p for the upstreams of an McpServer in
+// namespace (whose own Pods and Services the in-cluster rule allows).
+func (p *Policy) Guard(namespace string) *Guard { return &Guard{p: p, namespace: namespace} }
 
 // Refused is the first destination g refused, or nil.
 func (g *Guard) Refused() *RefusedError { return g.refused.Load() }
@@ -147,17 +190,17 @@ func (g *Guard) refuse(err error) error {
 	return err
 }
 
-// Control is a net.Dialer Control hook. It runs once per address the
-// dialer tries, with the address as it will be connected (after name
+// Control is a net.Dialer ControlContext hook. It runs once per address
+// the dialer tries, with the address as it will be connected (after name
 // resolution), before the connection is made: a refusal there sends
-// nothing.
-func (g *Guard) Control(network, address string, _ syscall.RawConn) error {
+// nothing. ctx is the dial's; it bounds the in-cluster rule's look-up.
+func (g *Guard) Control(ctx context.Context, network, address string, _ syscall.RawConn) error {
 	ap, err := netip.ParseAddrPort(address)
 	if err != nil {
 		// Fail closed: an address that cannot be checked is not dialled.
 		return fmt.Errorf("refused to connect to %q: not an IP address and port the egress policy can check", address)
 	}
-	if err := g.p.check(ap.Addr(), address); err != nil {
+	if err := g.p.check(ctx, g.namespace, ap.Addr(), address); err != nil {
 		return g.refuse(err)
 	}
 	if g.p.hook != nil {
@@ -169,9 +212,10 @@ func (g *Guard) Control(network, address string, _ syscall.RawConn) error {
 // Proxy wraps a proxy function such as http.ProxyFromEnvironment. Through
 // a proxy the manager dials only the proxy (whose address Control checks),
 // and the proxy dials the upstream; so the upstream's own address is
-// checked here: an IP address as it is, a host name as the manager
-// resolves it. A name the manager cannot resolve is left to the proxy,
-// which resolves names for clients that cannot.
+// checked here, by every rule, before the CONNECT or the forwarded
+// request: an IP address as it is, a host name as the manager resolves
+// it. A name the manager cannot resolve is left to the proxy, which
+// resolves names for clients that cannot.
 func (g *Guard) Proxy(proxy func(*http.Request) (*url.URL, error)) func(*http.Request) (*url.URL, error) {
 	return func(req *http.Request) (*url.URL, error) {
 		u, err := proxy(req)
@@ -191,14 +235,14 @@ func (g *Guard) checkHost(ctx context.Context, u *url.URL) error {
 		}
 	}
 	if a, err := netip.ParseAddr(host); err == nil {
-		return g.refuse(g.p.check(a, net.JoinHostPort(a.Unmap().String(), port)))
+		return g.refuse(g.p.check(ctx, g.namespace, a, net.JoinHostPort(a.Unmap().String(), port)))
 	}
 	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 	if err != nil {
 		return nil
 	}
 	for _, a := range addrs {
-		if err := g.p.check(a, net.JoinHostPort(a.WithZone("").Unmap().String(), port)); err != nil {
+		if err := g.p.check(ctx, g.namespace, a, net.JoinHostPort(a.WithZone("").Unmap().String(), port)); err != nil {
 			return g.refuse(err)
 		}
 	}

@@ -43,7 +43,15 @@ func TestClassify(t *testing.T) {
 		{"192.168.1.1", ""},
 		{"100.64.0.1", ""},
 		{"8.8.8.8", ""},
-		{"fd00:ec2::254", ""},
+		{"100.100.100.200", "metadata"},
+		{"::ffff:100.100.100.200", "metadata"},
+		{"fd00:ec2::254", "metadata"},
+		{"64:ff9b::7f00:1", "NAT64"},
+		{"64:ff9b::a9fe:a9fe", "NAT64"},
+		// Next to them, not refused.
+		{"100.100.100.201", ""},
+		{"fd00:ec2::253", ""},
+		{"64:ff9b:1::1", ""},
 		{"2001:db8::1", ""},
 		{"::ffff:10.0.0.1", ""},
 	}
@@ -79,12 +87,12 @@ func TestCheckWithAllowList(t *testing.T) {
 		{"10.0.0.1", true},
 	}
 	for _, tc := range cases {
-		err := p.Check(netip.MustParseAddr(tc.addr))
+		err := p.Check(context.Background(), "ns", netip.MustParseAddr(tc.addr))
 		if (err == nil) != tc.allowed {
 			t.Errorf("Check(%s) = %v, want allowed=%v", tc.addr, err, tc.allowed)
 		}
 	}
-	if err := egress.Default().Check(netip.MustParseAddr("127.0.0.1")); err == nil {
+	if err := egress.Default().Check(context.Background(), "ns", netip.MustParseAddr("127.0.0.1")); err == nil {
 		t.Error("the default policy allowed loopback")
 	}
 }
@@ -115,7 +123,7 @@ func loopbackOnly(t *testing.T) func(network, address string) error {
 }
 
 func dialer(g *egress.Guard) *net.Dialer {
-	return &net.Dialer{Timeout: 5 * time.Second, Control: g.Control}
+	return &net.Dialer{Timeout: 5 * time.Second, ControlContext: g.Control}
 }
 
 func listen(t *testing.T, network, addr string) string {
@@ -157,7 +165,7 @@ func TestControlRefusesBeforeConnecting(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			guard := egress.Default().WithDialHook(loopbackOnly(t)).Guard()
+			guard := egress.Default().WithDialHook(loopbackOnly(t)).Guard("ns")
 			_, err := dialer(guard).DialContext(ctx, tc.network, tc.addr)
 			var r *egress.RefusedError
 			g.Expect(errors.As(err, &r)).To(BeTrue(), "dial error %v", err)
@@ -179,7 +187,7 @@ func TestControlAllowsListedLoopback(t *testing.T) {
 	}
 	p := egress.New(allow).WithDialHook(loopbackOnly(t))
 	for _, addr := range []string{"127.0.0.1:" + port, "localhost:" + port, "[::ffff:127.0.0.1]:" + port, "[::1]:" + port6} {
-		guard := p.Guard()
+		guard := p.Guard("ns")
 		c, err := dialer(guard).DialContext(context.Background(), "tcp", addr)
 		if err != nil {
 			t.Errorf("dial %s: %v", addr, err)
@@ -192,7 +200,7 @@ func TestControlAllowsListedLoopback(t *testing.T) {
 	}
 	// Only 127.0.0.0/8: the IPv6 loopback stays refused.
 	only4, _ := egress.ParseCIDRs("127.0.0.0/8")
-	_, err = dialer(egress.New(only4).WithDialHook(loopbackOnly(t)).Guard()).DialContext(context.Background(), "tcp", "[::1]:"+port6)
+	_, err = dialer(egress.New(only4).WithDialHook(loopbackOnly(t)).Guard("ns")).DialContext(context.Background(), "tcp", "[::1]:"+port6)
 	var r *egress.RefusedError
 	if !errors.As(err, &r) {
 		t.Errorf("dial [::1] with only 127.0.0.0/8 allowed: %v", err)
@@ -217,7 +225,7 @@ func TestProxyChecksTheUpstreamBehindTheProxy(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			guard := egress.Default().Guard()
+			guard := egress.Default().Guard("ns")
 			req, _ := http.NewRequest(http.MethodPost, tc.target, nil)
 			_, err := guard.Proxy(tc.proxy)(req)
 			if tc.refused == "" {

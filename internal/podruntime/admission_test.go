@@ -74,7 +74,7 @@ var _ = Describe("The rendered objects in a namespace that enforces Pod Security
 		ns = restrictedNamespace(ctx)
 	})
 
-	DescribeTable("are admitted without a warning: the Deployment, the Pod it makes, the token Secret",
+	DescribeTable("are admitted without a warning: the Deployment, the Pod it makes, the token Secret, the NetworkPolicy",
 		func(ctx SpecContext, obj *v1alpha1.McpServer) {
 			obj = created(ctx, ns, obj)
 			d := rendered(obj)
@@ -88,7 +88,15 @@ var _ = Describe("The rendered objects in a namespace that enforces Pod Security
 			Expect(err).NotTo(HaveOccurred())
 			Expect(warned).To(BeEmpty())
 
-			warned, err = dryRun(ctx, podruntime.TokenSecret(obj, podruntime.NewToken()))
+			creds, err := podruntime.NewCredentials(obj)
+			Expect(err).NotTo(HaveOccurred())
+			warned, err = dryRun(ctx, podruntime.TokenSecret(obj, creds, "hash"))
+			Expect(err).NotTo(HaveOccurred())
+			Expect(warned).To(BeEmpty())
+
+			np, err := podruntime.NetworkPolicy(obj, podruntime.Options{ManagerPodLabels: managerLabels, ManagerNamespace: "mcpbridge-system"})
+			Expect(err).NotTo(HaveOccurred())
+			warned, err = dryRun(ctx, np)
 			Expect(err).NotTo(HaveOccurred())
 			Expect(warned).To(BeEmpty())
 		},

@@ -51,6 +51,12 @@ type Options struct {
 	// TerminateGrace is the shim's wait between stdin close, SIGTERM and
 	// SIGKILL; DefaultTerminateGrace when 0.
 	TerminateGrace time.Duration
+	// ManagerPodLabels select the manager's Pods, the only ones a server
+	// Pod's NetworkPolicy admits (flag --manager-pod-labels).
+	ManagerPodLabels map[string]string
+	// ManagerNamespace is the manager's namespace; empty admits the
+	// manager's labels in every namespace.
+	ManagerNamespace string
 }
 
 func (o Options) withDefaults() Options {
@@ -151,8 +157,10 @@ func podSpec(name string, s *policy.Stdio, o Options) corev1.PodSpec {
 			{Name: shimVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 			{Name: tmpVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 			{Name: tokenVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-				SecretName:  TokenSecretName(name),
-				Items:       []corev1.KeyToPath{{Key: TokenKey, Path: TokenKey}},
+				SecretName: TokenSecretName(name),
+				Items: []corev1.KeyToPath{
+					{Key: TokenKey, Path: TokenKey}, {Key: CertKey, Path: CertKey}, {Key: PrivateKeyKey, Path: PrivateKeyKey},
+				},
 				DefaultMode: ptr.To[int32](0o440), // group-readable: fsGroup is the Pod's group
 			}}},
 		},
@@ -195,7 +203,8 @@ func installResources() corev1.ResourceRequirements {
 func probe(path string, periodSeconds int32) *corev1.Probe {
 	return &corev1.Probe{
 		ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
-			Path: path, Port: intstr.FromString(ShimPortName), Scheme: corev1.URISchemeHTTP,
+			// The kubelet's HTTPS probes do not verify the certificate.
+			Path: path, Port: intstr.FromString(ShimPortName), Scheme: corev1.URISchemeHTTPS,
 		}},
 		PeriodSeconds:    periodSeconds,
 		TimeoutSeconds:   1,

@@ -33,7 +33,7 @@ func TestDeploymentAsRendered(t *testing.T) {
 	probe := func(path string, period int32) *corev1.Probe {
 		return &corev1.Probe{
 			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
-				Path: path, Port: intstr.FromString("shim"), Scheme: corev1.URISchemeHTTP}},
+				Path: path, Port: intstr.FromString("shim"), Scheme: corev1.URISchemeHTTPS}},
 			PeriodSeconds: period, TimeoutSeconds: 1, FailureThreshold: 3, SuccessThreshold: 1,
 		}
 	}
@@ -76,6 +76,7 @@ func TestDeploymentAsRendered(t *testing.T) {
 						Image:           policy.DefaultNodeImage,
 						ImagePullPolicy: corev1.PullIfNotPresent,
 						Command: []string{"/mcpbridge/bin/shim", "--listen=:7420", "--token-file=/mcpbridge/token/token",
+							"--tls-cert-file=/mcpbridge/token/tls.crt", "--tls-key-file=/mcpbridge/token/tls.key",
 							"--terminate-grace=1s", "--", "npx", "-y", "@modelcontextprotocol/server-github"},
 						Env: []corev1.EnvVar{
 							{Name: "HOME", Value: "/tmp"},
@@ -102,7 +103,8 @@ func TestDeploymentAsRendered(t *testing.T) {
 						{Name: "shim", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 						{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 						{Name: "token", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-							SecretName: "github-mcp-token", Items: []corev1.KeyToPath{{Key: "token", Path: "token"}},
+							SecretName: "github-mcp-token", Items: []corev1.KeyToPath{
+								{Key: "token", Path: "token"}, {Key: "tls.crt", Path: "tls.crt"}, {Key: "tls.key", Path: "tls.key"}},
 							DefaultMode: ptr.To[int32](0o440)}}},
 					},
 					AutomountServiceAccountToken:  ptr.To(false),

@@ -23,6 +23,9 @@ const (
 	TokenDir = "/mcpbridge/token"
 	// TokenPath is the token file the shim checks every tunnel against.
 	TokenPath = TokenDir + "/" + TokenKey
+	// CertPath and PrivateKeyPath are the key pair the shim serves TLS with.
+	CertPath       = TokenDir + "/" + CertKey
+	PrivateKeyPath = TokenDir + "/" + PrivateKeyKey
 	// HealthzPath and ReadyzPath are the shim's probe endpoints.
 	HealthzPath = "/healthz"
 	ReadyzPath  = "/readyz"
@@ -42,6 +45,8 @@ func shimCommandLines(port int32, grace time.Duration, command string, args []st
 		ShimPath,
 		"--listen=:" + strconv.Itoa(int(port)),
 		"--token-file=" + TokenPath,
+		"--tls-cert-file=" + CertPath,
+		"--tls-key-file=" + PrivateKeyPath,
 		"--terminate-grace=" + grace.String(),
 		"--",
 		command,

@@ -11,17 +11,34 @@ import (
 	"time"
 )
 
-// transport is the client's HTTP/1.1 transport: one connection per tunnel
-// (keep-alives off, so an ended tunnel leaves nothing behind and never
-// waits for its request body before it reports the end), no proxy from the
-// environment (Pod IPs are dialled directly), TCP keep-alive probes to
-// notice a peer that vanished.
-var transport = &http.Transport{
-	Proxy:              nil,
-	DialContext:        (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 15 * time.Second}).DialContext,
-	DisableKeepAlives:  true,
-	DisableCompression: true,
-	ForceAttemptHTTP2:  false,
+// Credentials authenticate one tunnel both ways: the token the shim
+// checks, and the shim's certificate the client pins.
+type Credentials struct {
+	// Token is sent only once the shim has shown Cert.
+	Token string
+	// Cert is the shim's certificate, PEM: the only one the client accepts.
+	Cert []byte
+}
+
+// newTransport is the client's HTTP/1.1 transport for one tunnel: TLS
+// pinned to the shim's certificate, one connection (keep-alives off, so an
+// ended tunnel leaves nothing behind and never waits for its request body
+// before it reports the end), no proxy from the environment (Pod IPs are
+// dialled directly), TCP keep-alive probes to notice a peer that vanished.
+func newTransport(pinned []byte) (*http.Transport, error) {
+	tc, err := clientTLS(pinned)
+	if err != nil {
+		return nil, err
+	}
+	return &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 15 * time.Second}).DialContext,
+		TLSClientConfig:     tc,
+		TLSHandshakeTimeout: 10 * time.Second,
+		DisableKeepAlives:   true,
+		DisableCompression:  true,
+		ForceAttemptHTTP2:   false,
+	}, nil
 }
 
 // Tunnel is the client side of one tunnel: the byte streams of one fresh
@@ -38,18 +55,23 @@ type Tunnel struct {
 	err     error // set before done is closed
 }
 
-// Dial opens a tunnel to the shim at addr ("host:port"): the shim starts a
-// fresh child for it, after the previous tunnel's child has been reaped
-// (that tunnel is pre-empted). ctx bounds only the opening; the tunnel
-// lives until it ends or Close. Errors: ErrUnauthorized, *StartError (the
-// command could not be started), or the connection's or the shim's error.
-func Dial(ctx context.Context, addr, token string) (*Tunnel, error) {
+// Dial opens a tunnel to the shim at addr ("host:port") over TLS pinned to
+// c.Cert: the shim starts a fresh child for it, after the previous
+// tunnel's child has been reaped (that tunnel is pre-empted). ctx bounds
+// only the opening; the tunnel lives until it ends or Close. Errors:
+// ErrUnauthorized, *StartError (the command could not be started),
+// ErrPinMismatch (wrapped), or the connection's or the shim's error.
+func Dial(ctx context.Context, addr string, c Credentials) (*Tunnel, error) {
+	transport, err := newTransport(c.Cert)
+	if err != nil {
+		return nil, fmt.Errorf("tunnel to %s: %w", addr, err)
+	}
 	t := &Tunnel{done: make(chan struct{})}
 	t.stdinR, t.stdinW = io.Pipe()
 	t.stdoutR, t.stdoutW = io.Pipe()
 	reqCtx, abort := context.WithCancel(context.Background())
 	t.abort = abort
-	req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, "http://"+addr+TunnelPath, t.stdinR)
+	req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, "https://"+addr+TunnelPath, t.stdinR)
 	if err != nil {
 		abort()
 		return nil, fmt.Errorf("tunnel to %s: %w", addr, err)
@@ -57,7 +79,7 @@ func Dial(ctx context.Context, addr, token string) (*Tunnel, error) {
 	// Unknown length: stream it chunked, at once. A zero length would make
 	// the transport wait for the first stdin bytes before it sends anything.
 	req.ContentLength = -1
-	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Authorization", "Bearer "+c.Token)
 	req.Header.Set("Content-Type", "application/octet-stream")
 
 	// On ctx's end, abort; and end the request body too: the transport

@@ -3,6 +3,7 @@ package shim
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"log/slog"
@@ -33,6 +34,47 @@ const (
 	shortGrace = 100 * time.Millisecond
 	barrier    = time.Second
 )
+
+// The test key pair, issued once for the whole package as the manager
+// issues one per server.
+var testCertPEM, testKeyPEM = func() ([]byte, []byte) {
+	c, k, err := NewKeyPair("shim test")
+	if err != nil {
+		panic(err)
+	}
+	return c, k
+}()
+
+// creds are the test credentials with token tok.
+func creds(tok string) Credentials { return Credentials{Token: tok, Cert: testCertPEM} }
+
+// testCertificate is the test key pair as the shim serves it.
+func testCertificate() *tls.Certificate {
+	c, err := tls.X509KeyPair(testCertPEM, testKeyPEM)
+	if err != nil {
+		panic(err)
+	}
+	return &c
+}
+
+// writeKeyPair writes the test key pair into dir, as the Secret is mounted.
+func writeKeyPair(t *testing.T, dir string) (certFile, keyFile string) {
+	t.Helper()
+	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	if err := os.WriteFile(certFile, testCertPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, testKeyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
+}
+
+// probeTransport reaches the shim's probes as the kubelet does: TLS
+// without verification.
+func probeTransport() *http.Transport {
+	return &http.Transport{DisableKeepAlives: true, TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // as the kubelet's HTTPS probes
+}
 
 // syncBuffer collects a process's stderr.
 type syncBuffer struct {
@@ -67,11 +109,14 @@ var listeningRE = regexp.MustCompile(`msg=listening .*addr=(\S+)`)
 // port; it is stopped (SIGTERM) when the test ends.
 func startShim(t *testing.T, grace time.Duration, command ...string) *shimProc {
 	t.Helper()
-	tokenFile := filepath.Join(t.TempDir(), "token")
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
 	if err := os.WriteFile(tokenFile, []byte(testToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	certFile, keyFile := writeKeyPair(t, dir)
 	args := append([]string{"--listen=127.0.0.1:0", "--token-file=" + tokenFile,
+		"--tls-cert-file=" + certFile, "--tls-key-file=" + keyFile,
 		"--terminate-grace=" + grace.String(), "--"}, command...)
 	p := &shimProc{cmd: exec.Command(shimBin, args...), stderr: &syncBuffer{}, exited: make(chan struct{})}
 	p.cmd.Stderr = p.stderr
@@ -116,7 +161,7 @@ func dialOK(t *testing.T, addr string) *Tunnel {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), eventually)
 	defer cancel()
-	tun, err := Dial(ctx, addr, testToken)
+	tun, err := Dial(ctx, addr, creds(testToken))
 	if err != nil {
 		t.Fatalf("dial: %v", err)
 	}
@@ -232,6 +277,9 @@ func serveInProcess(t *testing.T, cfg Config) string {
 	if cfg.Token == nil {
 		cfg.Token = []byte(testToken)
 	}
+	if cfg.Certificate == nil {
+		cfg.Certificate = testCertificate()
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -258,7 +306,7 @@ func serveInProcess(t *testing.T, cfg Config) string {
 // get does a GET and returns the status code and body.
 func get(t *testing.T, url string) (int, string) {
 	t.Helper()
-	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: eventually}
+	c := &http.Client{Transport: probeTransport(), Timeout: eventually}
 	resp, err := c.Get(url)
 	if err != nil {
 		t.Fatalf("GET %s: %v", url, err)
@@ -280,7 +328,7 @@ func execOutput(name string, args ...string) (string, error) {
 
 // probe does a GET and returns the status code, or -1 when there is none.
 func probe(url string) int {
-	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: eventually}
+	c := &http.Client{Transport: probeTransport(), Timeout: eventually}
 	resp, err := c.Get(url)
 	if err != nil {
 		return -1

@@ -185,7 +185,7 @@ func TestWrongTokenRefusedByTheBinary(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), eventually)
 	defer cancel()
 	for range 20 {
-		_, err := Dial(ctx, shim.addr, "not-the-token-at-all")
+		_, err := Dial(ctx, shim.addr, creds("not-the-token-at-all"))
 		g.Expect(err).To(MatchError(ErrUnauthorized))
 	}
 	g.Expect(childrenOf(shim.pid())).To(BeEmpty())
@@ -199,10 +199,13 @@ func TestWrongTokenRefusedByTheBinary(t *testing.T) {
 }
 
 func TestBinaryRefusesBadInvocations(t *testing.T) {
-	tokenFile := filepath.Join(t.TempDir(), "token")
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
 	if err := os.WriteFile(tokenFile, []byte(testToken), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	certFile, keyFile := writeKeyPair(t, dir)
+	tlsFlags := []string{"--tls-cert-file=" + certFile, "--tls-key-file=" + keyFile}
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -210,7 +213,10 @@ func TestBinaryRefusesBadInvocations(t *testing.T) {
 	}{
 		{"no token file", []string{"--", "cat"}, "refuses to run without --token-file"},
 		{"empty token file", []string{"--token-file=/dev/null", "--", "cat"}, "at least 16 bytes"},
-		{"no command", []string{"--token-file=" + tokenFile}, "no command to run"},
+		{"no key pair", []string{"--token-file=" + tokenFile, "--", "cat"}, "refuses to run without --tls-cert-file and --tls-key-file"},
+		{"key of another certificate", []string{"--token-file=" + tokenFile, "--tls-cert-file=" + certFile,
+			"--tls-key-file=" + tokenFile, "--", "cat"}, "TLS key pair"},
+		{"no command", append([]string{"--token-file=" + tokenFile}, tlsFlags...), "no command to run"},
 		{"unknown flag", []string{"--no-such-flag"}, "flag provided but not defined"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -246,15 +252,15 @@ func TestProbesOfTheBinary(t *testing.T) {
 	// readiness fails meanwhile, health does not.
 	shim := startShim(t, 2*time.Second, "sh", "-c", `trap "" TERM; exec sleep 3600`)
 	for _, path := range []string{HealthzPath, ReadyzPath} {
-		code, _ := get(t, "http://"+shim.addr+path)
+		code, _ := get(t, "https://"+shim.addr+path)
 		g.Expect(code).To(Equal(http.StatusOK), path)
 	}
 	tun := dialOK(t, shim.addr)
 	shim.child(t, "sleep") // the trap is set
 	g.Expect(shim.cmd.Process.Signal(syscall.SIGTERM)).To(Succeed())
-	g.Eventually(func() int { return probe("http://" + shim.addr + ReadyzPath) }).
+	g.Eventually(func() int { return probe("https://" + shim.addr + ReadyzPath) }).
 		WithTimeout(eventually).Should(Equal(http.StatusServiceUnavailable))
-	code, _ := get(t, "http://"+shim.addr+HealthzPath)
+	code, _ := get(t, "https://"+shim.addr+HealthzPath)
 	g.Expect(code).To(Equal(http.StatusOK))
 	ee := exitError(t, waitDone(t, tun, eventually))
 	g.Expect(ee.Reason).To(Equal(EndShutdown))
@@ -307,7 +313,7 @@ func TestDialGivesUpWhileThePreviousChildIsReaped(t *testing.T) {
 	began := time.Now()
 	dialed := make(chan error, 1)
 	go func() {
-		_, err := Dial(ctx, shim.addr, testToken)
+		_, err := Dial(ctx, shim.addr, creds(testToken))
 		dialed <- err
 	}()
 	select {
@@ -386,7 +392,7 @@ func TestMisbehavingChildrenDoNotHurtTheShim(t *testing.T) {
 				if tc.code >= 0 {
 					g.Expect(ee.Code).To(Equal(tc.code))
 				}
-				code, _ := get(t, "http://"+shim.addr+HealthzPath)
+				code, _ := get(t, "https://"+shim.addr+HealthzPath)
 				g.Expect(code).To(Equal(http.StatusOK))
 				// No file descriptors pile up from tunnel to tunnel. The shim
 				// closes the probe's and the tunnel's connections on its own

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,6 +22,9 @@ type Config struct {
 	Command []string
 	// Token authenticates tunnels; see ReadToken.
 	Token []byte
+	// Certificate is the TLS key pair the shim serves (LoadKeyPair);
+	// required: the tunnel carries the token and the server's stdio.
+	Certificate *tls.Certificate
 	// TerminateGrace is the wait between stdin close, SIGTERM and SIGKILL
 	// when a tunnel ends. Two of them must fit the supervisor's close
 	// barrier. Zero means DefaultTerminateGrace.
@@ -56,6 +60,7 @@ const (
 type Server struct {
 	argv        []string
 	tokenDigest [sha256.Size]byte
+	tls         *tls.Config
 	grace       time.Duration
 	stderr      *os.File
 	log         *slog.Logger
@@ -90,9 +95,13 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.TerminateGrace < 0 {
 		return nil, errors.New("the terminate grace must not be negative")
 	}
+	if cfg.Certificate == nil {
+		return nil, errors.New("no TLS key pair: the shim refuses to serve the tunnel in the clear")
+	}
 	s := &Server{
 		argv:        cfg.Command,
 		tokenDigest: sha256.Sum256(cfg.Token),
+		tls:         serverTLS(*cfg.Certificate),
 		grace:       cfg.TerminateGrace,
 		stderr:      cfg.Stderr,
 		log:         cfg.Log,
@@ -127,10 +136,24 @@ func ReadToken(path string) ([]byte, error) {
 	return tok, nil
 }
 
-// Serve serves ln until ctx ends, then ends the live tunnel (SIGTERM to
-// its child's group at once, SIGKILL after the grace), waits until the
-// child has been reaped and its tunnel confirmed, and returns.
+// LoadKeyPair reads the shim's certificate and key (PEM files of the
+// mounted Secret). Errors never quote the files' content.
+func LoadKeyPair(certFile, keyFile string) (*tls.Certificate, error) {
+	if certFile == "" || keyFile == "" {
+		return nil, errors.New("no TLS key pair: the shim refuses to run without --tls-cert-file and --tls-key-file")
+	}
+	c, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("TLS key pair %s, %s: %w", certFile, keyFile, err)
+	}
+	return &c, nil
+}
+
+// Serve serves TLS on ln until ctx ends, then ends the live tunnel
+// (SIGTERM to its child's group at once, SIGKILL after the grace), waits
+// until the child has been reaped and its tunnel confirmed, and returns.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	ln = tls.NewListener(ln, s.tls)
 	s.reaper.run()
 	defer s.reaper.close()
 	hs := &http.Server{

@@ -3,6 +3,7 @@ package shim
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"math/rand/v2"
@@ -59,18 +60,18 @@ func TestTunnelRefusesWrongOrMissingToken(t *testing.T) {
 	addr := serveInProcess(t, Config{Command: []string{"sh", "-c", "echo > " + marker + "; exec cat"}})
 	for _, tok := range []string{"", "wrong-token-of-some-length", testToken + "x", testToken[:len(testToken)-1], "Bearer " + testToken} {
 		ctx, cancel := context.WithTimeout(context.Background(), eventually)
-		tun, err := Dial(ctx, addr, tok)
+		tun, err := Dial(ctx, addr, creds(tok))
 		cancel()
 		g.Expect(tun).To(BeNil())
 		g.Expect(err).To(MatchError(ErrUnauthorized), "token %q", tok)
 	}
 	// No Authorization header at all, and another scheme.
 	for _, h := range []string{"", "Basic " + testToken} {
-		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+TunnelPath, strings.NewReader(""))
+		req, _ := http.NewRequest(http.MethodPost, "https://"+addr+TunnelPath, strings.NewReader(""))
 		if h != "" {
 			req.Header.Set("Authorization", h)
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := (&http.Client{Transport: probeTransport()}).Do(req)
 		g.Expect(err).NotTo(HaveOccurred())
 		_ = resp.Body.Close()
 		g.Expect(resp.StatusCode).To(Equal(http.StatusUnauthorized))
@@ -87,11 +88,11 @@ func TestProbesAndMethods(t *testing.T) {
 	g := NewWithT(t)
 	addr := serveInProcess(t, Config{Command: []string{"cat"}})
 	for _, path := range []string{HealthzPath, ReadyzPath} {
-		code, body := get(t, "http://"+addr+path)
+		code, body := get(t, "https://"+addr+path)
 		g.Expect(code).To(Equal(http.StatusOK), path)
 		g.Expect(body).To(Equal("ok\n"))
 	}
-	code, _ := get(t, "http://"+addr+TunnelPath)
+	code, _ := get(t, "https://"+addr+TunnelPath)
 	g.Expect(code).To(Equal(http.StatusMethodNotAllowed))
 }
 
@@ -118,7 +119,7 @@ func TestStartFailuresAreClearErrors(t *testing.T) {
 			addr := serveInProcess(t, Config{Command: []string{tc.command}})
 			ctx, cancel := context.WithTimeout(context.Background(), eventually)
 			defer cancel()
-			tun, err := Dial(ctx, addr, testToken)
+			tun, err := Dial(ctx, addr, creds(testToken))
 			g.Expect(tun).To(BeNil())
 			var se *StartError
 			g.Expect(errors.As(err, &se)).To(BeTrue(), "got %v", err)
@@ -126,7 +127,7 @@ func TestStartFailuresAreClearErrors(t *testing.T) {
 			g.Expect(se.Message).To(ContainSubstring(tc.want))
 
 			// The failure freed the slot: the next tunnel gets the same answer.
-			_, err = Dial(ctx, addr, testToken)
+			_, err = Dial(ctx, addr, creds(testToken))
 			g.Expect(errors.As(err, &se)).To(BeTrue(), "got %v", err)
 		})
 	}
@@ -148,7 +149,7 @@ func TestDialHonoursItsContextOnlyWhileOpening(t *testing.T) {
 	g := NewWithT(t)
 	addr := serveInProcess(t, Config{Command: []string{"cat"}})
 	ctx, cancel := context.WithCancel(context.Background())
-	tun, err := Dial(ctx, addr, testToken)
+	tun, err := Dial(ctx, addr, creds(testToken))
 	g.Expect(err).NotTo(HaveOccurred())
 	cancel() // the tunnel outlives the context it was opened with
 	_, err = tun.Stdin().Write([]byte("still here\n"))
@@ -162,7 +163,7 @@ func TestDialHonoursItsContextOnlyWhileOpening(t *testing.T) {
 
 	done, cancelDone := context.WithCancel(context.Background())
 	cancelDone()
-	_, err = Dial(done, addr, testToken)
+	_, err = Dial(done, addr, creds(testToken))
 	g.Expect(err).To(MatchError(context.Canceled))
 }
 
@@ -233,8 +234,52 @@ func TestNewServerAndReadTokenRefuseBadInput(t *testing.T) {
 	g.Expect(err).To(MatchError(ContainSubstring("no command")))
 	_, err = NewServer(Config{Command: []string{"cat"}, Token: []byte("short")})
 	g.Expect(err).To(MatchError(ContainSubstring("at least 16 bytes")))
-	_, err = NewServer(Config{Command: []string{"cat"}, Token: tok, TerminateGrace: -time.Second})
+	_, err = NewServer(Config{Command: []string{"cat"}, Token: tok, Certificate: testCertificate(), TerminateGrace: -time.Second})
 	g.Expect(err).To(MatchError(ContainSubstring("negative")))
+	_, err = NewServer(Config{Command: []string{"cat"}, Token: tok})
+	g.Expect(err).To(MatchError(ContainSubstring("refuses to serve the tunnel in the clear")))
+}
+
+// TestTunnelIsPinnedToTheIssuedCertificate: a shim with any other key pair
+// (say, whoever answers at a reused Pod IP) is refused during the
+// handshake, before the token is sent; no child starts.
+func TestTunnelIsPinnedToTheIssuedCertificate(t *testing.T) {
+	g := NewWithT(t)
+	marker := filepath.Join(t.TempDir(), "started")
+	otherCert, otherKey, err := NewKeyPair("shim test")
+	g.Expect(err).NotTo(HaveOccurred())
+	other, err := tls.X509KeyPair(otherCert, otherKey)
+	g.Expect(err).NotTo(HaveOccurred())
+	addr := serveInProcess(t, Config{Command: []string{"sh", "-c", "echo > " + marker + "; exec cat"}, Certificate: &other})
+
+	ctx, cancel := context.WithTimeout(context.Background(), eventually)
+	defer cancel()
+	tun, err := Dial(ctx, addr, creds(testToken))
+	g.Expect(tun).To(BeNil())
+	g.Expect(err).To(MatchError(ErrPinMismatch))
+	g.Expect(marker).NotTo(BeAnExistingFile())
+
+	// The same shim, pinned right, opens.
+	tun, err = Dial(ctx, addr, Credentials{Token: testToken, Cert: otherCert})
+	g.Expect(err).NotTo(HaveOccurred())
+	tun.Close()
+	<-tun.Done()
+
+	// Without a certificate to pin, nothing is dialled in the clear.
+	_, err = Dial(ctx, addr, Credentials{Token: testToken})
+	g.Expect(err).To(MatchError(ContainSubstring("no pinned certificate")))
+}
+
+// TestShimServesOnlyTLS: a request in the clear gets no tunnel.
+func TestShimServesOnlyTLS(t *testing.T) {
+	g := NewWithT(t)
+	addr := serveInProcess(t, Config{Command: []string{"cat"}})
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+TunnelPath, strings.NewReader(""))
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Do(req)
+	g.Expect(err).NotTo(HaveOccurred())
+	_ = resp.Body.Close()
+	g.Expect(resp.StatusCode).To(Equal(http.StatusBadRequest), "Go's TLS server answers a plain request with 400")
 }
 
 func TestFloodIsRelayedInFull(t *testing.T) {

@@ -33,7 +33,10 @@ func rendered(obj *v1alpha1.McpServer, token string) (*appsv1.Deployment, *corev
 	Expect(err).NotTo(HaveOccurred())
 	d, err := podruntime.Deployment(obj, p, token, podruntime.Options{ShimImage: "ghcr.io/mcpbridge/operator:v1"})
 	Expect(err).NotTo(HaveOccurred())
-	return d, podruntime.TokenSecret(obj, token)
+	creds, err := podruntime.NewCredentials(obj)
+	Expect(err).NotTo(HaveOccurred())
+	creds.Token = token
+	return d, podruntime.TokenSecret(obj, creds, "issued-for-"+token)
 }
 
 // podServerIn is a stdio McpServer of the Pod runtime, created in ns.

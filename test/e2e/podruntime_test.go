@@ -15,6 +15,7 @@ import (
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -68,6 +69,21 @@ var _ = Describe("The Pod runtime on a real node", Ordered, func() {
 		Expect(procUIDs(child)).To(HaveEach("65532"), "the server runs as nonroot")
 		expectNoChildOfTheManager(ctx)
 		expectGatewayServes(ctx, readyManagerPod(ctx), podsNS, agentToken(ctx, podsNS, "agent"))
+
+		// The manager connected over TLS with its NetworkPolicy in place: this
+		// node does not enforce NetworkPolicies, so the object's content is
+		// what can be checked here (see docs/design.md, "The shim and the
+		// tunnel").
+		np := &networkingv1.NetworkPolicy{}
+		Expect(cluster.Client.Get(ctx, client.ObjectKey{Namespace: podsNS, Name: podruntime.DeploymentName(server.Name)}, np)).To(Succeed())
+		Expect(np.Spec.PodSelector.MatchLabels).To(Equal(podruntime.Labels(server.Name)))
+		Expect(np.Spec.Ingress).To(HaveLen(1))
+		Expect(np.Spec.Ingress[0].From).To(HaveLen(1))
+		Expect(np.Spec.Ingress[0].From[0].NamespaceSelector.MatchLabels).To(Equal(map[string]string{"kubernetes.io/metadata.name": systemNS}))
+		manager := readyManagerPod(ctx)
+		for k, v := range np.Spec.Ingress[0].From[0].PodSelector.MatchLabels {
+			Expect(manager.Labels).To(HaveKeyWithValue(k, v), "the NetworkPolicy admits the manager's own Pod")
+		}
 	})
 
 	It("reconnects at the next generation with identical tools when the server process is killed inside its Pod", func(ctx SpecContext) {
@@ -114,6 +130,7 @@ var _ = Describe("The Pod runtime on a real node", Ordered, func() {
 		Expect(cluster.Client.Get(ctx, client.ObjectKeyFromObject(server), server)).To(Succeed())
 		before := server.DeepCopy()
 		old := serverPod(ctx, server)
+		oldCreds := tokenSecret(ctx, server)
 		w := watchServers("--server-name=fixture")
 
 		server.Spec.Stdio.Args = append(server.Spec.Stdio.Args, "--server-version=2.0.0")
@@ -131,6 +148,10 @@ var _ = Describe("The Pod runtime on a real node", Ordered, func() {
 		Expect(distinct).To(BeNumerically(">=", 2), "the watch saw the old and the new server")
 		Expect(maxAlive).To(Equal(1), "two server processes of one McpServer existed at once")
 		Expect(server.Status.Tools).To(Equal(before.Status.Tools))
+		newCreds := tokenSecret(ctx, server)
+		for _, key := range []string{podruntime.TokenKey, podruntime.CertKey, podruntime.PrivateKeyKey} {
+			Expect(newCreds.Data[key]).NotTo(Equal(oldCreds.Data[key]), "the roll renews %s", key)
+		}
 	})
 
 	It("gives a rotated Secret to the new Pod", func(ctx SpecContext) {
@@ -496,4 +517,12 @@ func fixturesWith(marker string) []int {
 		out = append(out, pid)
 	}
 	return out
+}
+
+// tokenSecret is the server's token Secret, with the Pod's credentials.
+func tokenSecret(ctx context.Context, server *v1alpha1.McpServer) *corev1.Secret {
+	GinkgoHelper()
+	s := &corev1.Secret{}
+	Expect(cluster.Client.Get(ctx, client.ObjectKey{Namespace: server.Namespace, Name: podruntime.TokenSecretName(server.Name)}, s)).To(Succeed())
+	return s
 }

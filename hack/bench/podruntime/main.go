@@ -199,12 +199,15 @@ func (b *bench) calls(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	token := podruntime.NewToken()
-	secret := podruntime.TokenSecret(obj, token)
-	d, err := podruntime.Deployment(obj, p, token, podruntime.Options{ShimImage: managerImage})
+	creds, err := podruntime.NewCredentials(obj)
 	if err != nil {
 		return err
 	}
+	d, err := podruntime.Deployment(obj, p, creds.Token, podruntime.Options{ShimImage: managerImage})
+	if err != nil {
+		return err
+	}
+	secret := podruntime.TokenSecret(obj, creds, d.Spec.Template.Annotations[podruntime.TemplateHashAnnotation])
 	// No McpServer owns them here: the garbage collector would delete them.
 	secret.OwnerReferences, d.OwnerReferences = nil, nil
 	if err := c.Create(ctx, secret); err != nil {
@@ -222,7 +225,7 @@ func (b *bench) calls(ctx context.Context) error {
 		return err
 	}
 	defer func() { _ = dispose(local) }()
-	remote, err := startSupervisor(ctx, p, &bridge.PodTunnel{Pods: staticPod{pod}, Token: token})
+	remote, err := startSupervisor(ctx, p, &bridge.PodTunnel{Pods: staticPod{pod}, Token: creds.Token, Cert: creds.Cert})
 	if err != nil {
 		return err
 	}

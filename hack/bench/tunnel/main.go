@@ -63,6 +63,7 @@ func main() {
 type bench struct {
 	fixture, shimBin string
 	addr             string // the shim's listen address
+	cert             []byte // the shim's certificate (PEM), pinned
 }
 
 func run() error {
@@ -157,7 +158,20 @@ func (b *bench) startShim(dir string) (func(), error) {
 	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(b.shimBin, "--listen=127.0.0.1:0", "--token-file="+tokenFile, "--", b.fixture)
+	cert, key, err := shim.NewKeyPair("bench")
+	if err != nil {
+		return nil, err
+	}
+	b.cert = cert
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	if err := os.WriteFile(certFile, cert, 0o600); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(keyFile, key, 0o600); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(b.shimBin, "--listen=127.0.0.1:0", "--token-file="+tokenFile,
+		"--tls-cert-file="+certFile, "--tls-key-file="+keyFile, "--", b.fixture)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err
@@ -220,7 +234,7 @@ func (b *bench) connectDirect(ctx context.Context) (*session, error) {
 
 // connectTunnel opens a tunnel through the shim.
 func (b *bench) connectTunnel(ctx context.Context) (*session, error) {
-	tun, err := shim.Dial(ctx, b.addr, token)
+	tun, err := shim.Dial(ctx, b.addr, shim.Credentials{Token: token, Cert: b.cert})
 	if err != nil {
 		return nil, err
 	}
