@@ -327,7 +327,7 @@ func liveMetricNames(t *testing.T) map[string]bool {
 	metrics, gateway, probes := freeAddr(t), freeAddr(t), freeAddr(t)
 	runManager(t, manager, "--kubeconfig="+env.KubeconfigPath, "--metrics-secure=false", "--metrics-bind-address="+metrics,
 		"--gateway-auth=none", "--gateway-bind-address="+gateway, "--health-probe-bind-address="+probes,
-		"--local-stdio-namespaces=*")
+		"--local-stdio-namespaces=*", "--min-reconnect-delay=0") // the failing server retries fast
 
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "metrics-"}}
 	g.Expect(env.Client.Create(ctx(t), ns)).To(Succeed())
