@@ -162,7 +162,7 @@ func TestIdleWakeCountsAgainstTheCallTimeout(t *testing.T) {
 	p.SuspendAfter, p.HealthCheckInterval, p.ToolCallTimeout = suspendAfter, 0, 500*time.Millisecond
 	fc := clocktesting.NewFakeClock(time.Now())
 	s, reg := startSupervisor(t, p, func(o *Options) {
-		o.Pod = &PodTunnel{Pods: pods, Token: podToken, Port: sh.port}
+		o.Pod = &PodTunnel{Pods: pods, Token: podToken, Cert: podCert, Port: sh.port}
 		o.Log = stdioLog(t)
 		o.Clock = fc
 	})
