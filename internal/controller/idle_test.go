@@ -19,6 +19,7 @@ import (
 	"github.com/mcpbridge/operator/internal/bridge"
 	"github.com/mcpbridge/operator/internal/podruntime"
 	"github.com/mcpbridge/operator/internal/policy"
+	"github.com/mcpbridge/operator/internal/proc"
 	"github.com/mcpbridge/operator/internal/testenv"
 	"github.com/mcpbridge/operator/test/fixture"
 )
@@ -106,8 +107,12 @@ var _ = Describe("Idle servers", func() {
 		Expect(got.Status.Tools).To(Equal(ready.Status.Tools))
 		Expect(got.Status.ConnectionGeneration).To(BeEquivalentTo(1))
 		Eventually(hasEvent(ns, "idle-fx", v1alpha1.ReasonSuspended, "the next tool call wakes the server"), eventuallyTimeout, poll).Should(BeTrue())
-		Eventually(func() []fixture.Lifetime { return lifetimes(events) }, eventuallyTimeout, poll).Should(
-			ConsistOf(HaveField("End", Not(BeZero()))), "the sleeping server's process still runs")
+		// Gone from /proc (reaped), whether it wrote its exit event or was
+		// killed before it could.
+		lives := lifetimes(events)
+		Expect(lives).To(HaveLen(1))
+		Eventually(func() error { _, err := proc.ReadStat(lives[0].PID); return err }, eventuallyTimeout, poll).Should(
+			HaveOccurred(), "the sleeping server's process still runs")
 		Expect(listToolNames(agent)).To(ContainElement(echo), "tools/list through the gateway lost the sleeping server's tools")
 		Eventually(idleCount(ns), eventuallyTimeout, poll).Should(BeEquivalentTo(1))
 		out, _, err := env.Kubectl(ctx, "get", "mcpservers", "-n", ns)
