@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/testenv"
@@ -116,6 +117,18 @@ func TestNamespacedInstallRunsTheManager(t *testing.T) {
 			g.Expect(s.Status.Runtime).To(Equal(v1alpha1.RuntimePod))
 		}, time.Minute, 100*time.Millisecond).Should(Succeed(), "the manager's work in %s", ns)
 	}
+	// A spec edit rolls the Pod: the manager renews the credentials and
+	// patches its Deployment, with the same RBAC and past the same policy.
+	edited := servers[watched[0]]
+	g.Expect(env.Client.Get(ctx(t), client.ObjectKeyFromObject(edited), edited)).To(Succeed())
+	edited.Spec.Stdio.Args = []string{"--server-version=2.0.0"}
+	g.Expect(env.Client.Update(ctx(t), edited)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		d := &appsv1.Deployment{}
+		g.Expect(env.Client.Get(ctx(t), types.NamespacedName{Namespace: watched[0], Name: "fixture-mcp"}, d)).To(Succeed())
+		c := d.Spec.Template.Spec.Containers[0] // the shim, then -- and the server's command and args
+		g.Expect(append(c.Command, c.Args...)).To(ContainElement("--server-version=2.0.0"))
+	}, time.Minute, 100*time.Millisecond).Should(Succeed(), "the manager rolled the Deployment in %s", watched[0])
 	// Both watched namespaces are done; the third was never looked at.
 	c := &v1alpha1.McpServer{}
 	g.Expect(env.Client.Get(ctx(t), types.NamespacedName{Namespace: unwatched, Name: "fixture"}, c)).To(Succeed())
