@@ -10,7 +10,7 @@ import (
 	"github.com/mcpbridge/operator/internal/gateway"
 )
 
-// budgetOptions are the budgets one tenant is held to (SPEC §13.1); see
+// budgetOptions are the budgets one tenant is held to (docs/design.md, "Budgets" and "Limits"); see
 // docs/design.md, "Budgets".
 type budgetOptions struct {
 	gateway   gateway.Budgets

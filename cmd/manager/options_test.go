@@ -183,12 +183,12 @@ func TestDefaultsAreKubebuilders(t *testing.T) {
 		"gateway-token-audiences": "mcpbridge.dev",
 		"gateway-auth":            "token",
 		"gateway-cert-dir":        "",
-		// SPEC §13.1.
+		// The floors and ceilings (docs/design.md, "Limits").
 		"min-reconnect-delay":       "100ms",
 		"min-health-check-interval": "1s",
 		"max-tool-call-timeout":     "10m0s",
 		"max-connection-timeout":    "10m0s",
-		// The budgets of SPEC §13.1.
+		// The budgets (docs/design.md, "Budgets").
 		"gateway-max-sessions-per-identity":        "64",
 		"gateway-max-inflight-calls-per-identity":  "32",
 		"gateway-max-inflight-calls-per-namespace": "256",

@@ -259,7 +259,7 @@ func regKeepUnchanged(cur *regOwner, next []Tool, digests [][sha256.Size]byte) {
 }
 
 // DefaultMaxToolBytesPerNamespace is the default budget of a namespace's
-// published tools (SPEC §13.1).
+// published tools (docs/design.md, "Budgets" and "Limits").
 const DefaultMaxToolBytesPerNamespace = 64 << 20
 
 // FlagMaxToolBytesPerNamespace sets Registry.MaxToolBytesPerNamespace in

@@ -187,7 +187,7 @@ func diffTools(before, after []Tool) (added, removed int) {
 
 // DefaultResyncInterval: a server's list_changed re-syncs are at least
 // this far apart; notifications in between are coalesced into the next one
-// (SPEC §13.1), so that a storm of them costs one fetch a second.
+// (docs/design.md, "Budgets" and "Limits"), so that a storm of them costs one fetch a second.
 const DefaultResyncInterval = time.Second
 
 // resyncLoop re-syncs on list_changed, each time with a fresh budget, at

@@ -13,8 +13,8 @@ import (
 	"github.com/mcpbridge/operator/internal/podruntime"
 )
 
-// The manager's cache keeps of each object what the manager reads (SPEC
-// §13.1): no managedFields, and of the annotations only restartedAt and the
+// The manager's cache keeps of each object what the manager reads
+// (docs/design.md, "Limits"): no managedFields, and of the annotations only restartedAt and the
 // template hash.
 var _ = Describe("The manager's cache", func() {
 	bulky := strings.Repeat("x", 64<<10)

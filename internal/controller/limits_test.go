@@ -9,7 +9,7 @@ import (
 	"github.com/mcpbridge/operator/internal/policy"
 )
 
-// The administrator's floors and ceilings (SPEC §13.1): a spec beyond one
+// The administrator's floors and ceilings (docs/design.md, "Budgets" and "Limits"): a spec beyond one
 // is Invalid with a message naming the flag, and never connects.
 var _ = Describe("Floors and ceilings of the manager", func() {
 	DescribeTable("refuse a spec beyond them, naming the flag",

@@ -4,7 +4,7 @@ import "unicode/utf8"
 
 // maxAgentString is how many bytes of a string an agent chose (a tool
 // name, a JSON-RPC id, a method) reach an audit line, a log or a span:
-// SPEC §13.1, so that a 4 MiB tool name costs the manager nothing beyond
+// docs/design.md, "Limits", so that a 4 MiB tool name costs the manager nothing beyond
 // the request that carried it. See docs/design.md, "Limits".
 const maxAgentString = 128
 

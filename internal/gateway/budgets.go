@@ -32,7 +32,7 @@ type Budgets struct {
 	ResultBytesPerNamespace int64
 }
 
-// Defaults of the budgets (SPEC §13.1).
+// Defaults of the budgets (docs/design.md, "Budgets" and "Limits").
 const (
 	DefaultMaxSessionsPerIdentity     = 64
 	DefaultMaxCallsPerIdentity        = 32

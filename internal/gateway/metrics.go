@@ -22,7 +22,7 @@ func init() { metrics.Registry.MustRegister(requests, callDuration) }
 // refused counts a request turned away before MCP saw it.
 func refused(outcome string) { requests.WithLabelValues("http", outcome).Inc() }
 
-// Refusals by a budget or limit (SPEC §13.1; docs/design.md, "Limits"):
+// Refusals by a budget or limit (docs/design.md, "Limits" and "Budgets"):
 // the answer beyond a limit is immediate, and counted here by namespace and
 // limit. The namespace is empty where the limit comes before the caller is
 // known to use the namespace (TokenReviews), or when the namespace holds no

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// The local pre-check of a bearer token (SPEC §13.1): a token that cannot
+// The local pre-check of a bearer token (docs/design.md, "Budgets" and "Limits"): a token that cannot
 // pass a TokenReview for the gateway's audiences is refused before it
 // reaches the TokenReview rate limit, so that a flood of random tokens
 // neither costs the apiserver nor holds the limit agents need. Only the

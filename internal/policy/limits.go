@@ -8,7 +8,7 @@ import (
 	"github.com/mcpbridge/operator/api/v1alpha1"
 )
 
-// The floors and ceilings the manager's flags carry by default (SPEC §13.1).
+// The floors and ceilings the manager's flags carry by default (docs/design.md, "Budgets" and "Limits").
 // See docs/design.md, "Limits".
 const (
 	DefaultMinReconnectDelay      = 100 * time.Millisecond

@@ -32,7 +32,7 @@ func TestDefaultLimitsMatchSpec(t *testing.T) {
 		MaxConnectionTimeout:   10 * time.Minute,
 	}
 	if got := policy.DefaultLimits(); got != want {
-		t.Errorf("DefaultLimits() = %+v, want %+v (SPEC §13.1)", got, want)
+		t.Errorf("DefaultLimits() = %+v, want %+v (docs/design.md, Limits)", got, want)
 	}
 }
 

@@ -102,7 +102,7 @@ func Setup(ctx context.Context, log logr.Logger) (tp trace.TracerProvider, shutd
 	return sdk, sdk.Shutdown, nil
 }
 
-// The operator's span limits (SPEC §13.1): no span of the operator
+// The operator's span limits (docs/design.md, "Budgets" and "Limits"): no span of the operator
 // carries more than about 16 attributes, a few links and no events, and the
 // gateway cuts what agents choose to 128 bytes; these bound what a span
 // could hold if a step forgot to. See docs/design.md, "Limits".

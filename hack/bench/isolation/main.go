@@ -1,5 +1,5 @@
 // Command isolation measures whether one tenant can take the gateway from
-// another (SPEC §10, Isolation): a victim's agent calls its tenant's echo
+// another (docs/design.md, "Budgets"): a victim's agent calls its tenant's echo
 // tool at a steady rate, first alone and then while an attacker in another
 // namespace floods the gateway for the same time, and it prints a markdown
 // table with the command that reproduces it: the victim's p50/p99 and
@@ -446,7 +446,7 @@ func printTable(unloaded, loaded victimRun, a *attack, mem *memPeak, loadBefore 
 		"by the result-byte budget, %d by the in-flight budgets, %d answered, %d other errors.\n\n",
 		a.sessionsOK.Load(), a.sessions429.Load(), a.held.Load(), a.refusedBytes.Load(), a.refusedCalls.Load(),
 		a.calls.Load(), a.otherErrors.Load())
-	fmt.Println("| Goal (docs/design.md, Budgets; SPEC §10 Isolation) | Measured | Met |")
+	fmt.Println("| Goal (docs/design.md, Budgets) | Measured | Met |")
 	fmt.Println("|---|---|---|")
 	ratio := float64(p(loaded, 99)) / float64(max(p(unloaded, 99), 1))
 	fmt.Printf("| victim p99 under attack ≤ 2× unloaded | %.2f× | %s |\n", ratio, report.YesNo(ratio <= 2))
