@@ -325,7 +325,7 @@ func liveMetricNames(t *testing.T) map[string]bool {
 	g.Expect(err).NotTo(HaveOccurred(), "go build ./cmd/manager: %s", out)
 	g.Expect(testenv.Build(fixture, "./test/fixture/cmd/mcp-fixture")).To(Succeed())
 	metrics, gateway, probes := freeAddr(t), freeAddr(t), freeAddr(t)
-	runManager(t, manager, "--kubeconfig="+env.KubeconfigPath, "--metrics-secure=false", "--metrics-bind-address="+metrics,
+	runManager(t, manager, nil, "--kubeconfig="+env.KubeconfigPath, "--metrics-secure=false", "--metrics-bind-address="+metrics,
 		"--gateway-auth=none", "--gateway-bind-address="+gateway, "--health-probe-bind-address="+probes,
 		"--local-stdio-namespaces=*", "--min-reconnect-delay=0") // the failing server retries fast
 
@@ -408,9 +408,11 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// runManager starts the manager binary until the test ends, and shows its
-// log when the test failed.
-func runManager(t *testing.T, bin string, args ...string) {
+// runManager starts the manager binary, with env added to this process's
+// environment, until the test ends, and shows its log when the test failed.
+// It returns the log's path and a channel that receives Wait's error once
+// the manager exits.
+func runManager(t *testing.T, bin string, env []string, args ...string) (string, chan error) {
 	t.Helper()
 	logPath := filepath.Join(t.TempDir(), "manager.log")
 	logFile, err := os.Create(logPath)
@@ -419,6 +421,7 @@ func runManager(t *testing.T, bin string, args ...string) {
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Env = append(os.Environ(), env...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -439,4 +442,5 @@ func runManager(t *testing.T, bin string, args ...string) {
 			t.Logf("manager %s\n%s", strings.Join(args, " "), b)
 		}
 	})
+	return logPath, exited
 }

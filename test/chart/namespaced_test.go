@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -174,34 +173,7 @@ func runReleaseManager(t *testing.T, d *appsv1.Deployment, sa string) string {
 	// Out of a cluster the manager cannot know its namespace.
 	args = append(args, "--leader-election-namespace="+releaseNamespace, "--kubeconfig="+tokenKubeconfig(t, releaseNamespace, sa))
 
-	logPath := filepath.Join(dir, "manager.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(dir, "no-such-kubeconfig"), "HOME="+dir)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(40 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-			t.Error("the manager did not stop within 40s of SIGTERM")
-		}
-		logFile.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("manager %s\n%s", strings.Join(args, " "), b)
-		}
-	})
+	logPath, exited := runManager(t, bin, []string{"KUBECONFIG=" + filepath.Join(dir, "no-such-kubeconfig"), "HOME=" + dir}, args...)
 	hc := &http.Client{Timeout: time.Second}
 	NewWithT(t).Eventually(func(g Gomega) {
 		select {
