@@ -1,0 +1,158 @@
+package membership
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+)
+
+// sighting is what this replica last saw of a peer's Lease, and when by
+// its own clock the Lease last changed: liveness is judged from that, never
+// from the renewTime the peer wrote with its clock, as client-go's leader
+// election does. See docs/design.md, "Replicas and ownership".
+type sighting struct {
+	lease  *coordinationv1.Lease
+	record string
+	at     time.Time
+}
+
+// record is what a renewal changes.
+func record(l *coordinationv1.Lease) string {
+	var renew string
+	if t := l.Spec.RenewTime; t != nil {
+		renew = t.UTC().Format(time.RFC3339Nano)
+	}
+	return fmt.Sprintf("%s/%s/%s/%d", ptr.Deref(l.Spec.HolderIdentity, ""), l.Annotations[ProcessAnnotation],
+		renew, ptr.Deref(l.Spec.LeaseDurationSeconds, 0))
+}
+
+// duration is the Lease's own duration, which its holder renews within.
+func (m *Membership) duration(l *coordinationv1.Lease) time.Duration {
+	if s := ptr.Deref(l.Spec.LeaseDurationSeconds, 0); s > 0 {
+		return time.Duration(s) * time.Second
+	}
+	return m.cfg.LeaseDuration
+}
+
+func (m *Membership) saw(obj any) {
+	l, ok := obj.(*coordinationv1.Lease)
+	holder := ""
+	if ok {
+		holder = ptr.Deref(l.Spec.HolderIdentity, "")
+	}
+	if holder == "" || LeaseName(holder) != l.Name {
+		return // not a replica's Lease
+	}
+	rec := record(l)
+	m.mu.Lock()
+	s := m.seen[l.Name]
+	if s == nil || s.record != rec {
+		s = &sighting{record: rec, at: m.cfg.Now()}
+		m.seen[l.Name] = s
+	}
+	s.lease = l
+	m.mu.Unlock()
+	m.poke()
+}
+
+func (m *Membership) gone(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if l, ok := obj.(*coordinationv1.Lease); ok {
+		m.mu.Lock()
+		delete(m.seen, l.Name)
+		m.mu.Unlock()
+		m.poke()
+	}
+}
+
+// deadFor is how long past its expiry a peer's Lease is deleted by
+// whichever replica notices first: a crashed replica leaves it behind.
+const deadFor = 2
+
+// recompute sets the live set and tells the subscribers who joined or
+// left. It returns when the next member would expire, and the Leases dead
+// for deadFor durations.
+func (m *Membership) recompute() (next time.Duration, stale []*coordinationv1.Lease) {
+	now := m.cfg.Now()
+	m.mu.Lock()
+	var live []Member
+	for name, s := range m.seen {
+		d := m.duration(s.lease)
+		left := s.at.Add(d).Sub(now)
+		if left <= 0 {
+			if -left > deadFor*d && name != LeaseName(m.cfg.Name) {
+				stale = append(stale, s.lease)
+			}
+			continue
+		}
+		live = append(live, Member{Name: *s.lease.Spec.HolderIdentity, Address: s.lease.Annotations[AddressAnnotation]})
+		if next == 0 || left < next {
+			next = left
+		}
+	}
+	slices.SortFunc(live, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
+	names := make([]string, len(live))
+	for i, mb := range live {
+		names[i] = mb.Name
+	}
+	changed := symmetricDifference(m.names, names)
+	m.live, m.names = live, names
+	subs := slices.Clone(m.subs)
+	m.mu.Unlock()
+	liveReplicas.Set(float64(len(live)))
+	for _, name := range changed {
+		m.notify(subs, name)
+	}
+	return next, stale
+}
+
+func (m *Membership) notify(subs []chan event.GenericEvent, name string) {
+	obj := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: LeaseName(name), Namespace: m.cfg.Namespace},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(name)}}
+	for _, ch := range subs {
+		select {
+		case ch <- event.GenericEvent{Object: obj.DeepCopy()}:
+		default:
+		}
+	}
+}
+
+// collect deletes dead Leases, only as they were seen: a Lease renewed
+// meanwhile has another resourceVersion and stays.
+func (m *Membership) collect(ctx context.Context, stale []*coordinationv1.Lease) {
+	for _, l := range stale {
+		err := m.leases.Delete(ctx, l.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{
+			UID: &l.UID, ResourceVersion: &l.ResourceVersion}})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) && ctx.Err() == nil {
+			ctrl.LoggerFrom(ctx).Error(err, "cannot delete the Lease of a replica that is gone", "lease", l.Name)
+		}
+	}
+}
+
+// symmetricDifference of two sorted lists.
+func symmetricDifference(a, b []string) []string {
+	var out []string
+	for _, x := range a {
+		if _, found := slices.BinarySearch(b, x); !found {
+			out = append(out, x)
+		}
+	}
+	for _, x := range b {
+		if _, found := slices.BinarySearch(a, x); !found {
+			out = append(out, x)
+		}
+	}
+	return out
+}

@@ -1,0 +1,206 @@
+package membership
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/tools/cache"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+)
+
+// Config says who this replica is and where the Leases live.
+type Config struct {
+	// Name is the replica's identity (--replica-name), unique among the
+	// replicas; its Lease is LeaseName(Name).
+	Name string
+	// Address is where the other replicas reach this one
+	// (--replica-advertise-address).
+	Address string
+	// Namespace holds the replicas' Leases: the manager's own.
+	Namespace string
+	// LeaseDuration (--replica-lease-duration) is how long a replica stays
+	// a member after its peers last saw it renew; it renews every third of
+	// it. Whole seconds, as a Lease stores it.
+	LeaseDuration time.Duration
+	Client        kubernetes.Interface
+	// Now is this replica's clock; nil is time.Now. Tests skew it.
+	Now func() time.Time
+}
+
+// Member is a live replica.
+type Member struct {
+	Name    string
+	Address string
+}
+
+// Membership keeps this replica's Lease and the live set of all replicas.
+// Start runs it; Owner, Members and Subscribe may be called at any time.
+type Membership struct {
+	cfg     Config
+	process string // random per process: a second process with our name differs
+	leases  coordinationclient.LeaseInterface
+	kick    chan struct{}
+	joined  chan struct{}
+	// keepLease leaves the Lease behind on stop, as a crash does (tests).
+	keepLease bool
+
+	mu    sync.RWMutex
+	seen  map[string]*sighting // by Lease name
+	live  []Member             // sorted by name
+	names []string             // the names of live, for Owner
+	subs  []chan event.GenericEvent
+}
+
+// New checks cfg; the Membership does nothing until Start.
+func New(cfg Config) (*Membership, error) {
+	if cfg.Name == "" || cfg.Namespace == "" || cfg.Client == nil {
+		return nil, errors.New("membership needs a replica name, a namespace and a client")
+	}
+	if cfg.LeaseDuration < time.Second || cfg.LeaseDuration%time.Second != 0 {
+		return nil, fmt.Errorf("lease duration %s must be a whole number of seconds, at least 1s", cfg.LeaseDuration)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	id := make([]byte, 8)
+	_, _ = rand.Read(id)
+	return &Membership{
+		cfg: cfg, process: hex.EncodeToString(id),
+		leases: cfg.Client.CoordinationV1().Leases(cfg.Namespace),
+		kick:   make(chan struct{}, 1), joined: make(chan struct{}),
+		seen: map[string]*sighting{},
+	}, nil
+}
+
+// NeedLeaderElection is false: every replica is a member, leader or not.
+func (m *Membership) NeedLeaderElection() bool { return false }
+
+// Name is this replica's name.
+func (m *Membership) Name() string { return m.cfg.Name }
+
+// Joined is closed once this replica holds its Lease.
+func (m *Membership) Joined() <-chan struct{} { return m.joined }
+
+// Owner is the live replica that owns the McpServer with this UID, or ""
+// while no replica is live. See docs/design.md, "Replicas and ownership".
+func (m *Membership) Owner(uid types.UID) string {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return rendezvous(string(uid), m.names)
+}
+
+// Members are the live replicas, sorted by name.
+func (m *Membership) Members() []Member {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return slices.Clone(m.live)
+}
+
+// Subscribe returns a channel for a controller's source.Channel: one event
+// per replica that joined or left the live set, its object that replica's
+// Lease (name and holder set), after which Owner answers for the new set.
+// The servers whose owner may have changed are those Owner now gives to a
+// replica that joined, and those a replica that left owned. Events are
+// dropped while 64 wait unread.
+func (m *Membership) Subscribe() <-chan event.GenericEvent {
+	ch := make(chan event.GenericEvent, 64)
+	m.mu.Lock()
+	m.subs = append(m.subs, ch)
+	m.mu.Unlock()
+	return ch
+}
+
+// Start watches the Leases, takes this replica's own (refusing when a live
+// process holds the same name), renews it until ctx ends, then deletes it
+// so that the peers move its servers at once.
+func (m *Membership) Start(ctx context.Context) error {
+	log := ctrl.LoggerFrom(ctx).WithName("membership").WithValues("replica", m.cfg.Name)
+	ctx = ctrl.LoggerInto(ctx, log)
+	inf := cache.NewSharedIndexInformer(cache.NewFilteredListWatchFromClient(
+		m.cfg.Client.CoordinationV1().RESTClient(), "leases", m.cfg.Namespace,
+		func(o *metav1.ListOptions) { o.LabelSelector = leaseSelector }), &coordinationv1.Lease{}, 0, cache.Indexers{})
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: m.saw, UpdateFunc: func(_, obj any) { m.saw(obj) }, DeleteFunc: m.gone,
+	}); err != nil {
+		return err
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { inf.RunWithContext(runCtx) })
+	wg.Go(func() { m.judge(runCtx) })
+	defer wg.Wait()
+	defer stop()
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return nil // stopped before the first list
+	}
+	lease, err := m.acquire(ctx)
+	if err != nil || lease == nil {
+		return err
+	}
+	log.Info("joined the replicas", "lease", lease.Name, "address", m.cfg.Address)
+	close(m.joined)
+	return m.hold(ctx, lease)
+}
+
+// hold renews the Lease every third of its duration until ctx ends.
+func (m *Membership) hold(ctx context.Context, lease *coordinationv1.Lease) error {
+	t := time.NewTicker(m.cfg.LeaseDuration / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			m.release(ctx, lease)
+			return nil
+		case <-t.C:
+		}
+		l, err := m.renew(ctx, lease)
+		switch {
+		case errors.Is(err, errTakenOver):
+			return err
+		case err != nil && ctx.Err() == nil:
+			ctrl.LoggerFrom(ctx).Error(err, "cannot renew the replica Lease; retrying", "lease", lease.Name)
+		case err == nil:
+			lease = l
+		}
+	}
+}
+
+// judge recomputes the live set whenever a Lease changes and when the next
+// member would expire.
+func (m *Membership) judge(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		next, stale := m.recompute()
+		m.collect(ctx, stale)
+		if next <= 0 {
+			next = time.Hour
+		}
+		timer.Reset(next)
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.kick:
+		case <-timer.C:
+		}
+	}
+}
+
+func (m *Membership) poke() {
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
+}

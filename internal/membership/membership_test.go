@@ -1,0 +1,149 @@
+package membership_test
+
+import (
+	"fmt"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	"github.com/mcpbridge/operator/internal/membership"
+)
+
+var _ = Describe("Replica membership", func() {
+	It("shows every live replica to every replica, and they agree on each server's owner", func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		rs := []*replica{startReplica(ns, "a"), startReplica(ns, "b"), startReplica(ns, "c")}
+		for _, r := range rs {
+			r.joinedWithin(10 * time.Second)
+		}
+		for _, r := range rs {
+			Eventually(r.Members).WithTimeout(10 * time.Second).Should(Equal([]membership.Member{
+				{Name: "a", Address: "10.0.0.1:8091"}, {Name: "b", Address: "10.0.0.1:8091"}, {Name: "c", Address: "10.0.0.1:8091"}}))
+		}
+		owned := map[string]int{}
+		for i := range 300 {
+			uid := types.UID(fmt.Sprintf("uid-%d", i))
+			o := rs[0].Owner(uid)
+			Expect(rs[1].Owner(uid)).To(Equal(o))
+			Expect(rs[2].Owner(uid)).To(Equal(o))
+			owned[o]++
+		}
+		Expect(owned).To(HaveLen(3), "every replica owns some of 300 servers")
+
+		l, err := clientset.CoordinationV1().Leases(ns).Get(ctx, membership.LeaseName("b"), metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(l.Spec.HolderIdentity).To(Equal(ptr.To("b")))
+		Expect(l.Spec.LeaseDurationSeconds).To(Equal(ptr.To[int32](2)))
+		Expect(l.Labels).To(HaveKeyWithValue("app.kubernetes.io/component", "replica"))
+		Expect(l.Annotations).To(HaveKeyWithValue(membership.AddressAnnotation, "10.0.0.1:8091"))
+		Expect(l.Annotations).To(HaveKey(membership.ProcessAnnotation))
+	})
+
+	It("drops a replica that stops gracefully at once, long before its Lease would expire", func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		a := startReplica(ns, "a", withLeaseDuration(time.Minute))
+		changes := a.Subscribe()
+		b := startReplica(ns, "b", withLeaseDuration(time.Minute))
+		Eventually(memberNames(a)).WithTimeout(10 * time.Second).Should(Equal([]string{"a", "b"}))
+		Eventually(changes).Should(Receive(leaseOf("b")), "b joined")
+
+		Expect(b.stop()).To(Succeed())
+		_, err := clientset.CoordinationV1().Leases(ns).Get(ctx, membership.LeaseName("b"), metav1.GetOptions{})
+		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "b's Lease is deleted when it stops: %v", err)
+		Eventually(memberNames(a)).WithTimeout(10 * time.Second).Should(Equal([]string{"a"}))
+		Eventually(changes).Should(Receive(leaseOf("b")), "b left")
+	})
+
+	It("drops a replica that stops renewing after its lease duration, then deletes its Lease", func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		a, b := startReplica(ns, "a"), startReplica(ns, "b")
+		Eventually(memberNames(a)).WithTimeout(10 * time.Second).Should(Equal([]string{"a", "b"}))
+
+		b.crash()
+		_, err := clientset.CoordinationV1().Leases(ns).Get(ctx, membership.LeaseName("b"), metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred(), "a crash leaves the Lease behind")
+		Eventually(memberNames(a)).WithTimeout(10 * time.Second).Should(Equal([]string{"a"}))
+		Eventually(func() bool {
+			_, err := clientset.CoordinationV1().Leases(ns).Get(ctx, membership.LeaseName("b"), metav1.GetOptions{})
+			return apierrors.IsNotFound(err)
+		}).WithTimeout(20*time.Second).Should(BeTrue(), "the dead replica's Lease is collected")
+		Consistently(memberNames(a)).WithTimeout(3*time.Second).Should(Equal([]string{"a"}), "a keeps renewing")
+	})
+
+	It("refuses a second process with the name of a live replica, and leaves the first alone", func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		a := startReplica(ns, "a")
+		a.joinedWithin(10 * time.Second)
+		lease, err := clientset.CoordinationV1().Leases(ns).Get(ctx, membership.LeaseName("a"), metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+
+		dup := startReplica(ns, "a")
+		Eventually(dup.exited).WithTimeout(10 * time.Second).Should(BeClosed())
+		Expect(dup.err).To(MatchError(ContainSubstring(`another live replica already holds --replica-name="a"`)))
+		Expect(dup.Joined()).NotTo(BeClosed())
+
+		Consistently(func(g Gomega) {
+			l, err := clientset.CoordinationV1().Leases(ns).Get(ctx, membership.LeaseName("a"), metav1.GetOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(l.Annotations[membership.ProcessAnnotation]).To(Equal(lease.Annotations[membership.ProcessAnnotation]))
+			g.Expect(memberNames(a)()).To(Equal([]string{"a"}))
+		}).WithTimeout(4 * time.Second).Should(Succeed())
+		Expect(a.exited).NotTo(BeClosed(), "the first replica runs on")
+	})
+
+	It("lets a restarted replica take over the Lease its crashed process left", func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		b := startReplica(ns, "b")
+		old := startReplica(ns, "a")
+		old.joinedWithin(10 * time.Second)
+		old.crash()
+
+		restarted := startReplica(ns, "a")
+		restarted.joinedWithin(15 * time.Second)
+		Expect(restarted.exited).NotTo(BeClosed())
+		Eventually(memberNames(b)).WithTimeout(10 * time.Second).Should(Equal([]string{"a", "b"}))
+		Consistently(memberNames(b)).WithTimeout(4 * time.Second).Should(Equal([]string{"a", "b"}))
+	})
+
+	It("judges liveness by the observer's clock: skewed replicas are neither dropped while renewing nor kept once stopped", func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		a := startReplica(ns, "a")
+		fast := startReplica(ns, "fast", withClockOffset(time.Minute))
+		slow := startReplica(ns, "slow", withClockOffset(-time.Minute))
+		all := []string{"a", "fast", "slow"}
+		for _, r := range []*replica{a, fast, slow} {
+			Eventually(memberNames(r)).WithTimeout(10 * time.Second).Should(Equal(all))
+		}
+		// Several lease durations: a replica judged by the renewTime it
+		// wrote would be dropped (slow) or dropping the others (fast).
+		Consistently(func(g Gomega) {
+			for _, r := range []*replica{a, fast, slow} {
+				g.Expect(memberNames(r)()).To(Equal(all))
+			}
+		}).WithTimeout(6 * time.Second).Should(Succeed())
+
+		// Its renewTime is a minute ahead; it still goes after 2 s.
+		fast.crash()
+		for _, r := range []*replica{a, slow} {
+			Eventually(memberNames(r)).WithTimeout(15 * time.Second).Should(Equal([]string{"a", "slow"}))
+		}
+	})
+})
+
+// leaseOf matches a membership event about the replica's Lease.
+func leaseOf(replica string) OmegaMatcher {
+	return WithTransform(func(e event.GenericEvent) string {
+		l, ok := e.Object.(*coordinationv1.Lease)
+		if !ok {
+			return ""
+		}
+		return l.Name + "/" + ptr.Deref(l.Spec.HolderIdentity, "")
+	}, Equal(membership.LeaseName(replica)+"/"+replica))
+}
