@@ -107,6 +107,12 @@ type McpServerStatus struct {
 	// +optional
 	Runtime Runtime `json:"runtime,omitempty"`
 
+	// Replica is the manager replica that owns the server: it runs the
+	// supervisor and writes this status (its --replica-name).
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Replica string `json:"replica,omitempty"`
+
 	// PodName is the Pod of the current connection generation (Pod runtime
 	// only).
 	// +optional

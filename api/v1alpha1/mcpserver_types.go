@@ -315,6 +315,7 @@ type ReconnectPolicy struct {
 // +kubebuilder:printcolumn:name="Generation",type=integer,JSONPath=`.status.connectionGeneration`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Runtime",type=string,JSONPath=`.status.runtime`,priority=1
+// +kubebuilder:printcolumn:name="Replica",type=string,JSONPath=`.status.replica`,priority=1
 // +kubebuilder:validation:XValidation:rule="has(self.spec.serverName) || self.metadata.name.matches('^[A-Za-z0-9_-]{1,32}$')",message="spec.serverName is required when metadata.name does not match ^[A-Za-z0-9_-]{1,32}$"
 type McpServer struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -43,6 +43,10 @@ type McpServerReconciler struct {
 	// PodRuntime renders the servers' Pods; ShimImage (--shim-image) is
 	// required once any server runs in a Pod.
 	PodRuntime podruntime.Options
+	// Replica is this manager replica's name (--replica-name), which the
+	// status of every server it reconciles names as its owner.
+	// See docs/design.md, "Replicas and ownership".
+	Replica string
 	// MaxConcurrentReconciles defaults to 8.
 	MaxConcurrentReconciles int
 
@@ -109,6 +113,7 @@ func (r *McpServerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		return ctrl.Result{}, err
 	}
 	applyStatus(obj, serverNameOf(obj), v)
+	obj.Status.Replica = r.Replica
 	r.emitEvents(obj, &orig.Status, v)
 	recordGauges(obj.Namespace, obj.Name, v.snap)
 	recordPhase(obj.Namespace, obj.Name, obj.Status.Phase)

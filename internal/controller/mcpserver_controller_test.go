@@ -27,6 +27,7 @@ var _ = Describe("McpServer lifecycle", func() {
 		Expect(k8s.Create(ctx, obj)).To(Succeed())
 		ready := readyAt(ns, "fx", 1)
 		Expect(ready.Status.ServerName).To(Equal("fx"))
+		Expect(ready.Status.Replica).To(Equal(replicaName), "the replica that runs its supervisor")
 		Expect(ready.Status.ToolCount).To(BeNumerically(">=", 3))
 		Expect(toolNames(ready)).To(ContainElements("mcp__fx__echo", "mcp__fx__tool_0000"))
 		Expect(ready.Status.ServerInfo.Name).To(Equal("mcp-fixture"))

@@ -95,6 +95,9 @@ var suiteLimits = policy.Limits{MinReconnectDelay: 10 * time.Millisecond, MinHea
 // envtest runs no Pod.
 const testShimImage = "example.com/mcpbridge/operator:test"
 
+// replicaName is the test manager's --replica-name.
+const replicaName = "manager-test-0"
+
 // startManager runs a manager in-process with the reconciler, with test-sized
 // close barrier and grace, and every namespace allowed to run Local.
 func startManager() { startManagerWith(localEverywhere, podruntime.Options{ShimImage: testShimImage}) }
@@ -139,7 +142,7 @@ func startManagerWith(rc policy.RuntimeConfig, po podruntime.Options) {
 	r := &controller.McpServerReconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
 		Recorder: mgr.GetEventRecorder("mcpbridge-manager"), Supervisors: sups,
-		Runtime: rc, PodRuntime: po,
+		Runtime: rc, PodRuntime: po, Replica: replicaName,
 	}
 	Expect(r.SetupWithManager(mgr)).To(Succeed())
 	mgrCache = mgr.GetCache()

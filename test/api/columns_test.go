@@ -40,10 +40,11 @@ func table(out string) (header []string, rows [][]string) {
 	return header, rows
 }
 
-// columns are what `kubectl get mcpservers` shows; -o wide adds RUNTIME.
+// columns are what `kubectl get mcpservers` shows; -o wide adds RUNTIME
+// and REPLICA.
 var (
 	columns     = []string{"NAME", "SERVER", "TRANSPORT", "PHASE", "TOOLS", "ATTEMPTS", "GENERATION", "AGE"}
-	wideColumns = append(append([]string{}, columns...), "RUNTIME")
+	wideColumns = append(append([]string{}, columns...), "RUNTIME", "REPLICA")
 )
 
 var _ = Describe("Printer columns and the status subresource", func() {
@@ -61,13 +62,14 @@ var _ = Describe("Printer columns and the status subresource", func() {
 		return obj
 	}
 
-	It("kubectl get mcpservers shows the status columns in order, and -o wide adds RUNTIME", func(ctx SpecContext) {
+	It("kubectl get mcpservers shows the status columns in order, and -o wide adds RUNTIME and REPLICA", func(ctx SpecContext) {
 		gh := create(ctx, stdioServer(named("github")))
 		gh.Status = v1alpha1.McpServerStatus{
 			ObservedGeneration:   gh.Generation,
 			Phase:                v1alpha1.PhaseReady,
 			ServerName:           "github",
 			Runtime:              v1alpha1.RuntimePod,
+			Replica:              "mcpbridge-manager-5f7c9d8b4-q7x2m",
 			PodName:              "github-mcp-7d9c5b6f8-xk2p4",
 			ConnectionGeneration: 7,
 			FailedAttempts:       3,
@@ -90,8 +92,8 @@ var _ = Describe("Printer columns and the status subresource", func() {
 			Expect(rows[1][:7]).To(Equal([]string{"web-tools", "", "streamable-http", "", "", "", ""}))
 			Expect(rows[1][7]).To(MatchRegexp(`^[0-9]+[smhd]`))
 			if wide {
-				Expect(rows[0][8]).To(Equal("Pod"))
-				Expect(rows[1][8]).To(BeEmpty())
+				Expect(rows[0][8:]).To(Equal([]string{"Pod", "mcpbridge-manager-5f7c9d8b4-q7x2m"}))
+				Expect(rows[1][8:]).To(Equal([]string{"", ""}))
 			}
 		}
 	})
