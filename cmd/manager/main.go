@@ -90,6 +90,9 @@ func run(args []string) error {
 			return fmt.Errorf("watch the metrics certificate: %w", err)
 		}
 	}
+	if _, err := setupMembership(mgr, &opts.replicas); err != nil {
+		return fmt.Errorf("set up the replica membership: %w", err)
+	}
 	sups, err := setupControllers(mgr, opts)
 	if err != nil {
 		return err
@@ -106,7 +109,9 @@ func run(args []string) error {
 		"watchNamespaces", opts.watchNamespaces, "upstreamAllowCIDRs", opts.upstreamAllowCIDRs, "clusterCIDRs", opts.clusterCIDRs, "metricsBindAddress", opts.metricsAddr, "metricsSecure", opts.metricsSecure,
 		"localStdioNamespaces", opts.stdio.localNamespaces, "shimImage", opts.stdio.shimImage,
 		"managerPodLabels", opts.stdio.managerPodLabels, "managerNamespace", opts.stdio.managerNamespace, "limits", opts.limits,
-		"gatewayBudgets", opts.budgets.gateway, "maxToolBytesPerNamespace", opts.budgets.toolBytes)
+		"gatewayBudgets", opts.budgets.gateway, "maxToolBytesPerNamespace", opts.budgets.toolBytes,
+		"replica", opts.replicas.name, "replicaAdvertiseAddress", opts.replicas.advertiseAddress,
+		"replicaLeaseNamespace", opts.replicas.namespace, "replicaLeaseDuration", opts.replicas.leaseDuration)
 	err = mgr.Start(ctrl.SetupSignalHandler())
 	// No stdio server may outlive the manager, however it stopped.
 	sups.DisposeAll()
@@ -131,6 +136,7 @@ func setupControllers(mgr ctrl.Manager, opts *options) (*controller.Supervisors,
 		Supervisors: sups,
 		Runtime:     opts.runtimeConfig(),
 		PodRuntime:  opts.stdio.podRuntime(),
+		Replica:     opts.replicas.name,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up the McpServer controller: %w", err)

@@ -48,6 +48,7 @@ type options struct {
 	clusterCIDRs            []netip.Prefix
 	limits                  policy.Limits
 	budgets                 budgetOptions
+	replicas                replicaOptions
 	zap                     zap.Options
 	// tracerProvider comes from the OTEL_* environment, not from a flag.
 	tracerProvider trace.TracerProvider
@@ -122,6 +123,7 @@ func parseOptions(fs *flag.FlagSet, args []string) (*options, error) {
 	localStdio, managerLabels := o.stdio.bindFlags(fs)
 	bindLimitFlags(fs, &o.limits)
 	o.budgets.bindFlags(fs)
+	o.replicas.bindFlags(fs)
 	o.zap.BindFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n\nRuns the mcp-bridge operator: the McpServer controller, "+
@@ -142,6 +144,9 @@ func parseOptions(fs *flag.FlagSet, args []string) (*options, error) {
 	}
 	if o.stdio.managerNamespace == "" {
 		o.stdio.managerNamespace = inClusterNamespace()
+	}
+	if err := o.replicas.resolve(o.leaderElectionNamespace, o.stdio.managerNamespace, inClusterNamespace() != ""); err != nil {
+		return nil, err
 	}
 	o.gatewayAudiences = splitList(audiences)
 	if o.upstreamAllowCIDRs, err = egress.ParseCIDRs(allowCIDRs); err != nil {

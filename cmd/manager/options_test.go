@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 
 	"github.com/mcpbridge/operator/internal/egress"
@@ -33,6 +34,7 @@ func TestEveryOperationsFlagIsDefined(t *testing.T) {
 		"min-reconnect-delay", "min-health-check-interval", "max-tool-call-timeout", "max-connection-timeout",
 		"gateway-max-sessions-per-identity", "gateway-max-inflight-calls-per-identity",
 		"gateway-max-inflight-calls-per-namespace", "gateway-max-result-bytes-per-namespace", "max-tool-bytes-per-namespace",
+		"replica-name", "replica-lease-duration", "replica-bind-address", "replica-advertise-address",
 		"zap-devel", "zap-encoder", "zap-log-level", "zap-stacktrace-level", "zap-time-encoding",
 	} {
 		if fs.Lookup(name) == nil {
@@ -194,6 +196,11 @@ func TestDefaultsAreKubebuilders(t *testing.T) {
 		"gateway-max-inflight-calls-per-namespace": "256",
 		"gateway-max-result-bytes-per-namespace":   "64Mi",
 		"max-tool-bytes-per-namespace":             "64Mi",
+		// The replicas (docs/design.md, "Replicas and ownership").
+		"replica-name":              "",
+		"replica-lease-duration":    "10s",
+		"replica-bind-address":      ":8091",
+		"replica-advertise-address": "",
 	} {
 		if got := fs.Lookup(name).DefValue; got != want {
 			t.Errorf("--%s defaults to %q, want %q", name, got, want)
@@ -265,5 +272,83 @@ func TestClusterCIDRsDefaultToThePrivateRanges(t *testing.T) {
 	}
 	if !slices.Equal(o.clusterCIDRs, egress.DefaultClusterCIDRs) {
 		t.Errorf("clusterCIDRs = %v, want %v", o.clusterCIDRs, egress.DefaultClusterCIDRs)
+	}
+}
+
+// TestReplicaFlags: the name and address come from the downward API's
+// POD_NAME and POD_IP unless given, and what no Lease or peer could use is
+// refused.
+func TestReplicaFlags(t *testing.T) {
+	host, _ := os.Hostname()
+	cases := []struct {
+		name          string
+		env           map[string]string
+		args          []string
+		wantErr       string
+		wantName      string
+		wantAddress   string
+		wantNamespace string
+	}{
+		{name: "from the downward API", env: map[string]string{"POD_NAME": "mcpbridge-manager-5f7-x2z", "POD_IP": "10.1.2.3"},
+			wantName: "mcpbridge-manager-5f7-x2z", wantAddress: "10.1.2.3:8091", wantNamespace: "default"},
+		{name: "IPv6 Pod", env: map[string]string{"POD_NAME": "m-0", "POD_IP": "fd00::7"}, args: []string{"--replica-bind-address=:9443"},
+			wantName: "m-0", wantAddress: "[fd00::7]:9443"},
+		{name: "flags win", env: map[string]string{"POD_NAME": "m-0", "POD_IP": "10.1.2.3"},
+			args:     []string{"--replica-name=r1", "--replica-advertise-address=r1.managers.ops.svc:8091", "--leader-elect", "--leader-election-namespace=ops"},
+			wantName: "r1", wantAddress: "r1.managers.ops.svc:8091", wantNamespace: "ops"},
+		{name: "the manager's namespace", args: []string{"--manager-namespace=ops"}, wantNamespace: "ops"},
+		{name: "host name outside a cluster", wantName: host, wantAddress: "127.0.0.1:8091"},
+		{name: "upper-case name", args: []string{"--replica-name=Manager-0"}, wantErr: `--replica-name="Manager-0" cannot name a Lease`},
+		{name: "name too long", args: []string{"--replica-name=" + strings.Repeat("a", 250)}, wantErr: "--replica-name"},
+		{name: "short lease", args: []string{"--replica-lease-duration=500ms"}, wantErr: "--replica-lease-duration=500ms must be a whole number of seconds"},
+		{name: "fractional lease", args: []string{"--replica-lease-duration=1500ms"}, wantErr: "whole number of seconds"},
+		{name: "one-second lease", args: []string{"--replica-lease-duration=1s"}},
+		{name: "bind without port", args: []string{"--replica-bind-address=0.0.0.0"}, wantErr: "--replica-bind-address"},
+		{name: "bind port out of range", args: []string{"--replica-bind-address=:70000"}, wantErr: "--replica-bind-address"},
+		{name: "unspecified advertise", args: []string{"--replica-advertise-address=0.0.0.0:8091"}, wantErr: "--replica-advertise-address"},
+		{name: "advertise without host", args: []string{"--replica-advertise-address=:8091"}, wantErr: "--replica-advertise-address"},
+		{name: "advertise without port", args: []string{"--replica-advertise-address=10.0.0.1"}, wantErr: "--replica-advertise-address"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.wantName == host && len(validation.IsDNS1123Subdomain(host)) > 0 {
+				t.Skipf("this machine's host name %q is no Lease name", host)
+			}
+			t.Setenv("POD_NAME", tc.env["POD_NAME"])
+			t.Setenv("POD_IP", tc.env["POD_IP"])
+			fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			o, err := parseOptions(fs, tc.args)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("error = %v, want one containing %q", err, tc.wantErr)
+			case err != nil:
+				return
+			}
+			r := o.replicas
+			for _, c := range []struct{ what, got, want string }{
+				{"name", r.name, tc.wantName}, {"advertise address", r.advertiseAddress, tc.wantAddress},
+				{"namespace", r.namespace, tc.wantNamespace},
+			} {
+				if c.want != "" && c.got != c.want {
+					t.Errorf("%s = %q, want %q", c.what, c.got, c.want)
+				}
+			}
+		})
+	}
+}
+
+// TestReplicaAddressIsRequiredInACluster: in a Pod without POD_IP the
+// manager cannot guess the address its peers reach it at.
+func TestReplicaAddressIsRequiredInACluster(t *testing.T) {
+	t.Setenv("POD_IP", "")
+	if _, err := defaultAdvertiseAddress("8091", true); err == nil || !strings.Contains(err.Error(), "POD_IP") {
+		t.Fatalf("error = %v, want one naming POD_IP", err)
+	}
+	t.Setenv("POD_IP", "10.0.0.9")
+	if got, err := defaultAdvertiseAddress("8091", true); err != nil || got != "10.0.0.9:8091" {
+		t.Fatalf("got %q, %v", got, err)
 	}
 }

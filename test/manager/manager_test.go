@@ -107,8 +107,20 @@ func TestMetricsAsDeployed(t *testing.T) {
 		args = append(args, a)
 	}
 	// Out of a cluster the manager cannot know its namespace.
-	args = append(args, "--leader-election-namespace="+ns, "--kubeconfig="+tokenKubeconfig(t, ns, sa))
+	args = append(args, "--leader-election-namespace="+ns, "--kubeconfig="+tokenKubeconfig(t, ns, sa),
+		"--replica-name=manager-as-deployed")
 	logPath := startManager(t, probes, args...)
+
+	// Every replica keeps a Lease of its own, with nothing but
+	// config/default's RBAC.
+	g.Eventually(func() string {
+		var lease coordinationv1.Lease
+		key := types.NamespacedName{Namespace: ns, Name: "mcpbridge-replica-manager-as-deployed"}
+		if err := env.Client.Get(ctx(t), key, &lease); err != nil || lease.Spec.HolderIdentity == nil {
+			return ""
+		}
+		return *lease.Spec.HolderIdentity
+	}, time.Minute, 100*time.Millisecond).Should(Equal("manager-as-deployed"), "the manager never took its replica Lease")
 
 	// Leading takes the Lease, with nothing but config/default's RBAC.
 	g.Eventually(func() string {

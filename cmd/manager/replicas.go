@@ -1,0 +1,134 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/mcpbridge/operator/internal/membership"
+)
+
+// replicaOptions say who this replica is among the manager's replicas;
+// see docs/design.md, "Replicas and ownership".
+type replicaOptions struct {
+	name             string
+	leaseDuration    time.Duration
+	bindAddress      string
+	advertiseAddress string
+	// namespace holds the replicas' Leases: the manager's own.
+	namespace string
+}
+
+// defaultReplicaPort is the port of --replica-bind-address's default.
+const defaultReplicaPort = "8091"
+
+func (o *replicaOptions) bindFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.name, "replica-name", "",
+		"This replica's name among the manager's replicas, unique among them; empty is env POD_NAME, else the host name.")
+	fs.DurationVar(&o.leaseDuration, "replica-lease-duration", 10*time.Second,
+		"How long a replica stays a member after its peers last saw it renew its Lease (it renews every third of it); whole seconds.")
+	fs.StringVar(&o.bindAddress, "replica-bind-address", ":"+defaultReplicaPort,
+		"Address the replicas' internal endpoint binds to.")
+	fs.StringVar(&o.advertiseAddress, "replica-advertise-address", "",
+		"Address (host:port) the other replicas reach this one at; empty is env POD_IP with the port of --replica-bind-address "+
+			"(outside a cluster: 127.0.0.1 with that port).")
+}
+
+// resolve fills the defaults that come from the environment and checks
+// every value. The Leases go to the leader election's namespace if set,
+// else to managerNamespace (--manager-namespace, the Pod's own in a
+// cluster), else, outside a cluster, to "default".
+func (o *replicaOptions) resolve(leaderElectionNamespace, managerNamespace string, inCluster bool) error {
+	if o.name == "" {
+		o.name = os.Getenv("POD_NAME")
+	}
+	if o.name == "" {
+		o.name, _ = os.Hostname()
+	}
+	if errs := validation.IsDNS1123Subdomain(membership.LeaseName(o.name)); o.name == "" || len(errs) > 0 {
+		return fmt.Errorf("--replica-name=%q cannot name a Lease (%s): set --replica-name or env POD_NAME to a lower-case DNS name",
+			o.name, strings.Join(errs, "; "))
+	}
+	if o.leaseDuration < time.Second || o.leaseDuration%time.Second != 0 {
+		return fmt.Errorf("--replica-lease-duration=%s must be a whole number of seconds, at least 1s", o.leaseDuration)
+	}
+	_, port, err := net.SplitHostPort(o.bindAddress)
+	if err != nil || !validPort(port) {
+		return fmt.Errorf("--replica-bind-address=%q: want [host]:port, such as :%s", o.bindAddress, defaultReplicaPort)
+	}
+	if o.advertiseAddress == "" {
+		if o.advertiseAddress, err = defaultAdvertiseAddress(port, inCluster); err != nil {
+			return err
+		}
+	}
+	if err := checkAdvertiseAddress(o.advertiseAddress); err != nil {
+		return err
+	}
+	o.namespace = leaderElectionNamespace
+	if o.namespace == "" {
+		o.namespace = managerNamespace
+	}
+	if o.namespace == "" {
+		o.namespace = "default" // outside a cluster, as kubectl does
+	}
+	return nil
+}
+
+// defaultAdvertiseAddress is the Pod's IP (env POD_IP, from the downward
+// API) with port; outside a cluster, the loopback address.
+func defaultAdvertiseAddress(port string, inCluster bool) (string, error) {
+	ip := os.Getenv("POD_IP")
+	switch {
+	case ip != "":
+	case inCluster:
+		return "", fmt.Errorf("--replica-advertise-address is empty and env POD_IP is not set: " +
+			"give the manager's container POD_IP from the downward API (fieldRef status.podIP), or set the flag")
+	default:
+		ip = "127.0.0.1"
+	}
+	return net.JoinHostPort(ip, port), nil
+}
+
+// checkAdvertiseAddress refuses what no peer could dial: no host, an
+// unspecified address, no port.
+func checkAdvertiseAddress(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err == nil && host != "" && validPort(port) {
+		ip, ipErr := netip.ParseAddr(host)
+		if ipErr != nil || !ip.IsUnspecified() {
+			return nil
+		}
+	}
+	return fmt.Errorf("--replica-advertise-address=%q: want host:port that the other replicas can dial, such as 10.0.0.7:%s",
+		addr, defaultReplicaPort)
+}
+
+func validPort(p string) bool {
+	n, err := strconv.Atoi(p)
+	return err == nil && n > 0 && n < 65536
+}
+
+// setupMembership adds this replica's membership (its Lease, the live set
+// of replicas) to the manager; it runs on every replica, leader or not.
+// Nothing waits for it yet: ownership still follows leader election.
+func setupMembership(mgr ctrl.Manager, o *replicaOptions) (*membership.Membership, error) {
+	cs, err := kubernetes.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return nil, err
+	}
+	m, err := membership.New(membership.Config{Name: o.name, Address: o.advertiseAddress, Namespace: o.namespace,
+		LeaseDuration: o.leaseDuration, Client: cs})
+	if err != nil {
+		return nil, err
+	}
+	return m, mgr.Add(m)
+}
