@@ -66,6 +66,7 @@ func TestValuesReachTheManager(t *testing.T) {
 		c := pod.Containers[0]
 		g.Expect(c.Args).To(Equal([]string{
 			"--leader-elect",
+			"--replica-lease-duration=30s", "--replica-bind-address=:9091",
 			"--metrics-bind-address=:9443", "--metrics-secure", "--metrics-cert-path=/etc/mcpbridge/metrics-certs",
 			"--enable-http2",
 			"--health-probe-bind-address=:9081",
@@ -88,7 +89,11 @@ func TestValuesReachTheManager(t *testing.T) {
 		}))
 		g.Expect(c.Image).To(Equal("registry.example.com/mcpbridge/operator@sha256:" + strings.Repeat("ab", 32)))
 		g.Expect(c.ImagePullPolicy).To(Equal(corev1.PullAlways))
-		g.Expect(c.Env).To(ConsistOf(corev1.EnvVar{Name: "OTEL_SERVICE_NAME", Value: "mcp-bridge"}))
+		g.Expect(c.Env).To(Equal([]corev1.EnvVar{
+			{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+			{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
+			{Name: "OTEL_SERVICE_NAME", Value: "mcp-bridge"},
+		}))
 		g.Expect(c.Resources.Limits.Memory().String()).To(Equal("1Gi"))
 		g.Expect(*d.Spec.Replicas).To(Equal(int32(2)))
 		g.Expect(pod.ServiceAccountName).To(Equal("bridge-sa"))
@@ -154,10 +159,13 @@ func TestValuesReachTheManager(t *testing.T) {
 			"ClusterRoleBinding/mcp-bridge-manager",
 			"ClusterRole/mcp-bridge-gateway-user",
 			"ClusterRole/mcp-bridge-metrics-reader",
+			"Role/mcp-bridge-leader-election",
+			"RoleBinding/mcp-bridge-leader-election",
 			"Deployment/mcp-bridge-manager",
-		), "no CRD, ServiceAccount, leader election Role, Services or ServiceMonitor")
+		), "no CRD, ServiceAccount, Services or ServiceMonitor; the Lease Role also without leader election, for the replicas' Leases")
 		c := managerOf(t, objs).Spec.Template.Spec.Containers[0]
 		g.Expect(c.Args).To(Equal([]string{
+			"--replica-lease-duration=10s", "--replica-bind-address=:8091",
 			"--metrics-bind-address=0", "--metrics-secure",
 			"--health-probe-bind-address=:8081",
 			"--gateway-bind-address=127.0.0.1:8090", "--gateway-auth=none",
@@ -186,10 +194,15 @@ func TestValuesReachTheManager(t *testing.T) {
 // TestTracingValuesReachTheManager: the tracing values become the OTEL_*
 // variables the manager reads at start, before tracing.env and
 // manager.extraEnv; by default the manager gets none, and traces nothing.
+// POD_NAME and POD_IP, which name the replica, come first.
 func TestTracingValuesReachTheManager(t *testing.T) {
 	g := NewWithT(t)
 	objs, _ := render(t, nil)
-	g.Expect(managerOf(t, objs).Spec.Template.Spec.Containers[0].Env).To(BeEmpty())
+	downward := []corev1.EnvVar{
+		{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+		{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
+	}
+	g.Expect(managerOf(t, objs).Spec.Template.Spec.Containers[0].Env).To(Equal(downward))
 
 	headers := &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 		LocalObjectReference: corev1.LocalObjectReference{Name: "otlp-auth"}, Key: "headers"}}
@@ -199,14 +212,14 @@ func TestTracingValuesReachTheManager(t *testing.T) {
 				"valueFrom": map[string]any{"secretKeyRef": map[string]any{"name": "otlp-auth", "key": "headers"}}}}},
 		"manager": map[string]any{"extraEnv": []any{map[string]any{"name": "OTEL_SERVICE_NAME", "value": "bridge-eu"}}},
 	})
-	g.Expect(managerOf(t, objs).Spec.Template.Spec.Containers[0].Env).To(Equal([]corev1.EnvVar{
+	g.Expect(managerOf(t, objs).Spec.Template.Spec.Containers[0].Env).To(Equal(append(downward, []corev1.EnvVar{
 		{Name: "OTEL_EXPORTER_OTLP_ENDPOINT", Value: "http://otel-collector.observability:4317"},
 		{Name: "OTEL_EXPORTER_OTLP_PROTOCOL", Value: "grpc"},
 		{Name: "OTEL_TRACES_SAMPLER", Value: "parentbased_traceidratio"},
 		{Name: "OTEL_TRACES_SAMPLER_ARG", Value: "0.25"},
 		{Name: "OTEL_EXPORTER_OTLP_HEADERS", ValueFrom: headers},
 		{Name: "OTEL_SERVICE_NAME", Value: "bridge-eu"},
-	}))
+	}...)))
 }
 
 // TestNotesTellHowToUseTheGateway checks NOTES.txt of a default install:

@@ -18,6 +18,7 @@ var valueSets = map[string]map[string]any{
 		"imagePullSecrets": []any{map[string]any{"name": "registry"}},
 		"fullnameOverride": "bridge",
 		"replicaCount":     2,
+		"replica":          map[string]any{"leaseDuration": "30s", "port": 9091},
 		"crds":             map[string]any{"keep": false},
 		"serviceAccount":   map[string]any{"name": "bridge-sa", "annotations": map[string]any{"example.com/role": "mcp"}},
 		"manager": map[string]any{
@@ -114,6 +115,8 @@ func TestBadValuesAreRefused(t *testing.T) {
 			"/egress/upstreamAllowCIDRs"},
 		{"limit not a duration", map[string]any{"limits": map[string]any{"maxToolCallTimeout": "10 minutes"}},
 			"/limits/maxToolCallTimeout"},
+		{"lease not whole seconds", map[string]any{"replica": map[string]any{"leaseDuration": "1500ms"}}, "/replica/leaseDuration"},
+		{"replica port out of range", map[string]any{"replica": map[string]any{"port": 0}}, "/replica/port"},
 		{"bad digest", map[string]any{"image": map[string]any{"digest": "latest"}}, "digest"},
 		{"no session budget", map[string]any{"budgets": map[string]any{"sessionsPerIdentity": 0}}, "/budgets/sessionsPerIdentity"},
 		{"result bytes not a quantity", map[string]any{"budgets": map[string]any{"resultBytesPerNamespace": "lots"}},

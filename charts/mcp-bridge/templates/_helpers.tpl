@@ -80,6 +80,9 @@ values.schema.json); manager.extraArgs comes last, so it can override.
 {{- if .Values.leaderElection.enabled }}
 - --leader-elect
 {{- end }}
+{{- /* replicas: name and address from POD_NAME and POD_IP */}}
+- --replica-lease-duration={{ .Values.replica.leaseDuration }}
+- --replica-bind-address=:{{ .Values.replica.port }}
 {{- /* metrics */}}
 {{- if .Values.metrics.enabled }}
 - --metrics-bind-address=:{{ .Values.metrics.port }}
@@ -175,11 +178,16 @@ values.schema.json); manager.extraArgs comes last, so it can override.
 {{- end }}
 
 {{/*
-The manager container's environment: the OTEL_* variables of tracing (the
-manager reads them at start; none set is tracing off), then tracing.env,
-then manager.extraEnv.
+The manager container's environment: POD_NAME and POD_IP, the defaults of
+--replica-name and --replica-advertise-address; the OTEL_* variables of
+tracing (the manager reads them at start; none set is tracing off), then
+tracing.env, then manager.extraEnv.
 */}}
 {{- define "mcp-bridge.env" -}}
+- name: POD_NAME
+  valueFrom: {fieldRef: {fieldPath: metadata.name}}
+- name: POD_IP
+  valueFrom: {fieldRef: {fieldPath: status.podIP}}
 {{- with .Values.tracing }}
 {{- if .endpoint }}
 - {name: OTEL_EXPORTER_OTLP_ENDPOINT, value: {{ .endpoint | quote }}}
