@@ -51,6 +51,8 @@ func (m *Membership) acquire(ctx context.Context) (*coordinationv1.Lease, error)
 				return l, m.leaseError("create", err)
 			}
 			continue
+		case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
+			return nil, m.leaseError("read", err) // RBAC: waiting would not help
 		case err != nil:
 			ctrl.LoggerFrom(ctx).Error(err, "cannot read the replica Lease; retrying", "lease", name)
 		case first == "":

@@ -142,12 +142,13 @@ func (m *Membership) Start(ctx context.Context) error {
 	wg.Go(func() { m.judge(runCtx) })
 	defer wg.Wait()
 	defer stop()
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		return nil // stopped before the first list
-	}
 	lease, err := m.acquire(ctx)
 	if err != nil || lease == nil {
 		return err
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		m.release(ctx, lease) // stopped before the first list
+		return nil
 	}
 	log.Info("joined the replicas", "lease", lease.Name, "address", m.cfg.Address)
 	close(m.joined)
