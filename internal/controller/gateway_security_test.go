@@ -223,11 +223,11 @@ var _ = Describe("Gateway in a shared cluster", func() {
 			obj.Spec.ToolCallTimeoutMs = ptr32(2 * 3_600_000)
 			Expect(k8s.Create(ctx, obj)).To(Succeed())
 		}
-		Eventually(func() int {
+		Eventually(func(g Gomega) {
 			var list v1alpha1.McpServerList
-			Expect(mgrCache.List(ctx, &list, client.InNamespace(crowded))).To(Succeed())
-			return len(list.Items)
-		}, eventuallyTimeout, poll).Should(Equal(40))
+			g.Expect(mgrCache.List(ctx, &list, client.InNamespace(crowded))).To(Succeed())
+			g.Expect(list.Items).To(HaveLen(40))
+		}, eventuallyTimeout, poll).Should(Succeed())
 		Expect(k8s.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: crowded, Name: "looper"}})).To(Succeed())
 		looper := tokenFor(crowded, "looper", gatewayAudience)
 

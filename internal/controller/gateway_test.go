@@ -109,16 +109,12 @@ var _ = Describe("Gateway", func() {
 		defer cancel()
 		_, err = agent.CallTool(cctx, &mcp.CallToolParams{Name: "mcp__fx__sleep", Arguments: map[string]any{"ms": 20000}})
 		Expect(err).To(HaveOccurred())
-		Eventually(func() bool {
+		Eventually(func(g Gomega) {
 			evs, err := fixture.ReadEvents(events)
-			Expect(err).NotTo(HaveOccurred())
-			for _, e := range evs {
-				if e.Kind == fixture.EventCancelled && e.Tool == "sleep" {
-					return true
-				}
-			}
-			return false
-		}, eventuallyTimeout, poll).Should(BeTrue(), "the fixture saw the cancellation")
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(evs).To(ContainElement(SatisfyAll(
+				HaveField("Kind", fixture.EventCancelled), HaveField("Tool", "sleep"))), "the fixture saw the cancellation")
+		}, eventuallyTimeout, poll).Should(Succeed())
 	},
 		Entry("on 2026-07-28", "2026-07-28"),
 		Entry("on 2025-11-25", "2025-11-25"),
