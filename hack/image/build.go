@@ -1,8 +1,9 @@
 package main
 
 import (
-	"context"
 	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 
@@ -10,8 +11,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/types"
-
-	"github.com/mcpbridge/operator/internal/testenv"
 )
 
 // inputs are where a recipe's parts come from.
@@ -107,9 +106,12 @@ func binaryEntries(binaries []binary, in inputs) ([]entry, error) {
 	var entries []entry
 	for _, b := range binaries {
 		out := filepath.Join(in.workDir, strings.TrimPrefix(b.path, "/"))
-		if err := testenv.BuildContext(context.Background(), []string{"GOOS=linux", "GOARCH=amd64"}, out, b.pkg,
-			"-trimpath", "-buildvcs=false", "-ldflags=-s -w"); err != nil {
-			return nil, err
+		cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", out, b.pkg)
+		cmd.Dir = in.moduleRoot
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return nil, fmt.Errorf("go build %s: %w", b.pkg, err)
 		}
 		e, err := fileEntry(out, b.path)
 		if err != nil {
