@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+
+	"github.com/mcpbridge/operator/internal/testenv"
 )
 
 // build runs the same idempotent steps as `make envtest fixtures` and builds
@@ -15,7 +17,6 @@ func (d *demo) build(ctx context.Context) error {
 	steps := [][]string{
 		{filepath.Join(d.root, "hack", "build-envtest.sh")},
 		{filepath.Join(d.root, "hack", "install-fixtures.sh")},
-		{"go", "build", "-o", filepath.Join(d.dir, "bin", "manager"), "./cmd/manager"},
 	}
 	if err := os.MkdirAll(filepath.Join(d.dir, "bin"), 0o755); err != nil {
 		return err
@@ -28,5 +29,5 @@ func (d *demo) build(ctx context.Context) error {
 			return fmt.Errorf("%s: %w", filepath.Base(s[0]), err)
 		}
 	}
-	return nil
+	return testenv.BuildContext(ctx, nil, filepath.Join(d.dir, "bin", "manager"), "./cmd/manager")
 }

@@ -1,7 +1,6 @@
 package controller_test
 
 import (
-	"context"
 	"fmt"
 	"path/filepath"
 	"regexp"
@@ -17,7 +16,6 @@ import (
 // the first connection at startup included: status, events and the Ready
 // message say the same, and failedAttempts never exceeds maxAttempts.
 var _ = Describe("The attempt budget", func() {
-	ctx := context.Background()
 
 	// budgetServer runs the fixture through a shell: the first start with
 	// first (empty: dead), every later start dead (an unknown flag).
@@ -36,7 +34,7 @@ exec "$0" --no-such-flag`
 	}
 
 	DescribeTable("ends at failedAttempts = maxAttempts with one message",
-		func(first string, wantGeneration int, wantAttempts []string) {
+		func(ctx SpecContext, first string, wantGeneration int, wantAttempts []string) {
 			ns := newNamespace()
 			w := watchMcpServers(ns)
 			Expect(k8s.Create(ctx, budgetServer(ns, "dead", first))).To(Succeed())

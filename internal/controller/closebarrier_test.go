@@ -25,7 +25,6 @@ const slowClosePrefix = "slowclose"
 // environment, so that every child of this process that belongs to the
 // resource is seen in /proc.
 var _ = Describe("The close barrier across supervisors", func() {
-	ctx := context.Background()
 
 	slowCloseServer := func(ns, name, marker string) *v1alpha1.McpServer {
 		obj := stdioServer(ns, name)
@@ -42,7 +41,7 @@ var _ = Describe("The close barrier across supervisors", func() {
 	}
 	// expectOneAtATime deletes the resource (its disposal may outlive the
 	// spec: Stop SIGKILLs the server) and checks what the watch saw.
-	expectOneAtATime := func(w *fixture.ChildWatch, ns, name string) {
+	expectOneAtATime := func(ctx context.Context, w *fixture.ChildWatch, ns, name string) {
 		Expect(k8s.Delete(ctx, get(ns, name))).To(Succeed())
 		key := client.ObjectKey{Namespace: ns, Name: name}
 		Eventually(func() bool { return sups.Get(key) == nil }, eventuallyTimeout, poll).Should(BeTrue())
@@ -61,7 +60,7 @@ var _ = Describe("The close barrier across supervisors", func() {
 		}
 	}
 
-	It("holds a hot swap until the old server is gone", func() {
+	It("holds a hot swap until the old server is gone", func(ctx SpecContext) {
 		ns := newNamespace()
 		name := slowClosePrefix + "-swap"
 		marker := "MCPBRIDGE_CLOSE_BARRIER=" + ns
@@ -77,10 +76,10 @@ var _ = Describe("The close barrier across supervisors", func() {
 
 		after := readyAt(ns, name, before.Status.ConnectionGeneration+1)
 		Expect(after.Status.ConnectionGeneration).To(Equal(before.Status.ConnectionGeneration + 1))
-		expectOneAtATime(w, ns, name)
+		expectOneAtATime(ctx, w, ns, name)
 	})
 
-	It("holds a re-created resource until the deleted one's server is gone", func() {
+	It("holds a re-created resource until the deleted one's server is gone", func(ctx SpecContext) {
 		ns := newNamespace()
 		name := slowClosePrefix + "-recreate"
 		marker := "MCPBRIDGE_CLOSE_BARRIER=" + ns
@@ -96,6 +95,6 @@ var _ = Describe("The close barrier across supervisors", func() {
 		Eventually(closeTimeoutInStatus(ns, name), eventuallyTimeout, poll).Should(Succeed())
 
 		readyAt(ns, name, 1)
-		expectOneAtATime(w, ns, name)
+		expectOneAtATime(ctx, w, ns, name)
 	})
 })

@@ -20,9 +20,8 @@ import (
 
 // See docs/design.md, "Egress policy".
 var _ = Describe("Egress policy", func() {
-	ctx := context.Background()
 
-	It("refuses upstreams at loopback and link-local addresses, naming the address and the flag in status", func() {
+	It("refuses upstreams at loopback and link-local addresses, naming the address and the flag in status", func(ctx SpecContext) {
 		ns := newNamespace()
 		v4 := serveFixture("tcp4", "127.0.0.1:0")
 		v6 := serveFixture("tcp6", "[::1]:0")
@@ -61,9 +60,8 @@ var _ = Describe("Egress policy", func() {
 // the suite's dial hook would refuse (and count) any address off this
 // machine that the policy let through.
 var _ = Describe("Upstreams inside the cluster", func() {
-	ctx := context.Background()
 
-	It("refuses another namespace's Pod and Service, naming the address and the flag, and allows the McpServer's own", func() {
+	It("refuses another namespace's Pod and Service, naming the address and the flag, and allows the McpServer's own", func(ctx SpecContext) {
 		mine, theirs := podNamespace(), podNamespace()
 		theirSvc := clusterIPService(theirs, "web")
 		theirPod := podWithIP(theirs, "api", "10.244.3.7")

@@ -36,10 +36,9 @@ import (
 // TokenReviews and SubjectAccessReviews. See docs/design.md, "Shared-cluster
 // rules".
 var _ = Describe("Gateway in a shared cluster", func() {
-	ctx := context.Background()
 	BeforeEach(ensureGatewayUserRole)
 
-	It("accepts only tokens made for its audience, which in turn do not work against the apiserver", func() {
+	It("accepts only tokens made for its audience, which in turn do not work against the apiserver", func(ctx SpecContext) {
 		ns := newNamespace()
 		gatewayToken := saToken(ns, "agent", ns)
 		Expect(rawPost(ns, tokenFor(ns, "agent"))).To(Equal(http.StatusUnauthorized), "a token for the apiserver")
@@ -54,7 +53,7 @@ var _ = Describe("Gateway in a shared cluster", func() {
 		Expect(apierrors.IsUnauthorized(err)).To(BeTrue(), "the gateway's token against the apiserver: %v", err)
 	})
 
-	DescribeTable("shows and calls only the McpServers a caller may use by name", func(protocol string) {
+	DescribeTable("shows and calls only the McpServers a caller may use by name", func(ctx SpecContext, protocol string) {
 		ns := newNamespace()
 		tools := map[string][]string{}
 		for _, name := range []string{"alpha", "beta", "gamma"} {
@@ -96,7 +95,7 @@ var _ = Describe("Gateway in a shared cluster", func() {
 		Entry("on 2025-11-25", "2025-11-25"),
 	)
 
-	It("tells each client only about changes of the tools it may use", func() {
+	It("tells each client only about changes of the tools it may use", func(ctx SpecContext) {
 		ns := newNamespace()
 		Expect(k8s.Create(ctx, stdioServer(ns, "alpha"))).To(Succeed())
 		readyAt(ns, "alpha", 1)
@@ -122,7 +121,7 @@ var _ = Describe("Gateway in a shared cluster", func() {
 		Expect(sessionPost(ns, tokenFor(ns, "narrow", gatewayAudience), narrowAgent.ID())).To(Equal(http.StatusOK))
 	})
 
-	It("lets a caller allowed McpServers by name connect before they publish, and tells it when they do", func() {
+	It("lets a caller allowed McpServers by name connect before they publish, and tells it when they do", func(ctx SpecContext) {
 		ns := newNamespace()
 		Expect(k8s.Create(ctx, stdioServer(ns, "stalled", "--stall-initialize"))).To(Succeed())
 		Expect(k8s.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "agent"}})).To(Succeed())
@@ -140,7 +139,7 @@ var _ = Describe("Gateway in a shared cluster", func() {
 		Eventually(func() []string { return listToolNames(agent) }, eventuallyTimeout, poll).Should(ContainElement("mcp__later__echo"))
 	})
 
-	It("writes one audit line per tools/call and never an argument or a result", func() {
+	It("writes one audit line per tools/call and never an argument or a result", func(ctx SpecContext) {
 		ns := newNamespace()
 		Expect(k8s.Create(ctx, stdioServer(ns, "fx"))).To(Succeed())
 		Expect(k8s.Create(ctx, stdioServer(ns, "other"))).To(Succeed())
@@ -168,7 +167,7 @@ var _ = Describe("Gateway in a shared cluster", func() {
 		Expect(managerLog.String()).NotTo(ContainSubstring(secret))
 	})
 
-	It("refuses malformed, foreign and expired tokens without a TokenReview, and reviews forged ones at most at the per-address limit while an agent keeps working", func() {
+	It("refuses malformed, foreign and expired tokens without a TokenReview, and reviews forged ones at most at the per-address limit while an agent keeps working", func(ctx SpecContext) {
 		ns := newNamespace()
 		Expect(k8s.Create(ctx, stdioServer(ns, "fx"))).To(Succeed())
 		readyAt(ns, "fx", 1)
@@ -216,18 +215,18 @@ var _ = Describe("Gateway in a shared cluster", func() {
 		Expect(agentFailures.Load()).To(BeZero())
 	})
 
-	It("refuses a denied identity looping over many McpServers, naming the limit, while another tenant's agent keeps calling", func() {
+	It("refuses a denied identity looping over many McpServers, naming the limit, while another tenant's agent keeps calling", func(ctx SpecContext) {
 		crowded := newNamespace()
 		for i := range 40 { // Invalid (over the suite's ceiling): listed, but no process
 			obj := stdioServer(crowded, fmt.Sprintf("s%02d", i))
 			obj.Spec.ToolCallTimeoutMs = ptr32(2 * 3_600_000)
 			Expect(k8s.Create(ctx, obj)).To(Succeed())
 		}
-		Eventually(func() int {
+		Eventually(func(g Gomega) {
 			var list v1alpha1.McpServerList
-			Expect(mgrCache.List(ctx, &list, client.InNamespace(crowded))).To(Succeed())
-			return len(list.Items)
-		}, eventuallyTimeout, poll).Should(Equal(40))
+			g.Expect(mgrCache.List(ctx, &list, client.InNamespace(crowded))).To(Succeed())
+			g.Expect(list.Items).To(HaveLen(40))
+		}, eventuallyTimeout, poll).Should(Succeed())
 		Expect(k8s.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: crowded, Name: "looper"}})).To(Succeed())
 		looper := tokenFor(crowded, "looper", gatewayAudience)
 

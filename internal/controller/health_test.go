@@ -31,10 +31,9 @@ const updateHealthTestdata = "UPDATE_HEALTH_TESTDATA"
 // See docs/integrations.md.
 var _ = Describe("Argo CD and Flux health", func() {
 	var ns string
-	ctx := context.Background()
 	BeforeEach(func() { ns = newNamespace() })
 
-	It("is Progressing before status and while a new generation is unobserved, Healthy when Ready", func() {
+	It("is Progressing before status and while a new generation is unobserved, Healthy when Ready", func(ctx SpecContext) {
 		w := watchMcpServers(ns)
 		Expect(k8s.Create(ctx, stdioServer(ns, "fx"))).To(Succeed())
 		created := nextEvent(w, func(m *v1alpha1.McpServer) bool { return true })
@@ -58,7 +57,7 @@ var _ = Describe("Argo CD and Flux health", func() {
 		expectHealth(unobserved, "generation-not-observed", "Progressing", status.InProgressStatus)
 	})
 
-	It("is Progressing while connecting and while reconnecting", func() {
+	It("is Progressing while connecting and while reconnecting", func(ctx SpecContext) {
 		slow := stdioServer(ns, "connecting", "--stall-initialize")
 		slow.Spec.ConnectionTimeoutMs = ptr32(60000)
 		Expect(k8s.Create(ctx, slow)).To(Succeed())
@@ -79,7 +78,7 @@ var _ = Describe("Argo CD and Flux health", func() {
 		expectPhaseSeries(ns, "reconnecting", v1alpha1.PhaseReconnecting)
 	})
 
-	It("is Degraded when Failed, Invalid or in Conflict, saying why", func() {
+	It("is Degraded when Failed, Invalid or in Conflict, saying why", func(ctx SpecContext) {
 		loop := stdioServer(ns, "failed", "--crash-after-initialize")
 		loop.Spec.Reconnect.MaxAttempts = ptr32(2)
 		Expect(k8s.Create(ctx, loop)).To(Succeed())

@@ -82,10 +82,9 @@ func callEcho(agent *mcp.ClientSession, tool, text string) (string, bool, error)
 }
 
 var _ = Describe("Idle servers", func() {
-	ctx := context.Background()
 	BeforeEach(ensureGatewayUserRole)
 
-	It("suspend a Local server after suspendAfterMs without a call: Ready stays True, its tools stay listed, no process and no health check while idle", func() {
+	It("suspend a Local server after suspendAfterMs without a call: Ready stays True, its tools stay listed, no process and no health check while idle", func(ctx SpecContext) {
 		ns := newNamespace()
 		events := filepath.Join(GinkgoT().TempDir(), "events")
 		obj := withIdle(stdioServer(ns, "idle-fx", "--events-file="+events))
@@ -131,7 +130,7 @@ var _ = Describe("Idle servers", func() {
 		}, time.Second, poll).Should(Succeed())
 	})
 
-	It("wake on the first call with the call's answer, one wake for concurrent calls", func() {
+	It("wake on the first call with the call's answer, one wake for concurrent calls", func(ctx SpecContext) {
 		ns := newNamespace()
 		events := filepath.Join(GinkgoT().TempDir(), "events")
 		Expect(k8s.Create(ctx, withIdle(stdioServer(ns, "idle-fx", "--events-file="+events)))).To(Succeed())
@@ -160,7 +159,7 @@ var _ = Describe("Idle servers", func() {
 		Eventually(func() bool { _, ok := idleServersIn(ns); return ok }, eventuallyTimeout, poll).Should(BeFalse())
 	})
 
-	It("apply a new suspendAfterMs in place while idle, and wake for any other spec edit", func() {
+	It("apply a new suspendAfterMs in place while idle, and wake for any other spec edit", func(ctx SpecContext) {
 		ns := newNamespace()
 		Expect(k8s.Create(ctx, withIdle(stdioServer(ns, "idle-fx")))).To(Succeed())
 		readyAt(ns, "idle-fx", 1)
@@ -182,7 +181,7 @@ var _ = Describe("Idle servers", func() {
 		suspended(ns, "idle-fx")
 	})
 
-	It("delete an idle server: its tools leave the gateway and its metrics go", func() {
+	It("delete an idle server: its tools leave the gateway and its metrics go", func(ctx SpecContext) {
 		ns := newNamespace()
 		events := filepath.Join(GinkgoT().TempDir(), "events")
 		Expect(k8s.Create(ctx, withIdle(stdioServer(ns, "idle-fx", "--events-file="+events)))).To(Succeed())
@@ -204,7 +203,6 @@ var _ = Describe("Idle servers", func() {
 // delete the Pod when the Deployment goes to 0, create one when it comes
 // back to 1 (see podruntime_test.go).
 var _ = Describe("Idle Pod-runtime servers", Ordered, func() {
-	ctx := context.Background()
 	var (
 		shimBin  string
 		shimPort int
@@ -228,7 +226,7 @@ var _ = Describe("Idle Pod-runtime servers", Ordered, func() {
 
 	// asleep brings ns/name up in a Pod, suspends it, and removes its Pod as
 	// the ReplicaSet would at 0 replicas.
-	asleep := func(ns, name string, mutate func(*v1alpha1.McpServer)) *mcp.ClientSession {
+	asleep := func(ctx context.Context, ns, name string, mutate func(*v1alpha1.McpServer)) *mcp.ClientSession {
 		GinkgoHelper()
 		obj := withIdle(podServer(ns, name))
 		mutate(obj)
@@ -247,9 +245,9 @@ var _ = Describe("Idle Pod-runtime servers", Ordered, func() {
 		return agent
 	}
 
-	It("scale a sleeping server's Deployment to 0 and back to 1 for the first call, which gets its answer", func() {
+	It("scale a sleeping server's Deployment to 0 and back to 1 for the first call, which gets its answer", func(ctx SpecContext) {
 		ns := podNamespace()
-		agent := asleep(ns, "idle-pod", func(*v1alpha1.McpServer) {})
+		agent := asleep(ctx, ns, "idle-pod", func(*v1alpha1.McpServer) {})
 		echo := bridge.PublicName("idle-pod", fixture.ToolEcho)
 		Expect(listToolNames(agent)).To(ContainElement(echo))
 		Consistently(replicas(ns, "idle-pod"), 500*time.Millisecond, poll).Should(BeZero(), "tools/list woke the server")
@@ -285,9 +283,9 @@ var _ = Describe("Idle Pod-runtime servers", Ordered, func() {
 		Expect(woken.Status.LastError).To(BeNil())
 	})
 
-	It("fail a wake whose Pod never comes up like any outage: the status says why, and so does the call's error", func() {
+	It("fail a wake whose Pod never comes up like any outage: the status says why, and so does the call's error", func(ctx SpecContext) {
 		ns := podNamespace()
-		agent := asleep(ns, "idle-broken", func(obj *v1alpha1.McpServer) { obj.Spec.ConnectionTimeoutMs = ptr32(4000) })
+		agent := asleep(ctx, ns, "idle-broken", func(obj *v1alpha1.McpServer) { obj.Spec.ConnectionTimeoutMs = ptr32(4000) })
 		echo := bridge.PublicName("idle-broken", fixture.ToolEcho)
 
 		done := make(chan string, 1)

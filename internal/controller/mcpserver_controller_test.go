@@ -19,10 +19,9 @@ import (
 
 var _ = Describe("McpServer lifecycle", func() {
 	var ns string
-	ctx := context.Background()
 	BeforeEach(func() { ns = newNamespace() })
 
-	It("connects, publishes tools to status, and is Current for kstatus", func() {
+	It("connects, publishes tools to status, and is Current for kstatus", func(ctx SpecContext) {
 		obj := stdioServer(ns, "fx", "--tools=3")
 		Expect(k8s.Create(ctx, obj)).To(Succeed())
 		ready := readyAt(ns, "fx", 1)
@@ -42,7 +41,7 @@ var _ = Describe("McpServer lifecycle", func() {
 		Expect(out).To(MatchRegexp(`fx\s+fx\s+stdio\s+Ready\s+\d+\s+0\s+1\s`))
 	})
 
-	It("is InProgress for kstatus while connecting", func() {
+	It("is InProgress for kstatus while connecting", func(ctx SpecContext) {
 		obj := stdioServer(ns, "slow", "--stall-initialize")
 		obj.Spec.ConnectionTimeoutMs = ptr32(60000)
 		Expect(k8s.Create(ctx, obj)).To(Succeed())
@@ -52,7 +51,7 @@ var _ = Describe("McpServer lifecycle", func() {
 		Expect(meta(connecting, v1alpha1.ConditionReconciling).Status).To(Equal(metav1.ConditionTrue))
 	})
 
-	It("reconnects after the server is killed, with the next generation and identical tools", func() {
+	It("reconnects after the server is killed, with the next generation and identical tools", func(ctx SpecContext) {
 		events := filepath.Join(GinkgoT().TempDir(), "events")
 		obj := stdioServer(ns, "fx", "--events-file="+events)
 		// Killed well inside its stability window, the first connection is
@@ -75,7 +74,7 @@ var _ = Describe("McpServer lifecycle", func() {
 		Expect(out).To(ContainSubstring("Recovered"))
 	})
 
-	It("stops after a crash loop exhausts the budget and connects again on restartedAt", func() {
+	It("stops after a crash loop exhausts the budget and connects again on restartedAt", func(ctx SpecContext) {
 		obj := stdioServer(ns, "loop", "--crash-after-initialize")
 		// A stability window far longer than any brief connection, even on
 		// a loaded machine: each one must count against the same budget.
@@ -103,7 +102,7 @@ var _ = Describe("McpServer lifecycle", func() {
 		Expect(again.Status.Tools).NotTo(BeEmpty())
 	})
 
-	It("reconnects on a restartedAt annotation alone", func() {
+	It("reconnects on a restartedAt annotation alone", func(ctx SpecContext) {
 		Expect(k8s.Create(ctx, stdioServer(ns, "fx"))).To(Succeed())
 		before := readyAt(ns, "fx", 1)
 		before.Annotations = map[string]string{v1alpha1.RestartedAtAnnotation: time.Now().Format(time.RFC3339Nano)}
@@ -111,7 +110,7 @@ var _ = Describe("McpServer lifecycle", func() {
 		readyAt(ns, "fx", before.Status.ConnectionGeneration+1)
 	})
 
-	It("hot-swaps on a spec edit without overlapping children and renames tools on a serverName edit", func() {
+	It("hot-swaps on a spec edit without overlapping children and renames tools on a serverName edit", func(ctx SpecContext) {
 		events := filepath.Join(GinkgoT().TempDir(), "events")
 		Expect(k8s.Create(ctx, stdioServer(ns, "fx", "--events-file="+events))).To(Succeed())
 		before := readyAt(ns, "fx", 1)
@@ -142,7 +141,7 @@ var _ = Describe("McpServer lifecycle", func() {
 		}, eventuallyTimeout, poll).Should(Succeed())
 	})
 
-	It("removes the child and the tools when the resource is deleted", func() {
+	It("removes the child and the tools when the resource is deleted", func(ctx SpecContext) {
 		events := filepath.Join(GinkgoT().TempDir(), "events")
 		Expect(k8s.Create(ctx, stdioServer(ns, "fx", "--events-file="+events))).To(Succeed())
 		readyAt(ns, "fx", 1)
@@ -155,9 +154,8 @@ var _ = Describe("McpServer lifecycle", func() {
 })
 
 var _ = Describe("Secrets", func() {
-	ctx := context.Background()
 
-	It("waits for a missing Secret, connects when it appears, and hot-swaps when it rotates", func() {
+	It("waits for a missing Secret, connects when it appears, and hot-swaps when it rotates", func(ctx SpecContext) {
 		ns := newNamespace()
 		obj := stdioServer(ns, "fx")
 		obj.Spec.Stdio.Env = []corev1.EnvVar{{Name: "FIXTURE_TOKEN", ValueFrom: &corev1.EnvVarSource{
@@ -192,9 +190,8 @@ var _ = Describe("Secrets", func() {
 })
 
 var _ = Describe("serverName ownership", func() {
-	ctx := context.Background()
 
-	It("lets the oldest resource hold a serverName and hands it over when it is deleted", func() {
+	It("lets the oldest resource hold a serverName and hands it over when it is deleted", func(ctx SpecContext) {
 		ns := newNamespace()
 		older := stdioServer(ns, "first")
 		older.Spec.ServerName = "shared"

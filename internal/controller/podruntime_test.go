@@ -39,7 +39,6 @@ import (
 // tunnel to the real fixture.
 // See docs/design.md, "Runtimes for stdio servers".
 var _ = Describe("The Pod runtime", Ordered, func() {
-	ctx := context.Background()
 	var (
 		trusted  string // the one namespace that may run Local
 		shimBin  string
@@ -60,7 +59,7 @@ var _ = Describe("The Pod runtime", Ordered, func() {
 		startManager()
 	})
 
-	It("creates the token Secret and the Deployment, owned by the McpServer, and waits for its Pod without burning attempts", func() {
+	It("creates the token Secret and the Deployment, owned by the McpServer, and waits for its Pod without burning attempts", func(ctx SpecContext) {
 		ns := podNamespace()
 		obj := podServer(ns, "fx")
 		Expect(k8s.Create(ctx, obj)).To(Succeed())
@@ -104,7 +103,7 @@ var _ = Describe("The Pod runtime", Ordered, func() {
 		Eventually(waiting("Unschedulable: 0/1 nodes are available: 1 Insufficient memory."), eventuallyTimeout, poll).Should(Succeed())
 	})
 
-	It("ends a Pod that never comes up in ReconnectExhausted, one attempt per connectionTimeoutMs of waiting", func() {
+	It("ends a Pod that never comes up in ReconnectExhausted, one attempt per connectionTimeoutMs of waiting", func(ctx SpecContext) {
 		ns := podNamespace()
 		obj := podServer(ns, "stuck")
 		obj.Spec.ConnectionTimeoutMs = ptr32(300)
@@ -121,7 +120,7 @@ var _ = Describe("The Pod runtime", Ordered, func() {
 		Expect(got.Status.LastError.Message).To(Equal("the server's Pod was not Ready after 300ms (connectionTimeoutMs): ErrImagePull: not found"))
 	})
 
-	It("connects through the shim once the Pod is Ready, and recovers from a deleted Pod with identical tools", func() {
+	It("connects through the shim once the Pod is Ready, and recovers from a deleted Pod with identical tools", func(ctx SpecContext) {
 		ns := podNamespace()
 		events := filepath.Join(GinkgoT().TempDir(), "events")
 		Expect(k8s.Create(ctx, podServer(ns, "fx", "--events-file="+events))).To(Succeed())
@@ -150,7 +149,7 @@ var _ = Describe("The Pod runtime", Ordered, func() {
 		Expect(again.Status.FailedAttempts).To(BeZero())
 	})
 
-	It("hot-swaps a spec change: the old server process is gone before the Deployment rolls", func() {
+	It("hot-swaps a spec change: the old server process is gone before the Deployment rolls", func(ctx SpecContext) {
 		ns := podNamespace()
 		events := filepath.Join(GinkgoT().TempDir(), "events")
 		Expect(k8s.Create(ctx, podServer(ns, "fx", "--events-file="+events))).To(Succeed())
@@ -172,7 +171,7 @@ var _ = Describe("The Pod runtime", Ordered, func() {
 		Expect(templateHash(deploymentOf(ns, "fx"))).NotTo(Equal(templateHash(d)))
 	})
 
-	It("rolls the Deployment when a Secret its env references changes", func() {
+	It("rolls the Deployment when a Secret its env references changes", func(ctx SpecContext) {
 		ns := podNamespace()
 		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "creds"}, StringData: map[string]string{"token": "one"}}
 		Expect(k8s.Create(ctx, secret)).To(Succeed())
@@ -191,7 +190,7 @@ var _ = Describe("The Pod runtime", Ordered, func() {
 		Expect(strings.Join(d.Spec.Template.Spec.Containers[0].Command, " ")).NotTo(ContainSubstring("two"))
 	})
 
-	It("puts back a Deployment deleted or edited by hand", func() {
+	It("puts back a Deployment deleted or edited by hand", func(ctx SpecContext) {
 		ns := podNamespace()
 		Expect(k8s.Create(ctx, podServer(ns, "fx"))).To(Succeed())
 		d := deploymentOf(ns, "fx")
@@ -206,7 +205,7 @@ var _ = Describe("The Pod runtime", Ordered, func() {
 		Eventually(func() k8stypes.UID { return deploymentOf(ns, "fx").UID }, eventuallyTimeout, poll).ShouldNot(Equal(d.UID))
 	})
 
-	It("renews the token and the shim's key pair with every roll, and opens the tunnel only to the pinned certificate", func() {
+	It("renews the token and the shim's key pair with every roll, and opens the tunnel only to the pinned certificate", func(ctx SpecContext) {
 		ns := podNamespace()
 		Expect(k8s.Create(ctx, podServer(ns, "fx"))).To(Succeed())
 		d1 := deploymentOf(ns, "fx")
@@ -249,7 +248,7 @@ var _ = Describe("The Pod runtime", Ordered, func() {
 		Expect(tokenSecretOf(ns, "fx").Data).To(Equal(s2.Data), "no roll, no new credentials")
 	})
 
-	It("renders the NetworkPolicy that admits only the manager's Pods at the shim's port, and puts it back when edited", func() {
+	It("renders the NetworkPolicy that admits only the manager's Pods at the shim's port, and puts it back when edited", func(ctx SpecContext) {
 		ns := podNamespace()
 		Expect(k8s.Create(ctx, podServer(ns, "fx"))).To(Succeed())
 		d := deploymentOf(ns, "fx")
@@ -288,7 +287,7 @@ var _ = Describe("The Pod runtime", Ordered, func() {
 		Consistently(func() string { return networkPolicyOf(ns, "fx").ResourceVersion }, time.Second, poll).Should(Equal(rv))
 	})
 
-	It("removes the Deployment and the token Secret on a switch to Local or HTTP, and on delete", func() {
+	It("removes the Deployment and the token Secret on a switch to Local or HTTP, and on delete", func(ctx SpecContext) {
 		// Local: a namespace that allows it, and no image.
 		local := podServer(trusted, "to-local")
 		Expect(k8s.Create(ctx, local)).To(Succeed())
@@ -313,7 +312,7 @@ var _ = Describe("The Pod runtime", Ordered, func() {
 		expectPodObjectsGone(ns, "deleted")
 	})
 
-	It("chooses the runtime by the flags: Local only where allowed, the node image for npx, InvalidSpec without a default image", func() {
+	It("chooses the runtime by the flags: Local only where allowed, the node image for npx, InvalidSpec without a default image", func(ctx SpecContext) {
 		local := stdioServer(trusted, "child")
 		Expect(k8s.Create(ctx, local)).To(Succeed())
 		Expect(readyAt(trusted, "child", 1).Status.Runtime).To(Equal(v1alpha1.RuntimeLocal))
@@ -335,7 +334,7 @@ var _ = Describe("The Pod runtime", Ordered, func() {
 		}, time.Second, poll).Should(BeTrue(), "an invalid spec gets no Deployment")
 	})
 
-	It("never takes over someone else's object of the same name, and replaces one left by an earlier McpServer of the same name", func() {
+	It("never takes over someone else's object of the same name, and replaces one left by an earlier McpServer of the same name", func(ctx SpecContext) {
 		ns := podNamespace()
 		labels := map[string]string{"app": "mine"}
 		theirs := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: podruntime.DeploymentName("taken")},
@@ -368,7 +367,7 @@ var _ = Describe("The Pod runtime", Ordered, func() {
 		Expect(string(tokenSecretOf(ns, "again").Data[podruntime.TokenKey])).NotTo(Equal("an-old-token"))
 	})
 
-	It("caches only the Pods and Deployments it labelled", func() {
+	It("caches only the Pods and Deployments it labelled", func(ctx SpecContext) {
 		ns := podNamespace()
 		foreign := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "someone-elses"},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "example.com/x:1"}}}}
@@ -385,7 +384,7 @@ var _ = Describe("The Pod runtime", Ordered, func() {
 		}, 500*time.Millisecond, poll).Should(BeTrue())
 	})
 
-	It("keeps the credentials across a manager restart, so that the Pod does not roll", func() {
+	It("keeps the credentials across a manager restart, so that the Pod does not roll", func(ctx SpecContext) {
 		ns := podNamespace()
 		Expect(k8s.Create(ctx, podServer(ns, "fx"))).To(Succeed())
 		before := deploymentOf(ns, "fx")

@@ -19,9 +19,8 @@ import (
 )
 
 var _ = Describe("Manager restart", Ordered, func() {
-	ctx := context.Background()
 
-	It("disposes every child on shutdown and re-adopts every resource, continuing the connection generation", func() {
+	It("disposes every child on shutdown and re-adopts every resource, continuing the connection generation", func(ctx SpecContext) {
 		ns := newNamespace()
 		events := filepath.Join(GinkgoT().TempDir(), "events")
 		Expect(k8s.Create(ctx, stdioServer(ns, "a", "--events-file="+events))).To(Succeed())
@@ -39,7 +38,7 @@ var _ = Describe("Manager restart", Ordered, func() {
 			To(Equal(b.Status.ConnectionGeneration + 1))
 	})
 
-	It("reports InvalidSpec, naming the field, for a spec that bypassed the CRD", func() {
+	It("reports InvalidSpec, naming the field, for a spec that bypassed the CRD", func(ctx SpecContext) {
 		ns := newNamespace()
 		stopManager()
 		DeferCleanup(startManager)

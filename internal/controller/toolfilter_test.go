@@ -18,10 +18,9 @@ import (
 
 // See docs/design.md, "Tool sync".
 var _ = Describe("spec.tools", func() {
-	ctx := context.Background()
 	BeforeEach(ensureGatewayUserRole)
 
-	It("publishes only the tools that pass, to status, the registry and the gateway alike, and swaps an edit in place", func() {
+	It("publishes only the tools that pass, to status, the registry and the gateway alike, and swaps an edit in place", func(ctx SpecContext) {
 		ns := newNamespace()
 		entry := everythingEntry()
 		all := everythingTools(entry)

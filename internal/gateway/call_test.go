@@ -804,40 +804,71 @@ func TestIllFormedOrUnknownCallsAreLeftToTheSDK(t *testing.T) {
 
 // ---- 5. idle sessions ---------------------------------------------------------------
 
+// The janitor's clock is the test's: with an idle timeout of an hour the
+// gateway's own janitor (every minute) plays no part, and the test sweeps
+// at times it chooses, so that no verdict depends on how fast the machine is.
+const testIdle = time.Hour
+
+// sweepUntilKnown sweeps at now until the janitor keeps a time for every
+// one of sids: a session seen for the first time counts as used at that
+// sweep, unless a request of it is still in flight.
+func sweepUntilKnown(t *testing.T, env *testEnv, now time.Time, sids ...string) {
+	t.Helper()
+	e := env.view()
+	waitFor(t, "the janitor knows the sessions", func() bool {
+		env.g.sweep(now, testIdle)
+		e.activity.mu.Lock()
+		defer e.activity.mu.Unlock()
+		for _, sid := range sids {
+			if _, ok := e.activity.last[sid]; !ok {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// lastUsed is when the janitor last saw sid used.
+func lastUsed(e *view, sid string) time.Time {
+	e.activity.mu.Lock()
+	defer e.activity.mu.Unlock()
+	return e.activity.last[sid]
+}
+
 func TestSessionsInUseThroughTheFastPathStayAndIdleOnesEnd(t *testing.T) {
-	const idle = 500 * time.Millisecond // the janitor looks every idle/4
-	env := newTestEnv(t, envOptions{idle: idle})
+	env := newTestEnv(t, envOptions{idle: testIdle})
 	busy := env.agent(statefulProto)
 	unused := env.agent(statefulProto)
 	e := env.view()
 
-	// The busy agent calls back to back for several idle timeouts, and at
-	// least until the unused session has been ended. Only a machine that
-	// stalls the loop for a whole idle timeout could end the busy session
-	// rightly; maxGap tells.
-	ctx, cancel := context.WithTimeout(context.Background(), 4*waitLimit)
+	// Both sessions counted as used a second before the timeout's start,
+	// then the busy agent calls through the fast path.
+	seen := time.Now().Add(-testIdle - time.Second)
+	sweepUntilKnown(t, env, seen, busy.ID(), unused.ID())
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
-	start, last := time.Now(), time.Now()
-	var maxGap time.Duration
-	calls := 0
-	for time.Since(start) < 5*idle || e.hasSession(unused.ID()) {
-		if time.Since(start) > waitLimit {
-			t.Fatalf("the unused session was not ended after %s (idle timeout %s)", waitLimit, idle)
-		}
-		now := time.Now()
-		maxGap, last = max(maxGap, now.Sub(last)), now
+	const calls = 3
+	for i := range calls {
 		if _, err := busy.CallTool(ctx, &mcp.CallToolParams{Name: echoPublic}); err != nil {
-			t.Fatalf("call %d after %s (longest gap between calls %s, idle timeout %s): the busy session was ended: %v",
-				calls, time.Since(start).Round(time.Millisecond), maxGap, idle, err)
+			t.Fatalf("call %d: %v", i, err)
 		}
-		calls++
-		time.Sleep(idle / 25)
 	}
+	used := lastUsed(e, busy.ID())
+	if !used.After(seen) {
+		t.Fatalf("the fast path's calls were not counted as use: last used %s, first seen %s", used, seen)
+	}
+	// Exactly one idle timeout after the last call: the busy session is not
+	// idle for longer than that, the unused one is.
+	env.g.sweep(used.Add(testIdle), testIdle)
+	waitFor(t, "the unused session is ended", func() bool { return !e.hasSession(unused.ID()) })
 	if !e.hasSession(busy.ID()) {
 		t.Fatal("the busy session was ended")
 	}
-	if jsonCalls, sdkCalls := env.fake.counts(); jsonCalls != calls || sdkCalls != 0 {
-		t.Fatalf("CallToolJSON used %d times, CallTool %d times; want %d and 0", jsonCalls, sdkCalls, calls)
+	if _, err := busy.CallTool(ctx, &mcp.CallToolParams{Name: echoPublic}); err != nil {
+		t.Fatalf("a call of the busy session after the sweep: %v", err)
+	}
+	if jsonCalls, sdkCalls := env.fake.counts(); jsonCalls != calls+1 || sdkCalls != 0 {
+		t.Fatalf("CallToolJSON used %d times, CallTool %d times; want %d and 0", jsonCalls, sdkCalls, calls+1)
 	}
 	// The unused session's next request is refused by the SDK.
 	code, _, body := env.mustPost(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`,
@@ -849,8 +880,10 @@ func TestSessionsInUseThroughTheFastPathStayAndIdleOnesEnd(t *testing.T) {
 	if code, _, body := env.mustPost(b, h); code != http.StatusNotFound {
 		t.Fatalf("a call of the ended session: status %d, want 404: %s", code, body)
 	}
-	// The janitor forgets ended sessions.
+	// The janitor forgets ended sessions (a sweep at seen ends nothing: no
+	// session is older than that).
 	waitFor(t, "the ended session is forgotten", func() bool {
+		env.g.sweep(seen, testIdle)
 		e.activity.mu.Lock()
 		defer e.activity.mu.Unlock()
 		_, ok := e.activity.last[unused.ID()]
@@ -861,11 +894,12 @@ func TestSessionsInUseThroughTheFastPathStayAndIdleOnesEnd(t *testing.T) {
 // A session is idle from the end of its last POST, as with the SDK's own
 // timer: a call longer than the idle timeout keeps its session.
 func TestALongFastCallKeepsItsSession(t *testing.T) {
-	const idle = 300 * time.Millisecond
-	env := newTestEnv(t, envOptions{idle: idle})
+	env := newTestEnv(t, envOptions{idle: testIdle})
 	cs := env.agent(statefulProto)
-	release := make(chan struct{})
+	sweepUntilKnown(t, env, time.Now(), cs.ID())
+	started, release := make(chan struct{}), make(chan struct{})
 	env.fake.setHandle(func(ctx context.Context, _ json.RawMessage) (json.RawMessage, bool, error) {
+		close(started)
 		select {
 		case <-release:
 			return json.RawMessage(`{"content":[{"type":"text","text":"done"}]}`), false, nil
@@ -881,8 +915,9 @@ func TestALongFastCallKeepsItsSession(t *testing.T) {
 		}
 		done <- err
 	}()
-	// The janitor looks every idle/4; the call outlasts several timeouts.
-	time.Sleep(6 * idle)
+	waitClosed(t, "the call did not reach the upstream", started)
+	// The call outlasts ten idle timeouts.
+	env.g.sweep(time.Now().Add(10*testIdle), testIdle)
 	if !env.view().hasSession(cs.ID()) {
 		t.Fatal("the session was ended during a call")
 	}
@@ -895,16 +930,16 @@ func TestALongFastCallKeepsItsSession(t *testing.T) {
 // The SDK serves each sessionless request over a temporary session with an
 // empty id; the janitor must never end those, however long they run.
 func TestJanitorLeavesSessionlessRequestsAlone(t *testing.T) {
-	const idle = 300 * time.Millisecond
-	env := newTestEnv(t, envOptions{idle: idle})
+	env := newTestEnv(t, envOptions{idle: testIdle})
 	cs := env.agent(sessionlessProto)
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
 	if _, err := cs.ListTools(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	release := make(chan struct{})
+	started, release := make(chan struct{}), make(chan struct{})
 	env.fake.setSDKHandle(func(ctx context.Context) (*mcp.CallToolResult, error) {
+		close(started)
 		select {
 		case <-release:
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "sdk done"}}}, nil
@@ -921,7 +956,12 @@ func TestJanitorLeavesSessionlessRequestsAlone(t *testing.T) {
 		}
 		done <- err
 	}()
-	time.Sleep(6 * idle)
+	waitClosed(t, "the call did not reach the SDK's handler", started)
+	// A first sweep would see the temporary session for the first time, a
+	// second one ten idle timeouts later would find it idle.
+	now := time.Now()
+	env.g.sweep(now, testIdle)
+	env.g.sweep(now.Add(10*testIdle), testIdle)
 	close(release)
 	if err := <-done; err != nil {
 		t.Fatalf("a sessionless call through the SDK outlasting the idle timeout: %v", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -225,7 +226,10 @@ func TestConcurrentRequestsShareAReview(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(50 * time.Millisecond) // let them pile up behind the first review
+	// All 20 are in the flight (one in the review, 19 waiting for it)
+	// before the review may answer: a late one would be answered from the
+	// cache, and the test would not show the sharing.
+	waitInFlight(t, 20)
 	close(api.gate)
 	wg.Wait()
 	if tokens, _ := api.counts(); tokens != 1 {
@@ -242,6 +246,23 @@ func TestConcurrentRequestsShareAReview(t *testing.T) {
 	}
 	if tokens, _ := down.counts(); tokens != 0 {
 		t.Fatalf("counted %d", tokens) // Create failed before counting
+	}
+}
+
+// waitInFlight waits until n goroutines are inside a singleflight.Group's
+// Do: the event itself, read from the goroutines' stacks.
+func waitInFlight(t *testing.T, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(time.Millisecond) {
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		got := strings.Count(string(buf), "singleflight.(*Group).Do(")
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines in the review's flight, want %d", got, n)
+		}
 	}
 }
 

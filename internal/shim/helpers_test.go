@@ -58,7 +58,7 @@ func testCertificate() *tls.Certificate {
 }
 
 // writeKeyPair writes the test key pair into dir, as the Secret is mounted.
-func writeKeyPair(t *testing.T, dir string) (certFile, keyFile string) {
+func writeKeyPair(t testing.TB, dir string) (certFile, keyFile string) {
 	t.Helper()
 	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
 	if err := os.WriteFile(certFile, testCertPEM, 0o600); err != nil {
@@ -107,7 +107,7 @@ var listeningRE = regexp.MustCompile(`msg=listening .*addr=(\S+)`)
 
 // startShim runs the shim binary with the test token on a free loopback
 // port; it is stopped (SIGTERM) when the test ends.
-func startShim(t *testing.T, grace time.Duration, command ...string) *shimProc {
+func startShim(t testing.TB, grace time.Duration, command ...string) *shimProc {
 	t.Helper()
 	dir := t.TempDir()
 	tokenFile := filepath.Join(dir, "token")
@@ -143,7 +143,7 @@ func startShim(t *testing.T, grace time.Duration, command ...string) *shimProc {
 
 // stop SIGTERMs the shim and waits for it; a shim that does not stop
 // fails the test.
-func (p *shimProc) stop(t *testing.T) {
+func (p *shimProc) stop(t testing.TB) {
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.exited:

@@ -6,6 +6,10 @@
 // <module root>/bin/k8s, where `make envtest` builds them. A missing control
 // plane is an error, never a skipped test.
 //
-// Build compiles the module's own programs (the shim, the fixture server)
-// for tests that run them as real processes.
+// Build compiles the module's own programs (the shim, the fixture server,
+// the manager) for tests and hack programs that run them as real processes:
+// every `go build` of the tests and of hack/ goes through it (but the
+// image builder's, a module of its own). Latencies and
+// Target are what the Go benchmarks of design targets share: percentiles
+// as metrics, and the target logged beside the figure with met or not.
 package testenv

@@ -317,12 +317,7 @@ func liveMetricNames(t *testing.T) map[string]bool {
 	g := NewWithT(t)
 	dir := t.TempDir()
 	manager, fixture := filepath.Join(dir, "manager"), filepath.Join(dir, "mcp-fixture")
-	// As the manager's own tests build it (cgo as configured): it shares
-	// the build cache with them and with `go build ./...`.
-	build := exec.Command("go", "build", "-o", manager, "./cmd/manager")
-	build.Dir = root
-	out, err := build.CombinedOutput()
-	g.Expect(err).NotTo(HaveOccurred(), "go build ./cmd/manager: %s", out)
+	g.Expect(testenv.Build(manager, "./cmd/manager")).To(Succeed())
 	g.Expect(testenv.Build(fixture, "./test/fixture/cmd/mcp-fixture")).To(Succeed())
 	metrics, gateway, probes := freeAddr(t), freeAddr(t), freeAddr(t)
 	runManager(t, manager, nil, "--kubeconfig="+env.KubeconfigPath, "--metrics-secure=false", "--metrics-bind-address="+metrics,

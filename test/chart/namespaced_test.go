@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -152,10 +151,8 @@ func runReleaseManager(t *testing.T, d *appsv1.Deployment, sa string) string {
 	t.Helper()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "manager")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/manager")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/manager: %v\n%s", err, out)
+	if err := testenv.Build(bin, "./cmd/manager"); err != nil {
+		t.Fatal(err)
 	}
 	probes := freeAddr(t)
 	var args []string

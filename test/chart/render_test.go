@@ -275,10 +275,8 @@ func TestEveryValueSetRendersAHardenedManager(t *testing.T) {
 // every flag before it, so the chart never passes a flag the manager lacks.
 func TestEveryRenderedFlagIsTheManagers(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "manager")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/manager")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/manager: %v\n%s", err, out)
+	if err := testenv.Build(bin, "./cmd/manager"); err != nil {
+		t.Fatal(err)
 	}
 	for name, vals := range valueSets {
 		t.Run(name, func(t *testing.T) {

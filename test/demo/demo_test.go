@@ -42,10 +42,8 @@ func TestDemoRecoversAndCleansUp(t *testing.T) {
 
 	tmp := t.TempDir()
 	bin := filepath.Join(tmp, "demo")
-	build := exec.Command("go", "build", "-o", bin, "./hack/demo")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./hack/demo: %v\n%s", err, out)
+	if err := testenv.Build(bin, "./hack/demo"); err != nil {
+		t.Fatal(err)
 	}
 
 	state := filepath.Join(tmp, "state")

@@ -43,11 +43,6 @@ func TestMain(m *testing.M) {
 }
 
 func runTests(m *testing.M) int {
-	root, err := testenv.ModuleRoot()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
 	dir, err := os.MkdirTemp("", "mcpbridge-manager-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -55,10 +50,8 @@ func runTests(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	managerBin = filepath.Join(dir, "manager")
-	build := exec.Command("go", "build", "-o", managerBin, "./cmd/manager")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build ./cmd/manager: %v\n%s", err, out)
+	if err := testenv.Build(managerBin, "./cmd/manager"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	if env, err = testenv.Start(); err != nil {

@@ -60,6 +60,7 @@ import (
 	"github.com/mcpbridge/operator/internal/gateway"
 	"github.com/mcpbridge/operator/internal/policy"
 	"github.com/mcpbridge/operator/internal/proc"
+	"github.com/mcpbridge/operator/internal/testenv"
 )
 
 const (
@@ -215,12 +216,7 @@ func writeProfile(name, file string) error {
 
 func buildFixture(dir string) (string, error) {
 	bin := filepath.Join(dir, "mcp-fixture")
-	build := exec.Command("go", "build", "-o", bin, fixturePkg)
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		return "", fmt.Errorf("build the fixture: %w", err)
-	}
-	return bin, nil
+	return bin, testenv.Build(bin, fixturePkg)
 }
 
 func parseInts(s string) ([]int, error) {
@@ -629,6 +625,21 @@ func cpuOf(pid int) time.Duration {
 
 // ---- output ----------------------------------------------------------------
 
+// gatewayMet holds a gateway row to its targets (docs/design.md, "How it is
+// tested"): ≤ 0.1 ms added at p50 with --gateway-auth=none, ≤ 0.3 ms with
+// tokens and per-server authorization, ≥ 80% of direct throughput; at one
+// caller only (with more, both cores are saturated and the p50 is queueing).
+func gatewayMet(g result, added time.Duration, ratio float64) string {
+	if g.callers != 1 {
+		return "no target at " + strconv.Itoa(g.callers) + " callers"
+	}
+	limit := 100 * time.Microsecond
+	if strings.TrimSuffix(g.mode, tracedSuffix) != "none" {
+		limit = 300 * time.Microsecond
+	}
+	return fmt.Sprintf("%s (≤ %s), %s (≥ 80%%)", report.YesNo(added <= limit), msf(limit), report.YesNo(ratio >= 0.8))
+}
+
 func (b *bench) print(elapsed time.Duration, loadBefore string) {
 	cmd := "go run ./hack/bench/gateway"
 	flag.Visit(func(f *flag.Flag) { cmd += " -" + f.Name + "=" + f.Value.String() })
@@ -637,7 +648,7 @@ func (b *bench) print(elapsed time.Duration, loadBefore string) {
 		"per cell and path %s measured in %d alternating rounds after %s warm-up; run took %s; 1-min load average %s before, %s after.\n\n",
 		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), runtime.Version(), runtime.GOOS, runtime.GOARCH,
 		*flagDuration, *flagRounds, *flagWarmup, elapsed.Round(time.Second), loadBefore, report.LoadAvg())
-	fmt.Println("| Protocol (agent / upstream) | Callers × sessions | Path | calls | p50 | p99 | calls/s | CPU/call: bench process (gateway's share) | CPU/call: fixture | Alloc/call: bench process | Added p50 | Throughput (CPU-bound) | Met: ≤ 0.5 ms, ≥ 80% |")
+	fmt.Println("| Protocol (agent / upstream) | Callers × sessions | Path | calls | p50 | p99 | calls/s | CPU/call: bench process (gateway's share) | CPU/call: fixture | Alloc/call: bench process | Added p50 | Throughput (CPU-bound) | Met (target from docs/design.md): added p50, throughput |")
 	fmt.Println("|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|")
 	for _, cell := range b.results {
 		d := cell[0]
@@ -650,8 +661,8 @@ func (b *bench) print(elapsed time.Duration, loadBefore string) {
 			// with the machine's other load than calls/s do.
 			cpuRatio := float64(d.perCall(d.cpuSelf+d.cpuFixture)) / float64(g.perCall(g.cpuSelf+g.cpuFixture))
 			share := fmt.Sprintf(" (%s)", msf(g.perCall(g.cpuSelf)-d.perCall(d.cpuSelf)))
-			b.printRow(g, share, fmt.Sprintf(" %s | %.0f%% (%.0f%%) | %s, %s |", msf(added), 100*ratio, 100*cpuRatio,
-				report.YesNo(added <= 500*time.Microsecond), report.YesNo(ratio >= 0.8)))
+			b.printRow(g, share, fmt.Sprintf(" %s | %.0f%% (%.0f%%) | %s |", msf(added), 100*ratio, 100*cpuRatio,
+				gatewayMet(g, added, ratio)))
 		}
 	}
 	fmt.Println()

@@ -53,6 +53,7 @@ import (
 	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/gateway"
 	"github.com/mcpbridge/operator/internal/policy"
+	"github.com/mcpbridge/operator/internal/testenv"
 )
 
 var (
@@ -87,10 +88,8 @@ func run() error {
 		}
 		defer os.RemoveAll(dir)
 		bin = filepath.Join(dir, "mcp-fixture")
-		build := exec.Command("go", "build", "-o", bin, "./test/fixture/cmd/mcp-fixture")
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			return fmt.Errorf("build the fixture: %w", err)
+		if err := testenv.Build(bin, "./test/fixture/cmd/mcp-fixture"); err != nil {
+			return err
 		}
 	}
 	victimFx, err := startFixture(bin, "--stateless")

@@ -34,6 +34,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net"
 	"net/http"
@@ -59,6 +60,9 @@ import (
 	"k8s.io/client-go/rest"
 	watchtools "k8s.io/client-go/tools/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/hack/bench/internal/report"
@@ -266,7 +270,7 @@ func (b *bench) run(ctx context.Context) error {
 		if err != nil {
 			return nil, err
 		}
-		return parseMetrics(string(raw)), nil
+		return parseMetrics(string(raw))
 	}
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create namespace %s: %w", namespace, err)
@@ -388,13 +392,7 @@ func protocolArgs(p string) ([]string, error) {
 
 func (b *bench) build(ctx context.Context, out, pkg string, extra ...string) error {
 	fmt.Fprintf(os.Stderr, "go build %s %s ...\n", strings.Join(extra, " "), pkg)
-	cmd := exec.CommandContext(ctx, "go", append(append([]string{"build"}, extra...), "-o", out, pkg)...)
-	cmd.Dir = b.root
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("build %s: %w", pkg, err)
-	}
-	return nil
+	return testenv.BuildContext(ctx, nil, out, pkg, extra...)
 }
 
 // pprofEnv names the loopback address the profiling file of -pprof serves on.
@@ -912,82 +910,32 @@ func fetchMetrics(url string) (metricSet, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
-	return parseMetrics(string(data)), nil
+	return parseMetrics(string(data))
 }
 
-// parseMetrics reads the samples of the Prometheus text format (comments
-// and timestamps are skipped).
-func parseMetrics(text string) metricSet {
-	var out metricSet
-	for line := range strings.SplitSeq(text, "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		m := metric{labels: map[string]string{}}
-		i := strings.IndexAny(line, "{ ")
-		if i < 0 {
-			continue
-		}
-		m.name, line = line[:i], line[i:]
-		if line[0] == '{' {
-			rest, ok := parseLabels(line[1:], m.labels)
-			if !ok {
-				continue
+// parseMetrics reads the samples of the Prometheus text format, a
+// histogram's or summary's as its _bucket, _sum and _count series.
+func parseMetrics(text string) (metricSet, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(strings.NewReader(text))
+	if err != nil {
+		return nil, err
+	}
+	samples, err := expfmt.ExtractSamples(&expfmt.DecodeOptions{Timestamp: model.Now()}, slices.Collect(maps.Values(fams))...)
+	if err != nil {
+		return nil, err
+	}
+	out := make(metricSet, 0, len(samples))
+	for _, smp := range samples {
+		m := metric{name: string(smp.Metric[model.MetricNameLabel]), labels: map[string]string{}, value: float64(smp.Value)}
+		for k, v := range smp.Metric {
+			if k != model.MetricNameLabel {
+				m.labels[string(k)] = string(v)
 			}
-			line = rest
 		}
-		f := strings.Fields(line)
-		if len(f) == 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(f[0], 64)
-		if err != nil {
-			continue
-		}
-		m.value = v
 		out = append(out, m)
 	}
-	return out
-}
-
-// parseLabels reads `k="v",...}` into into and returns what follows.
-func parseLabels(s string, into map[string]string) (string, bool) {
-	for {
-		s = strings.TrimLeft(s, ", ")
-		if strings.HasPrefix(s, "}") {
-			return s[1:], true
-		}
-		eq := strings.Index(s, "=\"")
-		if eq < 0 {
-			return "", false
-		}
-		key := s[:eq]
-		s = s[eq+2:]
-		var val strings.Builder
-		for {
-			if s == "" {
-				return "", false
-			}
-			c := s[0]
-			s = s[1:]
-			if c == '\\' && s != "" {
-				switch s[0] {
-				case 'n':
-					val.WriteByte('\n')
-				default:
-					val.WriteByte(s[0])
-				}
-				s = s[1:]
-				continue
-			}
-			if c == '"' {
-				break
-			}
-			val.WriteByte(c)
-		}
-		into[key] = val.String()
-	}
+	return out, nil
 }
 
 func (ms metricSet) match(m metric, name string, filter map[string]string) bool {
