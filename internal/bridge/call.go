@@ -9,6 +9,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpbridge/operator/internal/registry"
 	"github.com/mcpbridge/operator/internal/tracing"
 )
 
@@ -82,7 +83,7 @@ func (s *Supervisor) callFailed(ctx, cctx context.Context, g *generation, err er
 		err = fmt.Errorf("%w: the connection was closed during the call", ErrUnavailable)
 	case errors.Is(cctx.Err(), context.DeadlineExceeded):
 		err = errCallTimeout{timeout: s.p.ToolCallTimeout}
-	case errors.Is(err, ErrResultBudget):
+	case errors.Is(err, registry.ErrResultBudget):
 		// The caller's budget, not the connection's failure.
 	case isSessionLost(err):
 		g.lose(StageToolsCall, err)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/mcpbridge/operator/internal/policy"
 	"github.com/mcpbridge/operator/internal/proc"
+	"github.com/mcpbridge/operator/internal/registry"
 )
 
 // TestCrashReconnectCyclesLeaveNoLeak kills the stdio child 200 times, each
@@ -43,7 +44,7 @@ func TestCrashReconnectCyclesLeaveNoLeak(t *testing.T) {
 		}
 	}
 	baseline := runtime.NumGoroutine()
-	reg := NewRegistry()
+	reg := registry.New()
 	s := New(Options{Namespace: "ns", Name: "srv", Policy: p, Registry: reg, Log: logr.Discard(), CloseBarrier: 3 * time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -1,6 +1,6 @@
 // Package bridge owns the live side of the operator: one connection
-// supervisor per MCP server, the per-namespace tool registry the supervisors
-// publish into, and the public tool-name function.
+// supervisor per MCP server, which publishes the server's tools into the
+// per-namespace registry (internal/registry) as their Caller.
 //
 // It never talks to the Kubernetes apiserver: the controller drives a
 // Supervisor with a resolved policy and turns its change signal, snapshots
@@ -11,8 +11,9 @@
 // New builds a Supervisor from a policy.Policy; Start runs it until Dispose
 // or the end of its context. Changes signals (coalesced, never blocking)
 // that Snapshot or DrainEvents have something new. CallTool and
-// CallToolJSON forward a tools/call to the live generation; the Registry
-// hands out the Supervisor as the Caller of each published tool.
+// CallToolJSON forward a tools/call to the live generation; the registry
+// hands out the Supervisor as the Caller (a registry.JSONCaller) of each
+// published tool.
 //
 // # States
 //
@@ -139,10 +140,7 @@
 //     awaiter of a server that may not be there yet; stdio.go (a child
 //     process), pod.go (a tunnel to the shim in the server's Pod) and
 //     http.go are the three transports.
-//   - registry.go, naming.go: the tool registry (with its per-namespace
-//     budget of tool bytes) and public names.
-//   - protocol.go: the client's identity and the protocol versions it
-//     speaks (SessionlessProtocol).
+//   - protocol.go: the client's identity.
 //   - spans.go: the connect, sync and call spans (tracedConnect).
 //   - snapshot.go, events.go, observer.go, errors.go: what the supervisor
 //     reports.

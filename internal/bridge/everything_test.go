@@ -22,6 +22,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/mcpbridge/operator/internal/policy"
+	"github.com/mcpbridge/operator/internal/registry"
 )
 
 // Tests against @modelcontextprotocol/server-everything (TypeScript SDK),
@@ -138,7 +139,7 @@ func everythingCheckTools(t *testing.T, sn Snapshot, direct []string) {
 		t.Fatalf("supervisor published %v,\ndirect client lists %v", got, direct)
 	}
 	for _, tl := range sn.Tools {
-		if tl.Name != PublicName("ev", tl.RawName) {
+		if tl.Name != registry.PublicName("ev", tl.RawName) {
 			t.Errorf("tool %q published as %q", tl.RawName, tl.Name)
 		}
 	}

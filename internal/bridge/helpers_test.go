@@ -18,6 +18,7 @@ import (
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/policy"
+	"github.com/mcpbridge/operator/internal/registry"
 )
 
 const eventually = 20 * time.Second
@@ -41,9 +42,9 @@ func httpPolicy(url string) *policy.Policy {
 }
 
 // startSupervisor starts a supervisor and disposes it when the test ends.
-func startSupervisor(t *testing.T, p *policy.Policy, mutate ...func(*Options)) (*Supervisor, *Registry) {
+func startSupervisor(t *testing.T, p *policy.Policy, mutate ...func(*Options)) (*Supervisor, *registry.Registry) {
 	t.Helper()
-	reg := NewRegistry()
+	reg := registry.New()
 	o := Options{Namespace: "ns", Name: "srv", Policy: p, Registry: reg, Log: testr.New(t),
 		CloseBarrier: 3 * time.Second, Egress: loopbackEgress(t, "127.0.0.0/8", "::1/128")}
 	for _, m := range mutate {
@@ -103,7 +104,7 @@ func waitForWithin(t *testing.T, s *Supervisor, what string, within time.Duratio
 
 func isReady(sn Snapshot) bool { return sn.Phase == PhaseReady }
 
-func toolNames(tools []Tool) []string {
+func toolNames(tools []registry.Tool) []string {
 	out := make([]string, len(tools))
 	for i, t := range tools {
 		out[i] = t.Name

@@ -9,6 +9,7 @@ import (
 	. "github.com/onsi/gomega"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/mcpbridge/operator/internal/registry"
 	"github.com/mcpbridge/operator/test/fixture"
 )
 
@@ -20,7 +21,7 @@ import (
 const suspendAfter = time.Minute
 
 // idleSupervisor runs the fixture with suspendAfter on a fake clock.
-func idleSupervisor(t *testing.T) (*Supervisor, *Registry, *clocktesting.FakeClock) {
+func idleSupervisor(t *testing.T) (*Supervisor, *registry.Registry, *clocktesting.FakeClock) {
 	t.Helper()
 	p := stdioPolicy()
 	p.SuspendAfter = suspendAfter

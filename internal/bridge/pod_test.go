@@ -16,6 +16,7 @@ import (
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/policy"
+	"github.com/mcpbridge/operator/internal/registry"
 	"github.com/mcpbridge/operator/internal/shim"
 	"github.com/mcpbridge/operator/test/fixture"
 )
@@ -143,7 +144,7 @@ func podPolicy() *policy.Policy {
 }
 
 // startPodSupervisor runs a Pod-runtime supervisor against the shim's port.
-func startPodSupervisor(t *testing.T, p *policy.Policy, pods PodSource, port int, token string) (*Supervisor, *Registry) {
+func startPodSupervisor(t *testing.T, p *policy.Policy, pods PodSource, port int, token string) (*Supervisor, *registry.Registry) {
 	return startSupervisor(t, p, func(o *Options) {
 		o.Pod = &PodTunnel{Pods: pods, Token: token, Cert: podCert, Port: port}
 		o.Log = stdioLog(t)

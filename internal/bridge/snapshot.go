@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
+	"github.com/mcpbridge/operator/internal/registry"
 )
 
 // Snapshot is what a supervisor reports; the controller turns it into status.
@@ -28,7 +29,7 @@ type Snapshot struct {
 	RetryDelay time.Duration
 	NextRetry  time.Time
 	// Tools are the server's tools as published in the registry.
-	Tools         []Tool
+	Tools         []registry.Tool
 	ServerInfo    *ServerInfo
 	LastError     *StageError
 	LastConnected time.Time

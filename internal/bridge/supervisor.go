@@ -16,6 +16,7 @@ import (
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/policy"
+	"github.com/mcpbridge/operator/internal/registry"
 	"github.com/mcpbridge/operator/internal/tracing"
 )
 
@@ -43,7 +44,7 @@ type Options struct {
 	Namespace string
 	Name      string
 	Policy    *policy.Policy
-	Registry  *Registry
+	Registry  *registry.Registry
 	Log       logr.Logger
 	// BaseGeneration continues connection-generation numbering from a
 	// previous supervisor of the same resource.
@@ -85,7 +86,7 @@ type Supervisor struct {
 	p        *policy.Policy
 	ns       string
 	owner    string
-	registry *Registry
+	registry *registry.Registry
 	log      logr.Logger
 	clock    clock.WithTicker
 	barrier  time.Duration

@@ -24,6 +24,7 @@ import (
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/policy"
+	"github.com/mcpbridge/operator/internal/registry"
 	"github.com/mcpbridge/operator/test/fixture"
 )
 
@@ -153,7 +154,7 @@ func httpTestPolicy(url string) *policy.Policy {
 	return p
 }
 
-func httpRawNames(tools []Tool) []string {
+func httpRawNames(tools []registry.Tool) []string {
 	out := make([]string, len(tools))
 	for i, t := range tools {
 		out[i] = t.RawName
@@ -163,7 +164,7 @@ func httpRawNames(tools []Tool) []string {
 
 // httpToolsJSON is the published upstream definitions, for comparing two
 // sets entry by entry (names, descriptions, schemas, order).
-func httpToolsJSON(t *testing.T, tools []Tool) string {
+func httpToolsJSON(t *testing.T, tools []registry.Tool) string {
 	t.Helper()
 	ups := make([]*mcp.Tool, len(tools))
 	for i, tl := range tools {
@@ -176,8 +177,8 @@ func httpToolsJSON(t *testing.T, tools []Tool) string {
 	return string(b)
 }
 
-func httpHasTool(tools []Tool, raw string) bool {
-	return slices.ContainsFunc(tools, func(t Tool) bool { return t.RawName == raw })
+func httpHasTool(tools []registry.Tool, raw string) bool {
+	return slices.ContainsFunc(tools, func(t registry.Tool) bool { return t.RawName == raw })
 }
 
 func httpCtx(t *testing.T) context.Context {
@@ -859,7 +860,7 @@ func TestHTTPListChangedResyncsAndFailedResyncKeepsLastGoodTools(t *testing.T) {
 	if sn.Generation != 1 || sn.Phase != PhaseReady {
 		t.Fatalf("re-sync reconnected: %s, generation %d", sn.Phase, sn.Generation)
 	}
-	if _, _, ok := reg.Lookup("ns", PublicName("fx", fixture.ToolLate)); !ok {
+	if _, _, ok := reg.Lookup("ns", registry.PublicName("fx", fixture.ToolLate)); !ok {
 		t.Fatal("late_tool not in the registry")
 	}
 	good := toolNames(sn.Tools)
@@ -943,12 +944,12 @@ func httpAddRawTool(srv *mcp.Server, name string) {
 // reported, and the pending set is published once the holder goes away.
 // See docs/design.md, "Tool sync" and "Tool registry and names".
 func TestHTTPResyncConflictKeepsPreviousSetAndPublishesWhenHolderLeaves(t *testing.T) {
-	reg := NewRegistry()
+	reg := registry.New()
 	_, upA := httpSDKServer(t, "server-a", "c")
 	srvB, upB := httpSDKServer(t, "server-b", "x")
-	conflicting := PublicName("a", "b__c")
-	if conflicting != PublicName("a__b", "c") {
-		t.Fatalf("test premise: %q != %q", conflicting, PublicName("a__b", "c"))
+	conflicting := registry.PublicName("a", "b__c")
+	if conflicting != registry.PublicName("a__b", "c") {
+		t.Fatalf("test premise: %q != %q", conflicting, registry.PublicName("a__b", "c"))
 	}
 
 	pA := httpTestPolicy(upA.URL())
@@ -961,7 +962,7 @@ func TestHTTPResyncConflictKeepsPreviousSetAndPublishesWhenHolderLeaves(t *testi
 	b, _ := startSupervisor(t, pB, func(o *Options) { o.Name, o.Registry = "b", reg })
 	snB := waitFor(t, b, "B Ready", func(sn Snapshot) bool { return sn.Phase == PhaseReady && len(sn.Tools) == 1 })
 	before := toolNames(snB.Tools)
-	if !slices.Equal(before, []string{PublicName("a", "x")}) {
+	if !slices.Equal(before, []string{registry.PublicName("a", "x")}) {
 		t.Fatalf("B published %v", before)
 	}
 
@@ -1014,7 +1015,7 @@ func TestHTTPResyncConflictKeepsPreviousSetAndPublishesWhenHolderLeaves(t *testi
 		t.Fatal(err)
 	}
 	snB = waitFor(t, b, "B's pending set published", func(sn Snapshot) bool { return len(sn.Tools) == 2 })
-	want := []string{conflicting, PublicName("a", "x")}
+	want := []string{conflicting, registry.PublicName("a", "x")}
 	slices.Sort(want)
 	if got := toolNames(snB.Tools); !slices.Equal(got, want) {
 		t.Fatalf("B published %v, want %v", got, want)

@@ -25,6 +25,7 @@ import (
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/policy"
 	"github.com/mcpbridge/operator/internal/proc"
+	"github.com/mcpbridge/operator/internal/registry"
 	"github.com/mcpbridge/operator/test/fixture"
 )
 
@@ -208,7 +209,7 @@ type stdioRegistryWatch struct {
 	done    chan struct{}
 }
 
-func stdioWatchRegistry(t *testing.T, reg *Registry, ns string) *stdioRegistryWatch {
+func stdioWatchRegistry(t *testing.T, reg *registry.Registry, ns string) *stdioRegistryWatch {
 	w := &stdioRegistryWatch{stop: make(chan struct{}), done: make(chan struct{})}
 	w.min.Store(-1)
 	if n := int64(len(reg.Tools(ns))); n > 0 {
@@ -245,8 +246,8 @@ func (w *stdioRegistryWatch) close() {
 	<-w.done
 }
 
-func stdioHasTool(tools []Tool, public string) bool {
-	return slices.ContainsFunc(tools, func(t Tool) bool { return t.Name == public })
+func stdioHasTool(tools []registry.Tool, public string) bool {
+	return slices.ContainsFunc(tools, func(t registry.Tool) bool { return t.Name == public })
 }
 
 // stdioFakeDialer connects generations to an in-process go-sdk server over
@@ -764,7 +765,7 @@ func stdioDisposeDuringStall(t *testing.T, args []string) {
 	ev := eventsPath(t)
 	p := stdioPolicy(append(args, "--events-file="+ev)...)
 	p.ConnectionTimeout = 60 * time.Second
-	reg := NewRegistry()
+	reg := registry.New()
 	s := New(Options{Namespace: "ns", Name: "srv", Policy: p, Registry: reg, Log: stdioLog(t), CloseBarrier: 3 * time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -1191,7 +1192,7 @@ func TestStdioDisposeReturnsCloseTimeoutWhileTheChildOutlivesTheBarrier(t *testi
 	p := stdioPolicy()
 	p.Stdio.Command = "/bin/sh"
 	p.Stdio.Args = []string{"-c", `trap "" TERM; "$0" "$@"; exec sleep 3600`, fixtureBin, "--ignore-sigterm"}
-	reg := NewRegistry()
+	reg := registry.New()
 	s := New(Options{Namespace: "ns", Name: "srv", Policy: p, Registry: reg, Log: stdioLog(t),
 		CloseBarrier: 300 * time.Millisecond, TerminateGrace: 600 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -1225,7 +1226,7 @@ func TestDisposeOfALinkThatNeverClosesReturnsCloseTimeout(t *testing.T) {
 	g := NewWithT(t)
 	fs := stdioNewFakeServer(t, "alpha")
 	d := &stdioFakeDialer{srv: fs.srv, neverClosed: true}
-	reg := NewRegistry()
+	reg := registry.New()
 	s := New(Options{Namespace: "ns", Name: "srv", Policy: stdioPolicy(), Registry: reg, Log: stdioLog(t),
 		CloseBarrier: 200 * time.Millisecond, dialer: d})
 	t.Cleanup(d.release)
@@ -1312,7 +1313,7 @@ func TestStdioExitLoopChildLifetimesNeverOverlap(t *testing.T) {
 }
 
 // ---------------------------------------------------------------------------
-// Tool calls over a real child.
+// registry.Tool calls over a real child.
 // See docs/design.md, "Tool calls".
 
 func TestStdioCallToolSendsTheRawNameUpstream(t *testing.T) {
@@ -1461,7 +1462,7 @@ func TestStdioMediaResultKeepsBlocksAndRendersPlaceholders(t *testing.T) {
 func TestStdioCallToDownServerFailsFastWithReconnectAttempt(t *testing.T) {
 	p := stdioPolicy("--tools=1")
 	p.Reconnect.InitialDelay, p.Reconnect.MaxDelay = 30*time.Second, 30*time.Second
-	reg := NewRegistry()
+	reg := registry.New()
 	s := New(Options{Namespace: "ns", Name: "srv", Policy: p, Registry: reg, Log: stdioLog(t), CloseBarrier: 3 * time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

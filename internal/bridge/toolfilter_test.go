@@ -13,12 +13,13 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/mcpbridge/operator/internal/policy"
+	"github.com/mcpbridge/operator/internal/registry"
 )
 
 // spec.tools and the limits of one fetch.
 // See docs/design.md, "Tool sync".
 
-func rawNames(tools []Tool) []string {
+func rawNames(tools []registry.Tool) []string {
 	out := make([]string, len(tools))
 	for i, t := range tools {
 		out[i] = t.RawName

@@ -11,6 +11,7 @@ import (
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/policy"
+	"github.com/mcpbridge/operator/internal/registry"
 )
 
 // Limits on what a server may list, so that a hostile server cannot make
@@ -111,7 +112,7 @@ func (s *Supervisor) publish(g *generation, fetched []*mcp.Tool) {
 	changed, err := s.registry.Swap(s.ns, s.owner, s.p.ServerName, tools, s)
 	owned := s.registry.Owned(s.ns, s.owner)
 	reason := v1alpha1.ReasonToolNameConflict
-	if errors.As(err, new(*ToolBudgetError)) {
+	if errors.As(err, new(*registry.ToolBudgetError)) {
 		reason = v1alpha1.ReasonToolBudgetExceeded
 	}
 	s.mu.Lock()
@@ -171,7 +172,7 @@ func (s *Supervisor) SetToolFilter(f policy.ToolFilter) bool {
 }
 
 // diffTools counts public names added and removed between two sorted sets.
-func diffTools(before, after []Tool) (added, removed int) {
+func diffTools(before, after []registry.Tool) (added, removed int) {
 	old := make(map[string]bool, len(before))
 	for _, t := range before {
 		old[t.Name] = true

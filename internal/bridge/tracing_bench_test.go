@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/mcpbridge/operator/internal/egress"
+	"github.com/mcpbridge/operator/internal/registry"
 	"github.com/mcpbridge/operator/internal/testenv"
 	"github.com/mcpbridge/operator/test/fixture"
 )
@@ -49,7 +50,7 @@ func benchmarkSupervisorCall(b *testing.B, stateless bool, tp *sdktrace.TracerPr
 	defer func() { _ = h.Close() }()
 	srv := httptest.NewServer(h)
 	defer srv.Close()
-	o := Options{Namespace: "ns", Name: "srv", Policy: httpPolicy(srv.URL + "/mcp"), Registry: NewRegistry(),
+	o := Options{Namespace: "ns", Name: "srv", Policy: httpPolicy(srv.URL + "/mcp"), Registry: registry.New(),
 		Log: logr.Discard(), CloseBarrier: 3 * time.Second, Egress: egress.New([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})}
 	if tp != nil {
 		o.TracerProvider = tp

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/bridge"
+	"github.com/mcpbridge/operator/internal/registry"
 )
 
 // verdict is what one reconcile concluded about a resource: a phase with
@@ -133,7 +134,7 @@ const maxToolBytes = 48 << 10
 
 // statusTools lists tools sorted by name, at most MaxStatusTools of them and
 // at most maxToolBytes of names; truncated says some were left out.
-func statusTools(tools []bridge.Tool) (out []v1alpha1.ToolStatus, truncated bool) {
+func statusTools(tools []registry.Tool) (out []v1alpha1.ToolStatus, truncated bool) {
 	size := 0
 	for i, t := range tools {
 		ts := v1alpha1.ToolStatus{Name: t.Name, RawName: bridge.Truncate(t.RawName, 256)}

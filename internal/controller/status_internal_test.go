@@ -10,20 +10,21 @@ import (
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/bridge"
+	"github.com/mcpbridge/operator/internal/registry"
 )
 
 func TestStatusToolsCapsCountAndBytes(t *testing.T) {
-	tools := func(n, rawLen int) []bridge.Tool {
-		out := make([]bridge.Tool, n)
+	tools := func(n, rawLen int) []registry.Tool {
+		out := make([]registry.Tool, n)
 		for i := range out {
 			raw := fmt.Sprintf("%0*d", rawLen, i)
-			out[i] = bridge.Tool{Name: bridge.PublicName("srv", raw), RawName: raw}
+			out[i] = registry.Tool{Name: registry.PublicName("srv", raw), RawName: raw}
 		}
 		return out
 	}
 	cases := []struct {
 		name          string
-		tools         []bridge.Tool
+		tools         []registry.Tool
 		wantLen       int
 		wantTruncated bool
 	}{
@@ -57,7 +58,7 @@ func TestStatusToolsCapsCountAndBytes(t *testing.T) {
 }
 
 func TestVerdictAndConditions(t *testing.T) {
-	tool := bridge.Tool{Name: "mcp__a__x", RawName: "x"}
+	tool := registry.Tool{Name: "mcp__a__x", RawName: "x"}
 	cases := []struct {
 		name                          string
 		v                             verdict
@@ -65,10 +66,10 @@ func TestVerdictAndConditions(t *testing.T) {
 		reason                        string
 		ready, reconciling, stalledOn bool
 	}{
-		{"ready", verdictFromSnapshot(bridge.Snapshot{Phase: bridge.PhaseReady, Tools: []bridge.Tool{tool}}),
+		{"ready", verdictFromSnapshot(bridge.Snapshot{Phase: bridge.PhaseReady, Tools: []registry.Tool{tool}}),
 			v1alpha1.PhaseReady, v1alpha1.ReasonConnected, true, false, false},
 		{"a refused re-sync keeps Ready with the last good tools",
-			verdictFromSnapshot(bridge.Snapshot{Phase: bridge.PhaseReady, Tools: []bridge.Tool{tool}, SyncConflict: "held"}),
+			verdictFromSnapshot(bridge.Snapshot{Phase: bridge.PhaseReady, Tools: []registry.Tool{tool}, SyncConflict: "held"}),
 			v1alpha1.PhaseReady, v1alpha1.ReasonConnected, true, false, false},
 		{"connected with no tool publishable is a conflict",
 			verdictFromSnapshot(bridge.Snapshot{Phase: bridge.PhaseReady, SyncConflict: "held"}),

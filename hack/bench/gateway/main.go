@@ -60,6 +60,7 @@ import (
 	"github.com/mcpbridge/operator/internal/gateway"
 	"github.com/mcpbridge/operator/internal/policy"
 	"github.com/mcpbridge/operator/internal/proc"
+	"github.com/mcpbridge/operator/internal/registry"
 )
 
 const (
@@ -269,9 +270,9 @@ func (b *bench) protocol(proto string, callers []int) error {
 	}
 	targets := []target{{mode: "direct", url: fx.url, tool: fixtureEcho}}
 	for _, m := range b.modes {
-		targets = append(targets, target{mode: m, url: gw.urls[m], tool: bridge.PublicName(serverName(0), fixtureEcho), token: b.auth.token(m)})
+		targets = append(targets, target{mode: m, url: gw.urls[m], tool: registry.PublicName(serverName(0), fixtureEcho), token: b.auth.token(m)})
 		if traced != nil {
-			targets = append(targets, target{mode: m + tracedSuffix, url: traced.urls[m], tool: bridge.PublicName(serverName(0), fixtureEcho),
+			targets = append(targets, target{mode: m + tracedSuffix, url: traced.urls[m], tool: registry.PublicName(serverName(0), fixtureEcho),
 				token: b.auth.token(m), tracing: traced.tracing})
 		}
 	}
@@ -350,7 +351,7 @@ type gatewayEnv struct {
 // loopback port each; it returns once every supervisor is Ready. tr, if not
 // nil, traces the supervisors and the gateways.
 func (b *bench) startGateway(proto, upstream string, tr *benchTracing) (*gatewayEnv, error) {
-	reg := bridge.NewRegistry()
+	reg := registry.New()
 	ctx, cancel := context.WithCancel(context.Background())
 	env := &gatewayEnv{cancel: cancel, urls: map[string]string{}, tracing: tr}
 	var tp trace.TracerProvider // nil: off

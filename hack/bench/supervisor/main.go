@@ -31,6 +31,7 @@ import (
 	"github.com/mcpbridge/operator/internal/bridge"
 	"github.com/mcpbridge/operator/internal/policy"
 	"github.com/mcpbridge/operator/internal/proc"
+	"github.com/mcpbridge/operator/internal/registry"
 )
 
 const fixturePkg = "github.com/mcpbridge/operator/test/fixture/cmd/mcp-fixture"
@@ -145,7 +146,7 @@ func (b *bench) newSupervisor(p *policy.Policy) *bridge.Supervisor {
 }
 
 func (b *bench) newSupervisorLog(p *policy.Policy, log logr.Logger) *bridge.Supervisor {
-	return bridge.New(bridge.Options{Namespace: "bench", Name: "fx", Policy: p, Registry: bridge.NewRegistry(), Log: log})
+	return bridge.New(bridge.Options{Namespace: "bench", Name: "fx", Policy: p, Registry: registry.New(), Log: log})
 }
 
 // logTimer is a logger that remembers when a message containing msg was
@@ -550,7 +551,7 @@ func maxWithin(xs []time.Duration, limit time.Duration) string {
 	return report.YesNo(slices.Max(xs) <= limit)
 }
 
-func toolNames(tools []bridge.Tool) []string {
+func toolNames(tools []registry.Tool) []string {
 	out := make([]string, len(tools))
 	for i, t := range tools {
 		out[i] = t.Name
