@@ -17,7 +17,7 @@ import (
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/policy"
 	"github.com/mcpbridge/operator/internal/registry"
-	"github.com/mcpbridge/operator/internal/shim"
+	"github.com/mcpbridge/operator/internal/shim/tunnel"
 	"github.com/mcpbridge/operator/test/fixture"
 )
 
@@ -32,7 +32,7 @@ const podToken = "pod-test-token-0123456789abcdef"
 // podCert and podKey are the shim's key pair, issued once for the package
 // as the manager issues one per Pod template; supervisors pin podCert.
 var podCert, podKey = func() ([]byte, []byte) {
-	c, k, err := shim.NewKeyPair("bridge test")
+	c, k, err := tunnel.NewKeyPair("bridge test")
 	if err != nil {
 		panic(err)
 	}
@@ -373,7 +373,7 @@ func TestPodTunnelFailuresAreFailedAttemptsThatSaySo(t *testing.T) {
 		message string
 	}{
 		{"wrong token", []string{fixtureBin}, "not-the-token", StageTransportStart,
-			"Pod srv-mcp-1: " + shim.ErrUnauthorized.Error()},
+			"Pod srv-mcp-1: " + tunnel.ErrUnauthorized.Error()},
 		{"command not found", []string{"/nonexistent/mcp-server"}, podToken, StageTransportStart,
 			`the shim could not start the server process`},
 		{"exits at once", []string{"/bin/false"}, podToken, StageInitialize,
@@ -399,7 +399,7 @@ func TestPodTunnelFailuresAreFailedAttemptsThatSaySo(t *testing.T) {
 	// the pin refuses it before the token is sent.
 	t.Run("another certificate", func(t *testing.T) {
 		sh := startPodShim(t, fixtureBin)
-		other, _, err := shim.NewKeyPair("someone else")
+		other, _, err := tunnel.NewKeyPair("someone else")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -414,7 +414,7 @@ func TestPodTunnelFailuresAreFailedAttemptsThatSaySo(t *testing.T) {
 		sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
 		g := NewWithT(t)
 		g.Expect(sn.LastError.Stage).To(Equal(StageTransportStart))
-		g.Expect(sn.LastError.Message()).To(ContainSubstring(shim.ErrPinMismatch.Error()))
+		g.Expect(sn.LastError.Message()).To(ContainSubstring(tunnel.ErrPinMismatch.Error()))
 	})
 	// Connection refused: nothing listens on the Pod's port.
 	t.Run("nothing listening", func(t *testing.T) {

@@ -33,7 +33,7 @@ import (
 
 	"github.com/mcpbridge/operator/hack/bench/internal/report"
 	"github.com/mcpbridge/operator/internal/proc"
-	"github.com/mcpbridge/operator/internal/shim"
+	"github.com/mcpbridge/operator/internal/shim/tunnel"
 )
 
 const (
@@ -158,7 +158,7 @@ func (b *bench) startShim(dir string) (func(), error) {
 	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
 		return nil, err
 	}
-	cert, key, err := shim.NewKeyPair("bench")
+	cert, key, err := tunnel.NewKeyPair("bench")
 	if err != nil {
 		return nil, err
 	}
@@ -234,7 +234,7 @@ func (b *bench) connectDirect(ctx context.Context) (*session, error) {
 
 // connectTunnel opens a tunnel through the shim.
 func (b *bench) connectTunnel(ctx context.Context) (*session, error) {
-	tun, err := shim.Dial(ctx, b.addr, shim.Credentials{Token: token, Cert: b.cert})
+	tun, err := tunnel.Dial(ctx, b.addr, tunnel.Credentials{Token: token, Cert: b.cert})
 	if err != nil {
 		return nil, err
 	}
