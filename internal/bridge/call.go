@@ -9,6 +9,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/registry"
 	"github.com/mcpbridge/operator/internal/tracing"
 )
@@ -107,12 +108,12 @@ func (errCallTimeout) Is(target error) bool { return target == context.DeadlineE
 func (s *Supervisor) downReason() string {
 	sn := &s.snap
 	switch sn.Phase {
-	case PhaseReconnecting:
+	case v1alpha1.PhaseReconnecting:
 		if sn.Attempt > 0 {
 			return fmt.Sprintf("server %q is reconnecting (attempt %d of %d)", s.p.ServerName, sn.Attempt, sn.MaxAttempts)
 		}
 		return fmt.Sprintf("server %q is reconnecting", s.p.ServerName)
-	case PhaseFailed:
+	case v1alpha1.PhaseFailed:
 		return fmt.Sprintf("server %q is down (%s): %s", s.p.ServerName, sn.Reason, sn.Message)
 	default:
 		return fmt.Sprintf("server %q is not connected yet", s.p.ServerName)

@@ -17,7 +17,8 @@
 //
 // # States
 //
-// The snapshot's Phase moves only in machine.go:
+// The snapshot's Phase and Reason are api/v1alpha1's, which the controller
+// writes into status as they are; they move only in machine.go:
 //
 //	Pending ──Start──▶ Connecting ──connected──▶ Ready
 //	Connecting ──attempt failed──▶ Connecting (retry scheduled, Attempt n)

@@ -102,7 +102,7 @@ func waitForWithin(t *testing.T, s *Supervisor, what string, within time.Duratio
 	return sn
 }
 
-func isReady(sn Snapshot) bool { return sn.Phase == PhaseReady }
+func isReady(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseReady }
 
 func toolNames(tools []registry.Tool) []string {
 	out := make([]string, len(tools))

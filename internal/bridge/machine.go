@@ -71,7 +71,7 @@ func (s *Supervisor) finish() {
 	close(s.closed)
 }
 
-// stopError ends the supervisor in PhaseFailed with a reason.
+// stopError ends the supervisor in phase Failed with a reason.
 type stopError struct {
 	reason string
 	msg    string
@@ -143,7 +143,7 @@ func (s *Supervisor) stop(err error) {
 	s.finishWake(err) // a suspend whose close passed the barrier
 	s.emit(true, se.reason, se.msg)
 	s.update(func(sn *Snapshot) {
-		sn.Phase, sn.Reason, sn.Message = PhaseFailed, se.reason, se.msg
+		sn.Phase, sn.Reason, sn.Message = v1alpha1.PhaseFailed, se.reason, se.msg
 		sn.NextRetry, sn.RetryDelay, sn.Attempt = time.Time{}, 0, 0
 		sn.Tools = s.registry.Owned(s.ns, s.owner)
 	})
@@ -154,9 +154,9 @@ func (s *Supervisor) scheduleRetry(n int, delay time.Duration, failed int, everC
 	s.emit(true, v1alpha1.ReasonReconnecting, fmt.Sprintf("Reconnecting in %dms (attempt %d/%d)%s",
 		delay.Milliseconds(), n, s.p.Reconnect.MaxAttempts, s.lastErrorSuffix()))
 	s.update(func(sn *Snapshot) {
-		sn.Phase = PhaseReconnecting
+		sn.Phase, sn.Reason = v1alpha1.PhaseReconnecting, v1alpha1.ReasonReconnecting
 		if !everConnected {
-			sn.Phase = PhaseConnecting
+			sn.Phase, sn.Reason = v1alpha1.PhaseConnecting, v1alpha1.ReasonConnecting
 		}
 		sn.Attempt, sn.RetryDelay, sn.FailedAttempts = n, delay, failed
 		sn.NextRetry = s.clock.Now().Add(delay)
@@ -266,9 +266,9 @@ func (s *Supervisor) beginGeneration(everConnected bool) *generation {
 		g = newGeneration(sn.Generation)
 		s.last = g
 		if !everConnected || s.waking {
-			sn.Phase = PhaseConnecting
+			sn.Phase, sn.Reason = v1alpha1.PhaseConnecting, v1alpha1.ReasonConnecting
 		} else {
-			sn.Phase = PhaseReconnecting
+			sn.Phase, sn.Reason = v1alpha1.PhaseReconnecting, v1alpha1.ReasonReconnecting
 		}
 		sn.NextRetry, sn.RetryDelay = time.Time{}, 0
 	})
@@ -336,9 +336,9 @@ func (s *Supervisor) connected(g *generation) {
 		info.Name, info.Version = Truncate(init.ServerInfo.Name, maxInfoLen), Truncate(init.ServerInfo.Version, maxInfoLen)
 	}
 	s.mu.Lock()
-	recovered := s.snap.Attempt > 0 || s.snap.Phase == PhaseReconnecting
+	recovered := s.snap.Attempt > 0 || s.snap.Phase == v1alpha1.PhaseReconnecting
 	s.live = g
-	s.snap.Phase, s.snap.ServerInfo = PhaseReady, info
+	s.snap.Phase, s.snap.Reason, s.snap.ServerInfo = v1alpha1.PhaseReady, v1alpha1.ReasonConnected, info
 	if pl, ok := g.link.(podLink); ok {
 		s.snap.PodName = pl.podName()
 	}
@@ -410,7 +410,7 @@ func (s *Supervisor) serve(ctx context.Context, g *generation, o *outage, up tim
 		if s.live == g {
 			s.live = nil
 		}
-		sn.Phase, sn.LastError = PhaseReconnecting, g.lostErr
+		sn.Phase, sn.Reason, sn.LastError = v1alpha1.PhaseReconnecting, v1alpha1.ReasonReconnecting, g.lostErr
 	})
 	if err := s.closeGeneration(g); err != nil {
 		return err
@@ -451,7 +451,7 @@ func (s *Supervisor) sleep(ctx context.Context) bool {
 		"Suspended after %dms without a tool call; %d tools stay published and the next tool call wakes the server",
 		time.Duration(s.suspendAfter.Load()).Milliseconds(), tools))
 	s.update(func(sn *Snapshot) {
-		sn.Phase, sn.PodName = PhaseIdle, ""
+		sn.Phase, sn.Reason, sn.PodName = v1alpha1.PhaseIdle, v1alpha1.ReasonIdle, ""
 		sn.Attempt, sn.NextRetry, sn.RetryDelay = 0, time.Time{}, 0
 	})
 	select {

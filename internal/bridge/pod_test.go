@@ -213,7 +213,7 @@ func TestPodNotReadyIsWaitedForWithoutBurningAttempts(t *testing.T) {
 	s, _ := startPodSupervisor(t, p, pods, sh.port, podToken)
 	sn := waitFor(t, s, "waiting without a Pod", isWaitingFor(noPod))
 	g := NewWithT(t)
-	g.Expect(sn.Phase).To(Equal(PhaseConnecting))
+	g.Expect(sn.Phase).To(Equal(v1alpha1.PhaseConnecting))
 	g.Expect(sn.PodName).To(BeEmpty())
 
 	pods.set(waitingPod("srv-mcp-1", "uid-1", "ContainerCreating"), true)
@@ -223,7 +223,7 @@ func TestPodNotReadyIsWaitedForWithoutBurningAttempts(t *testing.T) {
 	waitFor(t, s, "ImagePullBackOff", isWaitingFor(`ImagePullBackOff: Back-off pulling image "example.com/fixture:1"`))
 	g.Consistently(func(g Gomega) {
 		sn := s.Snapshot()
-		g.Expect(sn.Phase).To(Equal(PhaseConnecting))
+		g.Expect(sn.Phase).To(Equal(v1alpha1.PhaseConnecting))
 		g.Expect(sn.FailedAttempts).To(BeZero())
 		g.Expect(sn.Generation).To(Equal(int64(1)))
 	}, 300*time.Millisecond, 10*time.Millisecond).Should(Succeed())
@@ -246,7 +246,7 @@ func TestPodThatNeverBecomesReadyExhaustsTheBudget(t *testing.T) {
 	p.Reconnect.MaxAttempts = 2
 	start := time.Now()
 	s, reg := startPodSupervisor(t, p, pods, 1, podToken)
-	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
+	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseFailed })
 	g := NewWithT(t)
 	g.Expect(time.Since(start)).To(BeNumerically(">=", 2*p.ConnectionTimeout), "each attempt waited its whole budget")
 	g.Expect(sn.Reason).To(Equal(v1alpha1.ReasonReconnectExhausted))
@@ -280,7 +280,7 @@ func TestPodGoneIsAConnectionLoss(t *testing.T) {
 			pid := stdioCallPID(t, s)
 
 			tc.gone(pods)
-			sn := waitFor(t, s, "the loss", func(sn Snapshot) bool { return sn.Phase == PhaseReconnecting })
+			sn := waitFor(t, s, "the loss", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseReconnecting })
 			g := NewWithT(t)
 			g.Expect(sn.LastError.Stage).To(Equal(StageConnection))
 			g.Expect(sn.LastError.Message()).To(ContainSubstring("srv-mcp-1"))
@@ -319,7 +319,7 @@ func TestPodChildKilledInsideTheShimReconnects(t *testing.T) {
 	g.Expect(stdioCallPID(t, s)).NotTo(Equal(pid))
 	var lost *StageError
 	for _, st := range rec.history() {
-		if st.sn.Phase == PhaseReconnecting && st.sn.LastError != nil {
+		if st.sn.Phase == v1alpha1.PhaseReconnecting && st.sn.LastError != nil {
 			lost = st.sn.LastError
 		}
 	}
@@ -386,7 +386,7 @@ func TestPodTunnelFailuresAreFailedAttemptsThatSaySo(t *testing.T) {
 			p := podPolicy()
 			p.Reconnect.MaxAttempts = 2
 			s, _ := startPodSupervisor(t, p, pods, sh.port, tc.token)
-			sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
+			sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseFailed })
 			g := NewWithT(t)
 			g.Expect(sn.Reason).To(Equal(v1alpha1.ReasonReconnectExhausted))
 			g.Expect(sn.FailedAttempts).To(Equal(2))
@@ -411,7 +411,7 @@ func TestPodTunnelFailuresAreFailedAttemptsThatSaySo(t *testing.T) {
 			o.Pod = &PodTunnel{Pods: pods, Token: podToken, Cert: other, Port: sh.port}
 			o.Log = stdioLog(t)
 		})
-		sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
+		sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseFailed })
 		g := NewWithT(t)
 		g.Expect(sn.LastError.Stage).To(Equal(StageTransportStart))
 		g.Expect(sn.LastError.Message()).To(ContainSubstring(tunnel.ErrPinMismatch.Error()))
@@ -424,7 +424,7 @@ func TestPodTunnelFailuresAreFailedAttemptsThatSaySo(t *testing.T) {
 		p := podPolicy()
 		p.Reconnect.MaxAttempts = 1
 		s, _ := startPodSupervisor(t, p, pods, port, podToken)
-		sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
+		sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseFailed })
 		g := NewWithT(t)
 		g.Expect(sn.LastError.Stage).To(Equal(StageTransportStart))
 		g.Expect(sn.LastError.Message()).To(ContainSubstring("connection refused"))
@@ -449,6 +449,6 @@ func TestPodWithoutSourceFailsClearly(t *testing.T) {
 	p := podPolicy()
 	p.Reconnect.MaxAttempts = 1
 	s, _ := startSupervisor(t, p)
-	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
+	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseFailed })
 	NewWithT(t).Expect(sn.LastError.Message()).To(ContainSubstring("no Pod source"))
 }

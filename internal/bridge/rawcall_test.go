@@ -21,6 +21,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/test/fixture"
 )
 
@@ -210,7 +211,7 @@ func rawStillConnected(t *testing.T, s *Supervisor, g *generation, after string)
 	t.Helper()
 	rawNotLost(t, g, after)
 	rawEcho(t, s, "still connected after "+after)
-	if sn := s.Snapshot(); sn.Phase != PhaseReady || sn.Generation != 1 {
+	if sn := s.Snapshot(); sn.Phase != v1alpha1.PhaseReady || sn.Generation != 1 {
 		t.Errorf("%s changed the connection: %s, generation %d", after, sn.Phase, sn.Generation)
 	}
 	rawNotLost(t, g, after)
@@ -610,7 +611,7 @@ func TestCallToolJSONSessionLossReconnectsAndNextCallSucceeds(t *testing.T) {
 			}
 
 			sn2 := waitFor(t, s, "Ready in a new generation", func(sn Snapshot) bool {
-				return sn.Phase == PhaseReady && sn.Generation >= 2
+				return sn.Phase == v1alpha1.PhaseReady && sn.Generation >= 2
 			})
 			if sn2.LastError == nil || !errors.Is(sn2.LastError, mcp.ErrSessionMissing) {
 				t.Errorf("last error %v, want the session loss", sn2.LastError)
@@ -928,7 +929,7 @@ func TestHTTPSessionlessHealthProbeIsOurOwnToolsList(t *testing.T) {
 		return n
 	}
 	httpPoll(t, "three health probes", func() bool { return probes() >= 3 })
-	if sn := s.Snapshot(); sn.Phase != PhaseReady || sn.Generation != 1 {
+	if sn := s.Snapshot(); sn.Phase != v1alpha1.PhaseReady || sn.Generation != 1 {
 		t.Fatalf("the probes were not accepted as proof of life: %+v", sn)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/policy"
 	"github.com/mcpbridge/operator/test/fixture"
 )
@@ -271,7 +272,7 @@ func TestTracingConnectFailures(t *testing.T) {
 					o.Egress = loopbackEgress(t, tc.egress...)
 				}
 			})
-			sn := waitFor(t, s, "failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
+			sn := waitFor(t, s, "failed", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseFailed })
 			connect := waitSpans(t, exp, spanConnect, 1)
 			g.Expect(connect).To(HaveLen(1))
 			a := attrs(connect[0])

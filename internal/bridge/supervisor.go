@@ -20,20 +20,6 @@ import (
 	"github.com/mcpbridge/operator/internal/tracing"
 )
 
-// Phase is the supervisor's connection state.
-type Phase string
-
-const (
-	PhasePending    Phase = "Pending"
-	PhaseConnecting Phase = "Connecting"
-	PhaseReady      Phase = "Ready"
-	// PhaseIdle: suspended after suspendAfterMs without a call, the tools
-	// still published; the next call wakes the server.
-	PhaseIdle         Phase = "Idle"
-	PhaseReconnecting Phase = "Reconnecting"
-	PhaseFailed       Phase = "Failed"
-)
-
 // DefaultCloseBarrier is how long a generation may take to report closed
 // before the supervisor refuses to start another.
 // See docs/design.md, "Generations and the close barrier".
@@ -148,7 +134,7 @@ func New(o Options) *Supervisor {
 		closed:   make(chan struct{}),
 
 		idleChanged: make(chan struct{}, 1),
-		snap:        Snapshot{Phase: PhasePending, Generation: o.BaseGeneration, MaxAttempts: o.Policy.Reconnect.MaxAttempts},
+		snap:        Snapshot{Phase: v1alpha1.PhasePending, Reason: v1alpha1.ReasonConnecting, Generation: o.BaseGeneration, MaxAttempts: o.Policy.Reconnect.MaxAttempts},
 	}
 	if o.Policy.Stdio != nil {
 		s.snap.Runtime = o.Policy.Stdio.Runtime

@@ -356,7 +356,7 @@ func TestHTTPSessionLossReconnectsWithNewSessionAndIdenticalTools(t *testing.T) 
 			defer sub.Close()
 
 			sn2 := waitFor(t, s, "Ready in a new generation", func(sn Snapshot) bool {
-				return sn.Phase == PhaseReady && sn.Generation >= 2
+				return sn.Phase == v1alpha1.PhaseReady && sn.Generation >= 2
 			})
 			if sn2.LastError == nil || !errors.Is(sn2.LastError, mcp.ErrSessionMissing) {
 				t.Errorf("last error %v, want the session loss (ErrSessionMissing)", sn2.LastError)
@@ -409,11 +409,11 @@ func TestHTTP5xxIsDetectedAndRecoversWhenServerAnswersAgain(t *testing.T) {
 			t.Logf("call during the outage: %v", callErr)
 		}
 		// ... and the supervisor notices that the server is gone.
-		lost := waitFor(t, s, "Reconnecting", func(sn Snapshot) bool { return sn.Phase == PhaseReconnecting })
+		lost := waitFor(t, s, "Reconnecting", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseReconnecting })
 		t.Logf("loss: %v", lost.LastError)
 		// Once a reconnect is scheduled, calls fail fast and say so.
 		// See docs/design.md, "Backoff and the attempt budget".
-		waitFor(t, s, "a scheduled reconnect", func(sn Snapshot) bool { return sn.Phase == PhaseReconnecting && sn.Attempt > 0 })
+		waitFor(t, s, "a scheduled reconnect", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseReconnecting && sn.Attempt > 0 })
 		_, err := s.CallTool(httpCtx(t), fixture.ToolEcho, map[string]any{"text": "x"})
 		if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "reconnecting (attempt") {
 			t.Errorf("call while reconnecting: %v, want ErrUnavailable naming the attempt", err)
@@ -421,7 +421,7 @@ func TestHTTP5xxIsDetectedAndRecoversWhenServerAnswersAgain(t *testing.T) {
 
 		up.swap(httpFixture(t, fixture.Options{Stateless: stateless}))
 		sn2 := waitFor(t, s, "Ready again", func(sn Snapshot) bool {
-			return sn.Phase == PhaseReady && sn.Generation >= 2
+			return sn.Phase == v1alpha1.PhaseReady && sn.Generation >= 2
 		})
 		if got, want := toolNames(sn2.Tools), toolNames(sn1.Tools); !slices.Equal(got, want) {
 			t.Fatalf("tools changed across the outage: %v -> %v", want, got)
@@ -450,7 +450,7 @@ func TestHTTPHangIsDetectedByHealthCheck(t *testing.T) {
 		s, _ := startSupervisor(t, p)
 		waitFor(t, s, "Ready", isReady)
 
-		lost := waitFor(t, s, "Reconnecting", func(sn Snapshot) bool { return sn.Phase == PhaseReconnecting })
+		lost := waitFor(t, s, "Reconnecting", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseReconnecting })
 		if lost.LastError == nil || lost.LastError.Stage != StageHealthCheck {
 			t.Fatalf("loss reported as %v, want stage %s", lost.LastError, StageHealthCheck)
 		}
@@ -460,9 +460,9 @@ func TestHTTPHangIsDetectedByHealthCheck(t *testing.T) {
 		// The next attempt starts and fails on the connection budget; the
 		// lost generation's close must not have stopped the supervisor.
 		sn := waitFor(t, s, "a failed reconnect attempt", func(sn Snapshot) bool {
-			return sn.FailedAttempts >= 2 || sn.Phase == PhaseFailed
+			return sn.FailedAttempts >= 2 || sn.Phase == v1alpha1.PhaseFailed
 		})
-		if sn.Phase == PhaseFailed {
+		if sn.Phase == v1alpha1.PhaseFailed {
 			t.Fatalf("the supervisor stopped on a hung HTTP server: %s / %s (last error: %v)", sn.Reason, sn.Message, sn.LastError)
 		}
 		if sn.LastError == nil || !IsDeadline(sn.LastError) {
@@ -525,7 +525,7 @@ func TestHTTPUnresponsiveEndpointFailsAtConnectionBudgetInInitialize(t *testing.
 		p.FailOnStartupError = true
 		start := time.Now()
 		s, reg := startSupervisor(t, p)
-		sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
+		sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseFailed })
 		took := time.Since(start)
 		t.Logf("failed after %v (%d connections accepted): %v", took, accepted.Load(), sn.LastError)
 
@@ -568,7 +568,7 @@ func TestHTTPUnresponsiveEndpointFailsAtConnectionBudgetInInitialize(t *testing.
 			p.ConnectionTimeout = 10 * time.Second
 			s, _ := startSupervisor(t, p)
 			httpPoll(t, "the connect to reach the endpoint", func() bool { return accepted.Load() >= 1 })
-			if sn := s.Snapshot(); sn.Phase != PhaseConnecting || sn.Generation != 1 {
+			if sn := s.Snapshot(); sn.Phase != v1alpha1.PhaseConnecting || sn.Generation != 1 {
 				t.Fatalf("not connecting: %s, generation %d", sn.Phase, sn.Generation)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -599,7 +599,7 @@ func TestHTTPUnresponsiveEndpointFailsAtConnectionBudgetInInitialize(t *testing.
 			p.FailOnStartupError = true
 			start := time.Now()
 			s, _ := startSupervisor(t, p)
-			sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
+			sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseFailed })
 			if took := time.Since(start); took >= 10*p.ConnectionTimeout {
 				t.Fatalf("round %d: a 300ms budget ended the attempt after %v (%v)", i+1, took, sn.LastError)
 			}
@@ -610,8 +610,8 @@ func TestHTTPUnresponsiveEndpointFailsAtConnectionBudgetInInitialize(t *testing.
 		p := httpTestPolicy("http://" + addr + "/mcp")
 		p.ConnectionTimeout = 300 * time.Millisecond
 		s, _ := startSupervisor(t, p)
-		sn := waitFor(t, s, "two failed attempts", func(sn Snapshot) bool { return sn.FailedAttempts >= 2 || sn.Phase == PhaseFailed })
-		if sn.Phase == PhaseFailed {
+		sn := waitFor(t, s, "two failed attempts", func(sn Snapshot) bool { return sn.FailedAttempts >= 2 || sn.Phase == v1alpha1.PhaseFailed })
+		if sn.Phase == v1alpha1.PhaseFailed {
 			t.Fatalf("stopped: %s / %s", sn.Reason, sn.Message)
 		}
 		if sn.LastError == nil || sn.LastError.Stage != StageInitialize || !IsDeadline(sn.LastError) {
@@ -646,7 +646,7 @@ func TestHTTPHeadersReachEveryRequestAndNeverLeak(t *testing.T) {
 
 	waitFor(t, s, "Ready", isReady)
 	// The session expires: probes get 404, the supervisor reconnects.
-	waitFor(t, s, "Ready in a new session", func(sn Snapshot) bool { return sn.Phase == PhaseReady && sn.Generation >= 2 })
+	waitFor(t, s, "Ready in a new session", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseReady && sn.Generation >= 2 })
 
 	var texts []string
 	httpEcho(t, s, "with headers")
@@ -735,7 +735,7 @@ func TestHTTPToolCallTimeoutIsEnforcedAndCancelsUpstream(t *testing.T) {
 			return ev.Kind == fixture.EventCancelled && ev.Tool == fixture.ToolSleep
 		})
 		httpEcho(t, s, "still connected")
-		if sn := s.Snapshot(); sn.Phase != PhaseReady || sn.Generation != 1 {
+		if sn := s.Snapshot(); sn.Phase != v1alpha1.PhaseReady || sn.Generation != 1 {
 			t.Errorf("a timed-out call changed the connection: %s, generation %d", sn.Phase, sn.Generation)
 		}
 	})
@@ -834,7 +834,7 @@ func TestHTTPToolCallIsErrorBecomesToolError(t *testing.T) {
 		if !strings.Contains(terr.Error(), "it broke") {
 			t.Errorf("tool error %q lacks the tool's text", terr.Error())
 		}
-		if sn := s.Snapshot(); sn.Phase != PhaseReady || sn.Generation != 1 {
+		if sn := s.Snapshot(); sn.Phase != v1alpha1.PhaseReady || sn.Generation != 1 {
 			t.Errorf("a tool error changed the connection: %s, generation %d", sn.Phase, sn.Generation)
 		}
 	})
@@ -857,7 +857,7 @@ func TestHTTPListChangedResyncsAndFailedResyncKeepsLastGoodTools(t *testing.T) {
 	}
 
 	sn = waitFor(t, s, "late_tool published", func(sn Snapshot) bool { return httpHasTool(sn.Tools, fixture.ToolLate) })
-	if sn.Generation != 1 || sn.Phase != PhaseReady {
+	if sn.Generation != 1 || sn.Phase != v1alpha1.PhaseReady {
 		t.Fatalf("re-sync reconnected: %s, generation %d", sn.Phase, sn.Generation)
 	}
 	if _, _, ok := reg.Lookup("ns", registry.PublicName("fx", fixture.ToolLate)); !ok {
@@ -895,7 +895,7 @@ func TestHTTPListChangedResyncsAndFailedResyncKeepsLastGoodTools(t *testing.T) {
 	if got := toolNames(reg.Owned("ns", "ns/srv")); !slices.Equal(got, good) {
 		t.Fatalf("a failed re-sync changed the registry: %v -> %v", good, got)
 	}
-	if sn.Phase != PhaseReady || sn.Generation != 1 {
+	if sn.Phase != v1alpha1.PhaseReady || sn.Generation != 1 {
 		t.Fatalf("a failed re-sync dropped the connection: %s, generation %d", sn.Phase, sn.Generation)
 	}
 	httpEcho(t, s, "after the failed re-sync")
@@ -955,12 +955,12 @@ func TestHTTPResyncConflictKeepsPreviousSetAndPublishesWhenHolderLeaves(t *testi
 	pA := httpTestPolicy(upA.URL())
 	pA.ServerName = "a__b"
 	a, _ := startSupervisor(t, pA, func(o *Options) { o.Name, o.Registry = "a", reg })
-	waitFor(t, a, "A Ready", func(sn Snapshot) bool { return sn.Phase == PhaseReady && len(sn.Tools) == 1 })
+	waitFor(t, a, "A Ready", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseReady && len(sn.Tools) == 1 })
 
 	pB := httpTestPolicy(upB.URL())
 	pB.ServerName = "a"
 	b, _ := startSupervisor(t, pB, func(o *Options) { o.Name, o.Registry = "b", reg })
-	snB := waitFor(t, b, "B Ready", func(sn Snapshot) bool { return sn.Phase == PhaseReady && len(sn.Tools) == 1 })
+	snB := waitFor(t, b, "B Ready", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseReady && len(sn.Tools) == 1 })
 	before := toolNames(snB.Tools)
 	if !slices.Equal(before, []string{registry.PublicName("a", "x")}) {
 		t.Fatalf("B published %v", before)
@@ -1004,7 +1004,7 @@ func TestHTTPResyncConflictKeepsPreviousSetAndPublishesWhenHolderLeaves(t *testi
 	if tool, _, ok := reg.Lookup("ns", conflicting); !ok || tool.Owner != "ns/a" || tool.RawName != "c" {
 		t.Fatalf("%s is %+v (found %v), want A's c", conflicting, tool, ok)
 	}
-	if snB.Phase != PhaseReady || snB.Generation != 1 {
+	if snB.Phase != v1alpha1.PhaseReady || snB.Generation != 1 {
 		t.Fatalf("the conflict changed B's connection: %s, generation %d", snB.Phase, snB.Generation)
 	}
 

@@ -419,7 +419,7 @@ func TestStdioStalledInitializeFailsAfterConnectionBudgetWithStage(t *testing.T)
 	if len(sn.Tools) != 0 || len(reg.Tools("ns")) != 0 {
 		t.Errorf("tools published by a stalled server: %v / %v", sn.Tools, reg.Tools("ns"))
 	}
-	if sn.Phase == PhaseReady {
+	if sn.Phase == v1alpha1.PhaseReady {
 		t.Errorf("phase Ready after a failed attempt")
 	}
 	// The timed-out generation was closed (its child ended and was reaped)
@@ -491,8 +491,8 @@ func TestStdioConnectionBudgetSpansAllToolsListPages(t *testing.T) {
 		p.Reconnect.InitialDelay, p.Reconnect.MaxDelay = time.Minute, time.Minute
 		s, reg := startSupervisor(t, p, stdioWithDialer(d))
 		t.Cleanup(d.release)
-		sn := waitFor(t, s, "the attempt to fail", func(sn Snapshot) bool { return sn.LastError != nil || sn.Phase == PhaseReady })
-		if sn.Phase == PhaseReady {
+		sn := waitFor(t, s, "the attempt to fail", func(sn Snapshot) bool { return sn.LastError != nil || sn.Phase == v1alpha1.PhaseReady })
+		if sn.Phase == v1alpha1.PhaseReady {
 			t.Fatalf("5 pages of 150ms were published under a 500ms budget: the deadline is reset per page")
 		}
 		if !IsDeadline(sn.LastError) || !strings.HasPrefix(sn.LastError.Stage, "tools-list page ") || sn.LastError.Stage == StageToolsList(1) {
@@ -521,7 +521,7 @@ func TestStdioInitialTimeoutWithFailOnStartupErrorIsFinal(t *testing.T) {
 	p := stdioStalledPolicy(200 * time.Millisecond)
 	p.FailOnStartupError = true
 	s, reg := startSupervisor(t, p)
-	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
+	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseFailed })
 	if sn.Reason != v1alpha1.ReasonStartupFailed {
 		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, v1alpha1.ReasonStartupFailed, sn.Message)
 	}
@@ -533,7 +533,7 @@ func TestStdioInitialTimeoutWithFailOnStartupErrorIsFinal(t *testing.T) {
 	}
 	// The supervisor stopped: a retry (20ms delay) would show.
 	NewWithT(t).Consistently(s.Snapshot, 300*time.Millisecond, 10*time.Millisecond).Should(SatisfyAll(
-		HaveField("Generation", BeEquivalentTo(1)), HaveField("Phase", PhaseFailed)), "a retry after StartupFailed")
+		HaveField("Generation", BeEquivalentTo(1)), HaveField("Phase", v1alpha1.PhaseFailed)), "a retry after StartupFailed")
 	if len(reg.Tools("ns")) != 0 {
 		t.Errorf("tools registered after StartupFailed")
 	}
@@ -551,9 +551,9 @@ func TestStdioFailOnStartupErrorDoesNotStopLaterReconnects(t *testing.T) {
 		t.Fatal(err)
 	}
 	sn := waitFor(t, s, "generation 2 Ready", func(sn Snapshot) bool {
-		return sn.Phase == PhaseFailed || (sn.Generation == 2 && sn.Phase == PhaseReady)
+		return sn.Phase == v1alpha1.PhaseFailed || (sn.Generation == 2 && sn.Phase == v1alpha1.PhaseReady)
 	})
-	if sn.Phase == PhaseFailed {
+	if sn.Phase == v1alpha1.PhaseFailed {
 		t.Fatalf("a loss after a successful start stopped the supervisor: %s: %s", sn.Reason, sn.Message)
 	}
 }
@@ -569,7 +569,7 @@ func TestStdioReconnectWithUnchangedToolsLeavesRegistryUntouched(t *testing.T) {
 	if err := syscall.Kill(stdioCallPID(t, s), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, s, "generation 2 Ready", func(sn Snapshot) bool { return sn.Generation == 2 && sn.Phase == PhaseReady })
+	waitFor(t, s, "generation 2 Ready", func(sn Snapshot) bool { return sn.Generation == 2 && sn.Phase == v1alpha1.PhaseReady })
 	watch.close()
 	if n := watch.changes.Load(); n != 0 {
 		t.Errorf("%d registry change signals across a reconnect with an unchanged list", n)
@@ -591,11 +591,11 @@ func TestStdioInitialTimeoutWithoutFailOnStartupErrorRetries(t *testing.T) {
 	p := stdioStalledPolicy(200 * time.Millisecond)
 	p.FailOnStartupError = false
 	s, _ := startSupervisor(t, p)
-	sn := waitFor(t, s, "a third generation", func(sn Snapshot) bool { return sn.Generation >= 3 || sn.Phase == PhaseFailed })
+	sn := waitFor(t, s, "a third generation", func(sn Snapshot) bool { return sn.Generation >= 3 || sn.Phase == v1alpha1.PhaseFailed })
 	if sn.Generation < 3 {
 		t.Fatalf("supervisor stopped after an initial timeout: %+v", sn)
 	}
-	if sn.Phase == PhaseFailed && sn.Reason == v1alpha1.ReasonStartupFailed {
+	if sn.Phase == v1alpha1.PhaseFailed && sn.Reason == v1alpha1.ReasonStartupFailed {
 		t.Fatalf("StartupFailed with failOnStartupError=false")
 	}
 	if sn.FailedAttempts < 2 {
@@ -613,7 +613,7 @@ func TestStdioEveryReconnectGenerationGetsAFreshBudget(t *testing.T) {
 	started := time.Now() // generation 1 starts before the recorder can see it
 	s, _ := startSupervisor(t, p)
 	rec := stdioRecord(t, s)
-	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
+	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseFailed })
 	rec.close()
 	if sn.Reason != v1alpha1.ReasonReconnectExhausted {
 		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, v1alpha1.ReasonReconnectExhausted, sn.Message)
@@ -675,7 +675,7 @@ func TestStdioListChangedResyncPublishesNewToolWithoutDroppingOld(t *testing.T) 
 	if len(sn.Tools) != first+1 {
 		t.Errorf("after re-sync %d tools, want %d", len(sn.Tools), first+1)
 	}
-	if sn.Generation != 1 || sn.Phase != PhaseReady {
+	if sn.Generation != 1 || sn.Phase != v1alpha1.PhaseReady {
 		t.Errorf("re-sync replaced the connection: generation %d, phase %s", sn.Generation, sn.Phase)
 	}
 	watch.close()
@@ -716,7 +716,7 @@ func TestStdioStalledResyncKeepsLastGoodToolsThenReconnects(t *testing.T) {
 		t.Fatalf("during the stalled re-sync the registry holds %v", got)
 	}
 	sn = waitFor(t, s, "generation 2 Ready with gamma", func(sn Snapshot) bool {
-		return sn.Generation == 2 && sn.Phase == PhaseReady && stdioHasTool(sn.Tools, "mcp__fx__gamma")
+		return sn.Generation == 2 && sn.Phase == v1alpha1.PhaseReady && stdioHasTool(sn.Tools, "mcp__fx__gamma")
 	})
 	rec.close()
 	watch.close()
@@ -775,7 +775,7 @@ func stdioDisposeDuringStall(t *testing.T, args []string) {
 	t.Cleanup(func() { stdioKillQuietly(pid) })
 	// Stalled in connect: still connecting, nothing failed.
 	NewWithT(t).Consistently(s.Snapshot, 50*time.Millisecond, 5*time.Millisecond).Should(SatisfyAll(
-		HaveField("Phase", PhaseConnecting), HaveField("LastError", BeNil())), "not stalled in connect")
+		HaveField("Phase", v1alpha1.PhaseConnecting), HaveField("LastError", BeNil())), "not stalled in connect")
 	dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer dcancel()
 	start := time.Now()
@@ -822,7 +822,7 @@ func TestStdioCrashLoopWithBriefConnectsExhaustsBudgetAndUnregisters(t *testing.
 	p.Reconnect = policy.Reconnect{Enabled: true, InitialDelay: 10 * time.Millisecond, MaxDelay: 3 * time.Second, MaxAttempts: 4}
 	s, reg := startSupervisor(t, p)
 	rec := stdioRecord(t, s)
-	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
+	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseFailed })
 	rec.close()
 	if sn.Reason != v1alpha1.ReasonReconnectExhausted {
 		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, v1alpha1.ReasonReconnectExhausted, sn.Message)
@@ -839,7 +839,7 @@ func TestStdioCrashLoopWithBriefConnectsExhaustsBudgetAndUnregisters(t *testing.
 	}
 	ready := 0
 	for _, st := range rec.history() {
-		if st.sn.Phase == PhaseReady {
+		if st.sn.Phase == v1alpha1.PhaseReady {
 			ready++
 		}
 	}
@@ -859,7 +859,7 @@ func TestStdioCommandThatCannotStartExhaustsBudget(t *testing.T) {
 	p.Stdio.Command = filepath.Join(t.TempDir(), "no-such-server")
 	p.Reconnect.MaxAttempts = 3
 	s, reg := startSupervisor(t, p)
-	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
+	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseFailed })
 	if sn.Reason != v1alpha1.ReasonReconnectExhausted {
 		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, v1alpha1.ReasonReconnectExhausted, sn.Message)
 	}
@@ -890,7 +890,7 @@ func TestStdioReconnectDisabledKeepsToolsRegisteredButFailing(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	sn = waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
+	sn = waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseFailed })
 	if sn.Reason != v1alpha1.ReasonReconnectDisabled {
 		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, v1alpha1.ReasonReconnectDisabled, sn.Message)
 	}
@@ -931,7 +931,7 @@ func TestStdioBackoffDelaySequenceOnFakeClock(t *testing.T) {
 		var sn Snapshot
 		g.Eventually(func() (bool, error) {
 			sn = s.Snapshot()
-			if sn.Phase == PhaseFailed {
+			if sn.Phase == v1alpha1.PhaseFailed {
 				return false, StopTrying("the supervisor stopped")
 			}
 			return fc.HasWaiters() && sn.Attempt == n, nil
@@ -947,7 +947,7 @@ func TestStdioBackoffDelaySequenceOnFakeClock(t *testing.T) {
 		if sn.Generation != int64(n-1) || sn.FailedAttempts != n-1 {
 			t.Errorf("attempt %d: generation %d, failedAttempts %d; want %d, %d", n, sn.Generation, sn.FailedAttempts, n-1, n-1)
 		}
-		if sn.Phase != PhaseConnecting && sn.Phase != PhaseReconnecting {
+		if sn.Phase != v1alpha1.PhaseConnecting && sn.Phase != v1alpha1.PhaseReconnecting {
 			t.Errorf("attempt %d: phase %s", n, sn.Phase)
 		}
 		// A step short of the delay must not start the attempt.
@@ -956,7 +956,7 @@ func TestStdioBackoffDelaySequenceOnFakeClock(t *testing.T) {
 			Should(BeEquivalentTo(n-1), "attempt %d started before its delay elapsed", n)
 		fc.Step(time.Millisecond)
 	}
-	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
+	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseFailed })
 	if sn.Reason != v1alpha1.ReasonReconnectExhausted || sn.Generation != 7 || sn.FailedAttempts != 7 {
 		t.Fatalf("after the budget: %s/%s generation %d, failedAttempts %d; want Failed/%s, 7, 7",
 			sn.Phase, sn.Reason, sn.Generation, sn.FailedAttempts, v1alpha1.ReasonReconnectExhausted)
@@ -1006,7 +1006,7 @@ exec "$0" ` + tc.later
 			p.Reconnect = policy.Reconnect{Enabled: true, InitialDelay: 10 * time.Millisecond, MaxDelay: 300 * time.Millisecond, MaxAttempts: maxAttempts}
 			s, reg := startSupervisor(t, p)
 			rec := stdioRecord(t, s)
-			sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
+			sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseFailed })
 			rec.close()
 			if sn.Reason != v1alpha1.ReasonReconnectExhausted {
 				t.Fatalf("reason %q, want %q (%s)", sn.Reason, v1alpha1.ReasonReconnectExhausted, sn.Message)
@@ -1068,9 +1068,9 @@ func TestStdioStableConnectionsStartAFreshBudgetEachLoss(t *testing.T) {
 	p.Reconnect = policy.Reconnect{Enabled: true, InitialDelay: 20 * time.Millisecond, MaxDelay: 200 * time.Millisecond, MaxAttempts: 2}
 	s, _ := startSupervisor(t, p)
 	rec := stdioRecord(t, s)
-	sn := waitFor(t, s, "generation 5", func(sn Snapshot) bool { return sn.Generation >= 5 || sn.Phase == PhaseFailed })
+	sn := waitFor(t, s, "generation 5", func(sn Snapshot) bool { return sn.Generation >= 5 || sn.Phase == v1alpha1.PhaseFailed })
 	rec.close()
-	if sn.Phase == PhaseFailed {
+	if sn.Phase == v1alpha1.PhaseFailed {
 		t.Fatalf("exhausted although every connection outlived the stability window: %s: %s", sn.Reason, sn.Message)
 	}
 	maxAttempt, scheduled := 0, 0
@@ -1108,12 +1108,12 @@ exec "$0" "$@"`
 	if err := syscall.Kill(stdioCallPID(t, s), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	sn := waitFor(t, s, "generation 4 Ready", func(sn Snapshot) bool { return sn.Generation == 4 && sn.Phase == PhaseReady })
+	sn := waitFor(t, s, "generation 4 Ready", func(sn Snapshot) bool { return sn.Generation == 4 && sn.Phase == v1alpha1.PhaseReady })
 	t.Logf("recovered in generation %d with failedAttempts %d", sn.Generation, sn.FailedAttempts)
 	// Stable for far longer than maxDelay (200ms), the outage is closed.
 	NewWithT(t).Eventually(func() (int, error) {
 		sn = s.Snapshot()
-		if sn.Generation != 4 || sn.Phase != PhaseReady {
+		if sn.Generation != 4 || sn.Phase != v1alpha1.PhaseReady {
 			return 0, StopTrying(fmt.Sprintf("connection not stable: %+v", sn))
 		}
 		return sn.FailedAttempts, nil
@@ -1133,7 +1133,7 @@ func TestStdioCloseTimeoutStopsReconnecting(t *testing.T) {
 	start := time.Now()
 	s, reg := startSupervisor(t, p, stdioWithDialer(d), func(o *Options) { o.CloseBarrier = 500 * time.Millisecond })
 	t.Cleanup(d.release)
-	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
+	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseFailed })
 	t.Logf("CloseTimeout after %v (budget 200ms + barrier 500ms)", time.Since(start))
 	if sn.Reason != v1alpha1.ReasonCloseTimeout {
 		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, v1alpha1.ReasonCloseTimeout, sn.Message)
@@ -1171,7 +1171,7 @@ func TestStdioLostGenerationThatNeverClosesStopsWithCloseTimeout(t *testing.T) {
 	ss := d.links[0].ss
 	d.mu.Unlock()
 	_ = ss.Close() // the server hangs up; the link still never reports closed
-	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
+	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseFailed })
 	if sn.Reason != v1alpha1.ReasonCloseTimeout {
 		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, v1alpha1.ReasonCloseTimeout, sn.Message)
 	}
@@ -1258,7 +1258,7 @@ func TestStdioNeverTwoChildrenAliveAtOnce(t *testing.T) {
 	w := fixture.WatchChildren(marker)
 	t.Cleanup(w.Stop)
 	s, _ := startSupervisor(t, p, func(o *Options) { o.TerminateGrace = 100 * time.Millisecond })
-	waitFor(t, s, "generation 5", func(sn Snapshot) bool { return sn.Generation >= 5 || sn.Phase == PhaseFailed })
+	waitFor(t, s, "generation 5", func(sn Snapshot) bool { return sn.Generation >= 5 || sn.Phase == v1alpha1.PhaseFailed })
 	dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := s.Dispose(dctx); err != nil {
@@ -1273,7 +1273,7 @@ func TestStdioNeverTwoChildrenAliveAtOnce(t *testing.T) {
 	if maxAlive > 1 {
 		t.Errorf("%d children of one supervisor existed at once: %v", maxAlive, worst)
 	}
-	if sn := s.Snapshot(); sn.Phase == PhaseFailed {
+	if sn := s.Snapshot(); sn.Phase == v1alpha1.PhaseFailed {
 		t.Errorf("supervisor failed: %s: %s", sn.Reason, sn.Message)
 	}
 }
@@ -1363,7 +1363,7 @@ func TestStdioToolCallTimeoutIsEnforcedAndCancelsUpstream(t *testing.T) {
 	}
 	stdioEvents(t, ev, "cancelled sleep", func(e []fixture.Event) bool { return stdioCount(e, fixture.EventCancelled, fixture.ToolSleep) == 1 })
 	// A slow tool is not a lost connection.
-	if sn := s.Snapshot(); sn.Generation != 1 || sn.Phase != PhaseReady {
+	if sn := s.Snapshot(); sn.Generation != 1 || sn.Phase != v1alpha1.PhaseReady {
 		t.Errorf("after a call timeout: generation %d, phase %s", sn.Generation, sn.Phase)
 	}
 	if res, err := s.CallTool(context.Background(), "echo", map[string]any{"text": "still"}); err != nil || RenderText(res) != "still" {
@@ -1394,7 +1394,7 @@ func TestStdioCallerCancellationCancelsUpstreamCall(t *testing.T) {
 		t.Fatal("the call did not end on cancellation")
 	}
 	stdioEvents(t, ev, "cancelled sleep", func(e []fixture.Event) bool { return stdioCount(e, fixture.EventCancelled, fixture.ToolSleep) == 1 })
-	if sn := s.Snapshot(); sn.Generation != 1 || sn.Phase != PhaseReady {
+	if sn := s.Snapshot(); sn.Generation != 1 || sn.Phase != v1alpha1.PhaseReady {
 		t.Errorf("after a cancelled call: generation %d, phase %s", sn.Generation, sn.Phase)
 	}
 }
@@ -1475,7 +1475,7 @@ func TestStdioCallToDownServerFailsFastWithReconnectAttempt(t *testing.T) {
 	}
 	// Lost inside its 30s stability window, the first connection is the
 	// outage's failed attempt 1; the retry is attempt 2.
-	waitFor(t, s, "attempt 2 scheduled", func(sn Snapshot) bool { return sn.Phase == PhaseReconnecting && sn.Attempt == 2 })
+	waitFor(t, s, "attempt 2 scheduled", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseReconnecting && sn.Attempt == 2 })
 	start := time.Now()
 	_, err := s.CallTool(context.Background(), "echo", map[string]any{"text": "x"})
 	if el := time.Since(start); el >= p.ToolCallTimeout {

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/registry"
 	"github.com/mcpbridge/operator/internal/testenv"
@@ -60,7 +61,7 @@ func benchmarkSupervisorCall(b *testing.B, stateless bool, tp *sdktrace.TracerPr
 	defer cancel()
 	s.Start(ctx)
 	defer func() { _ = s.Dispose(context.Background()) }()
-	for deadline := time.Now().Add(20 * time.Second); s.Snapshot().Phase != PhaseReady; {
+	for deadline := time.Now().Add(20 * time.Second); s.Snapshot().Phase != v1alpha1.PhaseReady; {
 		if time.Now().After(deadline) {
 			b.Fatalf("not ready: %+v", s.Snapshot())
 		}

@@ -410,7 +410,7 @@ func waitReady(s *bridge.Supervisor, limit time.Duration) error {
 	deadline := time.After(limit)
 	for {
 		sn := s.Snapshot()
-		if sn.Phase == bridge.PhaseReady {
+		if sn.Phase == v1alpha1.PhaseReady {
 			return nil
 		}
 		select {

@@ -190,7 +190,7 @@ func startGateway(ctx context.Context, upstreams map[string]string) (string, fun
 	}
 	for _, s := range sups {
 		deadline := time.Now().Add(30 * time.Second)
-		for s.Snapshot().Phase != bridge.PhaseReady {
+		for s.Snapshot().Phase != v1alpha1.PhaseReady {
 			if time.Now().After(deadline) {
 				stop()
 				return "", nil, fmt.Errorf("a supervisor is not Ready: %+v", s.Snapshot().LastError)

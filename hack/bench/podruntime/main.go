@@ -273,9 +273,9 @@ func startSupervisor(ctx context.Context, p *policy.Policy, pod *bridge.PodTunne
 	for {
 		sn := s.Snapshot()
 		switch sn.Phase {
-		case bridge.PhaseReady:
+		case v1alpha1.PhaseReady:
 			return s, nil
-		case bridge.PhaseFailed:
+		case v1alpha1.PhaseFailed:
 			_ = dispose(s)
 			return nil, fmt.Errorf("supervisor failed: %s", sn.Message)
 		}

@@ -276,7 +276,7 @@ func (b *bench) startToReady() error {
 		s := b.newSupervisor(b.policy(b.toolsArg()))
 		t0 := time.Now()
 		s.Start(context.Background())
-		sn, at, err := waitSnap(s, 30*time.Second, "Ready", func(sn bridge.Snapshot) bool { return sn.Phase == bridge.PhaseReady })
+		sn, at, err := waitSnap(s, 30*time.Second, "Ready", func(sn bridge.Snapshot) bool { return sn.Phase == v1alpha1.PhaseReady })
 		if err != nil {
 			_, _ = b.dispose(s)
 			return err
@@ -312,7 +312,7 @@ func (b *bench) recovery() error {
 	s := b.newSupervisor(p)
 	s.Start(context.Background())
 	defer func() { _, _ = b.dispose(s) }()
-	sn, readyAt, err := waitSnap(s, 30*time.Second, "Ready", func(sn bridge.Snapshot) bool { return sn.Phase == bridge.PhaseReady })
+	sn, readyAt, err := waitSnap(s, 30*time.Second, "Ready", func(sn bridge.Snapshot) bool { return sn.Phase == v1alpha1.PhaseReady })
 	if err != nil {
 		return err
 	}
@@ -349,7 +349,7 @@ func (b *bench) recovery() error {
 			if !sn.NextRetry.IsZero() && retry.NextRetry.IsZero() {
 				retry = sn
 			}
-			return sn.Phase == bridge.PhaseReady && sn.Generation > gen
+			return sn.Phase == v1alpha1.PhaseReady && sn.Generation > gen
 		})
 		if err != nil {
 			return fmt.Errorf("kill %d: %w", i+1, err)
@@ -413,7 +413,7 @@ func (b *bench) stalledInitialize() error {
 				logged = append(logged, l.Sub(t0))
 			}
 			sn, at, err = waitSnap(s, 30*time.Second, "Failed/StartupFailed", func(sn bridge.Snapshot) bool {
-				return sn.Phase == bridge.PhaseFailed
+				return sn.Phase == v1alpha1.PhaseFailed
 			})
 		}
 		if err == nil && sn.Reason != v1alpha1.ReasonStartupFailed {
@@ -474,7 +474,7 @@ func (b *bench) disposeStalled(stopped bool) error {
 		}
 		// Let the client's first request reach the (stalled) child.
 		time.Sleep(50 * time.Millisecond)
-		if sn := s.Snapshot(); sn.Phase != bridge.PhaseConnecting || sn.LastError != nil {
+		if sn := s.Snapshot(); sn.Phase != v1alpha1.PhaseConnecting || sn.LastError != nil {
 			return fmt.Errorf("not connecting: phase %s, lastError %v", sn.Phase, sn.LastError)
 		}
 		d, err := b.dispose(s)
