@@ -27,13 +27,14 @@
 //	Ready ──suspendAfterMs without a call, generation closed──▶ Idle
 //	Idle ──a call requests the wake──▶ Connecting ──connected──▶ Ready
 //	Connecting (a wake) ──attempt failed──▶ Reconnecting (retry scheduled)
+//	Ready ──lost, reconnect disabled──▶ Failed (ReconnectDisabled)
 //	any ──budget spent / failOnStartupError / reconnect disabled /
 //	       close barrier passed──▶ Failed (Reason says which)
 //
-// With reconnect disabled, a lost connection passes through Reconnecting
-// while its generation closes (serve reports the loss before
-// closeGeneration runs), then stops in Failed/ReconnectDisabled with its
-// tools still published; a failed attempt goes to Failed at once.
+// With reconnect disabled, a lost connection is Failed/ReconnectDisabled
+// at once, while its generation still closes, with its tools still
+// published; should that close pass the barrier, the reason turns
+// CloseTimeout. A failed attempt goes to Failed at once.
 //
 // Failed is final for the Supervisor; the controller builds a new one on a
 // hot swap. Dispose moves no phase: a disposed supervisor's snapshot keeps

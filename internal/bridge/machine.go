@@ -24,7 +24,8 @@ func (s *Supervisor) run(ctx context.Context) {
 	o := outage{policy: s.p.Reconnect}
 	everConnected := false
 	for {
-		err := s.attempt(ctx, &o, &everConnected)
+		connected, err := s.attempt(ctx, &o, everConnected)
+		everConnected = everConnected || connected
 		if ctx.Err() != nil {
 			return
 		}
@@ -79,32 +80,44 @@ type stopError struct {
 
 func (e *stopError) Error() string { return e.msg }
 
-// attempt runs one generation from connect to loss. A nil error means
-// "back off and try again"; a *stopError means stop for good.
-func (s *Supervisor) attempt(ctx context.Context, o *outage, everConnected *bool) error {
-	g, err := s.tracedConnect(ctx, *everConnected)
+// attempt runs one generation from connect to loss; connected reports
+// that it became live. A nil error means "back off and try again"; a
+// *stopError means stop for good.
+func (s *Supervisor) attempt(ctx context.Context, o *outage, everConnected bool) (connected bool, err error) {
+	g, err := s.tracedConnect(ctx, everConnected)
 	s.wakeAnswered(ctx, err)
-	if ctx.Err() != nil {
+	switch {
+	case ctx.Err() != nil:
 		if g != nil { // connected just as the supervisor was disposed
 			_ = s.closeGeneration(g)
 		}
-		return nil
+		return g != nil, nil
+	case errors.Is(err, ErrCloseTimeout):
+		return false, s.closeTimeout("previous")
+	case err != nil:
+		return false, s.attemptFailed(o, everConnected, err)
 	}
-	if errors.Is(err, ErrCloseTimeout) {
-		return s.closeTimeout("previous")
+	return true, s.served(ctx, g, o)
+}
+
+// attemptFailed counts a failed attempt, and stops the supervisor when
+// no retry may follow it.
+func (s *Supervisor) attemptFailed(o *outage, everConnected bool, err error) error {
+	o.failedAttempt()
+	s.update(func(sn *Snapshot) { sn.FailedAttempts = o.failed })
+	if !everConnected && s.p.FailOnStartupError {
+		return &stopError{reason: v1alpha1.ReasonStartupFailed, msg: "The first connection attempt failed and failOnStartupError is set: " + err.Error()}
 	}
-	if err != nil {
-		o.failedAttempt()
-		s.update(func(sn *Snapshot) { sn.FailedAttempts = o.failed })
-		if !*everConnected && s.p.FailOnStartupError {
-			return &stopError{reason: v1alpha1.ReasonStartupFailed, msg: "The first connection attempt failed and failOnStartupError is set: " + err.Error()}
-		}
-		if !s.p.Reconnect.Enabled {
-			return &stopError{reason: v1alpha1.ReasonReconnectDisabled, msg: "The connection failed and reconnect is disabled: " + err.Error()}
-		}
-		return nil
+	if !s.p.Reconnect.Enabled {
+		return &stopError{reason: v1alpha1.ReasonReconnectDisabled, msg: "The connection failed and reconnect is disabled: " + err.Error()}
 	}
-	*everConnected = true
+	return nil
+}
+
+// served serves the live generation g until it ends and counts its end
+// against the outage: errSuspended for a sleep, a *stopError when the loss
+// is final, nil to reconnect.
+func (s *Supervisor) served(ctx context.Context, g *generation, o *outage) error {
 	up := s.clock.Now()
 	lossErr := s.serve(ctx, g, o, up)
 	if ctx.Err() != nil {
@@ -122,10 +135,16 @@ func (s *Supervisor) attempt(ctx context.Context, o *outage, everConnected *bool
 		return s.closeTimeout("lost")
 	}
 	if !s.p.Reconnect.Enabled {
-		return &stopError{reason: v1alpha1.ReasonReconnectDisabled,
-			msg: "The connection was lost and reconnect is disabled; its tools stay registered but fail: " + lossErr.Error()}
+		return lostForGood(lossErr)
 	}
 	return nil
+}
+
+// lostForGood is the end of a supervisor whose connection was lost with
+// reconnect disabled.
+func lostForGood(lossErr error) *stopError {
+	return &stopError{reason: v1alpha1.ReasonReconnectDisabled,
+		msg: "The connection was lost and reconnect is disabled; its tools stay registered but fail: " + lossErr.Error()}
 }
 
 func (s *Supervisor) closeTimeout(which string) *stopError {
@@ -200,11 +219,9 @@ func (s *Supervisor) connect(ctx context.Context, everConnected bool) (*generati
 func (s *Supervisor) openAndSync(ctx context.Context, g *generation) *StageError {
 	dctx, cancel := context.WithTimeout(ctx, s.p.ConnectionTimeout)
 	defer cancel()
-	stage := StageTransportStart
-	err := s.open(dctx, g, &stage)
+	stage, err := s.open(dctx, g)
 	if err == nil {
-		stage = StageToolsList(1)
-		err = s.syncTools(dctx, g, &stage)
+		stage, err = s.syncTools(dctx, g)
 	}
 	if err != nil {
 		return s.attemptError(ctx, dctx, stage, err)
@@ -276,14 +293,13 @@ func (s *Supervisor) beginGeneration(everConnected bool) *generation {
 }
 
 // open starts the transport and the MCP session, and the goroutines that
-// watch them for a loss.
-func (s *Supervisor) open(ctx context.Context, g *generation, stage *string) error {
+// watch them for a loss; a failure comes with the stage it failed in.
+func (s *Supervisor) open(ctx context.Context, g *generation) (stage string, err error) {
 	l, err := s.dialer.dial(ctx, func(err error) { g.lose(StageConnection, err) })
 	if err != nil {
-		return err
+		return StageTransportStart, err
 	}
 	g.link = l
-	*stage = StageInitialize
 	client := mcp.NewClient(clientImpl, &mcp.ClientOptions{
 		Capabilities: &mcp.ClientCapabilities{},
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
@@ -297,12 +313,12 @@ func (s *Supervisor) open(ctx context.Context, g *generation, stage *string) err
 	sess, err := client.Connect(ctx, l.transport(), nil)
 	stop()
 	if err != nil {
-		return exitedInstead(ctx, l, startError(l, err))
+		return StageInitialize, exitedInstead(ctx, l, startError(l, err))
 	}
 	g.sess = sess
 	g.goFn(g.waitSession)
 	g.goFn(g.watch)
-	return nil
+	return "", nil
 }
 
 // exitedInstead explains a failed handshake by the server's exit: "exit
@@ -410,7 +426,15 @@ func (s *Supervisor) serve(ctx context.Context, g *generation, o *outage, up tim
 		if s.live == g {
 			s.live = nil
 		}
-		sn.Phase, sn.Reason, sn.LastError = v1alpha1.PhaseReconnecting, v1alpha1.ReasonReconnecting, g.lostErr
+		sn.LastError = g.lostErr
+		if s.p.Reconnect.Enabled {
+			sn.Phase, sn.Reason = v1alpha1.PhaseReconnecting, v1alpha1.ReasonReconnecting
+			return
+		}
+		// Final at once, also while g closes: never a Reconnecting that
+		// does not reconnect. stop repeats it, or says CloseTimeout.
+		final := lostForGood(lossErr)
+		sn.Phase, sn.Reason, sn.Message = v1alpha1.PhaseFailed, final.reason, final.msg
 	})
 	if err := s.closeGeneration(g); err != nil {
 		return err

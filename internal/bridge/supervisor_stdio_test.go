@@ -915,6 +915,54 @@ func TestStdioReconnectDisabledKeepsToolsRegisteredButFailing(t *testing.T) {
 	}
 }
 
+// With reconnect disabled a loss is final at once: the phase goes from
+// Ready to Failed / ReconnectDisabled while the lost server is still being
+// ended, and never passes through Reconnecting. The server's shell outlives
+// the fixture and ignores SIGTERM, so that the close takes two graces: a
+// Reconnecting that lasted until the close was done would be seen.
+// See docs/design.md, "Backoff and the attempt budget".
+func TestStdioReconnectDisabledLossGoesStraightToFailed(t *testing.T) {
+	const grace = 500 * time.Millisecond
+	p := stdioPolicy()
+	p.Reconnect.Enabled = false
+	p.HealthCheckInterval = time.Second // finds the loss: the shell holds the pipes open
+	p.Stdio.Command = "/bin/sh"
+	p.Stdio.Args = []string{"-c", `trap "" TERM; "$0" "$@"; exec sleep 3600`, fixtureBin, "--ignore-sigterm"}
+	s, _ := startSupervisor(t, p, func(o *Options) { o.TerminateGrace = grace })
+	ready := waitFor(t, s, "Ready", isReady)
+	g := NewWithT(t)
+	g.Expect(ready.Reason).To(Equal(v1alpha1.ReasonConnected))
+	fx := stdioCallPID(t, s)
+	_, leader, ok := stdioProcStat(fx)
+	if !ok {
+		t.Fatal("fixture pid not found")
+	}
+	t.Cleanup(func() { stdioKillQuietly(leader) })
+	rec := stdioRecord(t, s)
+	if err := syscall.Kill(fx, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseFailed })
+	g.Expect(sn.Reason).To(Equal(v1alpha1.ReasonReconnectDisabled), sn.Message)
+	g.Expect(sn.LastError).NotTo(BeNil())
+	g.Expect(sn.LastError.Stage).To(Equal(StageHealthCheck))
+	select { // a stopped supervisor ends once its last generation has closed
+	case <-s.Closed():
+	case <-time.After(eventually):
+		t.Fatal("the supervisor did not end after its final loss")
+	}
+	g.Expect(stdioGone(leader)).To(BeTrue(), "the lost server's shell outlived its generation")
+	rec.close()
+	var phases []v1alpha1.Phase
+	for _, st := range rec.history() {
+		if n := len(phases); n == 0 || phases[n-1] != st.sn.Phase {
+			phases = append(phases, st.sn.Phase)
+		}
+	}
+	g.Expect(phases).To(Equal([]v1alpha1.Phase{v1alpha1.PhaseReady, v1alpha1.PhaseFailed}))
+	g.Expect(s.Snapshot().Reason).To(Equal(v1alpha1.ReasonReconnectDisabled), "the close within the barrier changes no reason")
+}
+
 // Through the supervisor: the failed first connection is attempt 1 of the
 // outage; the delay before reconnect k (attempt k+1) is
 // min(max, initial*2^(k-1)), on the injected clock; the budget ends it.
