@@ -259,8 +259,8 @@ func TestFaultTenThousandToolsAllPublished(t *testing.T) {
 		t.Fatalf("registry has %d tools, want %d", len(tools), want)
 	}
 	for _, i := range []int{0, 999, 1000, 5000, 9999} {
-		name := "mcp__fx__" + fixture.GeneratedToolName(i)
-		if !stdioHasTool(tools, name) {
+		name := fixture.GeneratedToolName(i)
+		if !hasTool(tools, name) {
 			t.Errorf("%s missing", name)
 		}
 	}
@@ -459,7 +459,7 @@ func TestFaultDisposeLeavesNeitherChildNorGrandchild(t *testing.T) {
 	ev := eventsPath(t)
 	s, _ := startSupervisor(t, stdioPolicy("--spawn-grandchild", "--events-file="+ev))
 	waitFor(t, s, "Ready", isReady)
-	evs := stdioEvents(t, ev, "start and grandchild", func(e []fixture.Event) bool {
+	evs := waitEvents(t, ev, "start and grandchild", func(e []fixture.Event) bool {
 		return len(stdioStarts(e)) == 1 && stdioCount(e, fixture.EventGrandchild, "") == 1
 	})
 	child := stdioStarts(evs)[0]

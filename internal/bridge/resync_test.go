@@ -35,7 +35,7 @@ func TestListChangedStormIsCoalescedToOneResyncPerInterval(t *testing.T) {
 	const interval = 100 * time.Millisecond
 	up := httpServe(t, httpFixture(t, fixture.Options{}))
 	obs := &syncCounter{}
-	s, _ := startSupervisor(t, httpTestPolicy(up.URL()), func(o *Options) { o.Observer = obs; o.ResyncInterval = interval })
+	s, _ := startSupervisor(t, httpPolicy(up.URL()), func(o *Options) { o.Observer = obs; o.ResyncInterval = interval })
 	waitFor(t, s, "Ready", isReady)
 	s.mu.Lock()
 	g := s.live

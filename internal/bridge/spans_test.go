@@ -87,7 +87,7 @@ func TestTracingHTTPCall(t *testing.T) {
 		g := NewWithT(t)
 		up := httpServe(t, httpFixture(t, fixture.Options{Stateless: stateless}))
 		tp, exp := spanRecorder(t)
-		s, _ := startSupervisor(t, httpTestPolicy(up.URL()), withTracing(tp))
+		s, _ := startSupervisor(t, httpPolicy(up.URL()), withTracing(tp))
 		waitFor(t, s, "ready", isReady)
 
 		ctx, root := tp.Tracer("agent").Start(httpCtx(t), "agent")
@@ -314,7 +314,7 @@ func TestTracingCallFailures(t *testing.T) {
 	g := NewWithT(t)
 	up := httpServe(t, httpFixture(t, fixture.Options{}))
 	tp, exp := spanRecorder(t)
-	p := httpTestPolicy(up.URL())
+	p := httpPolicy(up.URL())
 	p.ToolCallTimeout = 200 * time.Millisecond
 	s, _ := startSupervisor(t, p, withTracing(tp))
 	waitFor(t, s, "ready", isReady)
@@ -356,7 +356,7 @@ func TestTracingNoSecrets(t *testing.T) {
 	const secret = "s3cr3t"
 	up := httpServe(t, httpFixture(t, fixture.Options{}))
 	tp, exp := spanRecorder(t)
-	p := httpTestPolicy(up.URL() + "?key=" + secret + "-url")
+	p := httpPolicy(up.URL() + "?key=" + secret + "-url")
 	p.HTTP.Headers = []policy.Header{{Name: "Authorization", Value: "Bearer " + secret + "-header"}}
 	s, _ := startSupervisor(t, p, withTracing(tp))
 	waitFor(t, s, "ready", isReady)
@@ -407,7 +407,7 @@ func TestTracingOff(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			g := NewWithT(t)
 			up := httpServe(t, httpFixture(t, fixture.Options{}))
-			s, _ := startSupervisor(t, httpTestPolicy(up.URL()), withTracing(tp))
+			s, _ := startSupervisor(t, httpPolicy(up.URL()), withTracing(tp))
 			waitFor(t, s, "ready", isReady)
 			g.Expect(s.tracer.On()).To(BeFalse())
 			httpEcho(t, s, "a")

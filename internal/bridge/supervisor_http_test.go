@@ -145,15 +145,6 @@ func httpFixture(t *testing.T, o fixture.Options) *fixture.HTTPHandler {
 	return h
 }
 
-// httpTestPolicy is httpPolicy with a reconnect budget that outlasts the
-// test's 20 s bounds, so that a slow recovery is never mistaken for an
-// exhausted budget.
-func httpTestPolicy(url string) *policy.Policy {
-	p := httpPolicy(url)
-	p.Reconnect.MaxAttempts = 200
-	return p
-}
-
 func httpRawNames(tools []registry.Tool) []string {
 	out := make([]string, len(tools))
 	for i, t := range tools {
@@ -175,10 +166,6 @@ func httpToolsJSON(t *testing.T, tools []registry.Tool) string {
 		t.Fatal(err)
 	}
 	return string(b)
-}
-
-func httpHasTool(tools []registry.Tool, raw string) bool {
-	return slices.ContainsFunc(tools, func(t registry.Tool) bool { return t.RawName == raw })
 }
 
 func httpCtx(t *testing.T) context.Context {
@@ -211,26 +198,6 @@ func httpForEachProtocol(t *testing.T, fn func(t *testing.T, stateless bool)) {
 	}{{"stateful-" + httpStatefulVersion, false}, {"stateless-" + httpStatelessVersion, true}} {
 		t.Run(tc.name, func(t *testing.T) { fn(t, tc.stateless) })
 	}
-}
-
-// httpWaitEvent waits until an event of the fixture's events file matches.
-func httpWaitEvent(t *testing.T, path, what string, match func(fixture.Event) bool) fixture.Event {
-	t.Helper()
-	var events []fixture.Event
-	var found fixture.Event
-	NewWithT(t).Eventually(func() bool {
-		events, _ = fixture.ReadEvents(path)
-		for _, ev := range events {
-			if match(ev) {
-				found = ev
-				return true
-			}
-		}
-		return false
-	}, eventually, 10*time.Millisecond).Should(BeTrue(), func() string {
-		return fmt.Sprintf("waiting for fixture event %s; events: %+v", what, events)
-	})
-	return found
 }
 
 // httpPoll waits until cond holds.
@@ -281,7 +248,7 @@ func httpSilentListener(t *testing.T) (addr string, accepted *atomic.Int64) {
 func TestHTTPNegotiatesProtocolVersionOfStatefulAndStatelessHandlers(t *testing.T) {
 	httpForEachProtocol(t, func(t *testing.T, stateless bool) {
 		up := httpServe(t, httpFixture(t, fixture.Options{Stateless: stateless}))
-		s, reg := startSupervisor(t, httpTestPolicy(up.URL()))
+		s, reg := startSupervisor(t, httpPolicy(up.URL()))
 		sn := waitFor(t, s, "Ready", isReady)
 
 		want := httpStatefulVersion
@@ -334,7 +301,7 @@ func TestHTTPSessionLossReconnectsWithNewSessionAndIdenticalTools(t *testing.T) 
 				SessionExpireAfter:   500 * time.Millisecond,
 				SessionExpireJSONRPC: tc.jsonrpc,
 			}))
-			p := httpTestPolicy(up.URL())
+			p := httpPolicy(up.URL())
 			p.HealthCheckInterval = 200 * time.Millisecond
 			s, reg := startSupervisor(t, p)
 			sn1 := waitFor(t, s, "Ready", isReady)
@@ -388,7 +355,7 @@ func TestHTTPSessionLossReconnectsWithNewSessionAndIdenticalTools(t *testing.T) 
 func TestHTTP5xxIsDetectedAndRecoversWhenServerAnswersAgain(t *testing.T) {
 	run := func(t *testing.T, stateless bool, interval time.Duration, callFirst bool) {
 		up := httpServe(t, httpFixture(t, fixture.Options{Stateless: stateless, Fail5xxAfter: 500 * time.Millisecond}))
-		p := httpTestPolicy(up.URL())
+		p := httpPolicy(up.URL())
 		p.HealthCheckInterval = interval
 		s, _ := startSupervisor(t, p)
 		sn1 := waitFor(t, s, "Ready", isReady)
@@ -444,7 +411,7 @@ func TestHTTP5xxIsDetectedAndRecoversWhenServerAnswersAgain(t *testing.T) {
 func TestHTTPHangIsDetectedByHealthCheck(t *testing.T) {
 	httpForEachProtocol(t, func(t *testing.T, stateless bool) {
 		up := httpServe(t, httpFixture(t, fixture.Options{Stateless: stateless, HangAfter: 500 * time.Millisecond}))
-		p := httpTestPolicy(up.URL())
+		p := httpPolicy(up.URL())
 		p.HealthCheckInterval = 200 * time.Millisecond
 		p.ConnectionTimeout = 300 * time.Millisecond
 		s, _ := startSupervisor(t, p)
@@ -479,7 +446,7 @@ func TestHTTPDisposeIsPromptWhileRequestsHang(t *testing.T) {
 		const hangAfter = 500 * time.Millisecond
 		up := httpServe(t, httpFixture(t, fixture.Options{Stateless: stateless, HangAfter: hangAfter}))
 		hangsFrom := time.Now().Add(hangAfter) // the fixture started before now
-		p := httpTestPolicy(up.URL())
+		p := httpPolicy(up.URL())
 		s, _ := startSupervisor(t, p)
 		waitFor(t, s, "Ready", isReady)
 
@@ -520,7 +487,7 @@ func TestHTTPDisposeIsPromptWhileRequestsHang(t *testing.T) {
 func TestHTTPUnresponsiveEndpointFailsAtConnectionBudgetInInitialize(t *testing.T) {
 	t.Run("failOnStartupError", func(t *testing.T) {
 		addr, accepted := httpSilentListener(t)
-		p := httpTestPolicy("http://" + addr + "/mcp")
+		p := httpPolicy("http://" + addr + "/mcp")
 		p.ConnectionTimeout = 300 * time.Millisecond
 		p.FailOnStartupError = true
 		start := time.Now()
@@ -564,7 +531,7 @@ func TestHTTPUnresponsiveEndpointFailsAtConnectionBudgetInInitialize(t *testing.
 	t.Run("dispose-aborts-the-hung-connect", func(t *testing.T) {
 		for i := range 10 {
 			addr, accepted := httpSilentListener(t)
-			p := httpTestPolicy("http://" + addr + "/mcp")
+			p := httpPolicy("http://" + addr + "/mcp")
 			p.ConnectionTimeout = 10 * time.Second
 			s, _ := startSupervisor(t, p)
 			httpPoll(t, "the connect to reach the endpoint", func() bool { return accepted.Load() >= 1 })
@@ -594,7 +561,7 @@ func TestHTTPUnresponsiveEndpointFailsAtConnectionBudgetInInitialize(t *testing.
 	t.Run("budget-expiry-is-acted-on-promptly", func(t *testing.T) {
 		for i := range 10 {
 			addr, _ := httpSilentListener(t)
-			p := httpTestPolicy("http://" + addr + "/mcp")
+			p := httpPolicy("http://" + addr + "/mcp")
 			p.ConnectionTimeout = 300 * time.Millisecond
 			p.FailOnStartupError = true
 			start := time.Now()
@@ -607,7 +574,7 @@ func TestHTTPUnresponsiveEndpointFailsAtConnectionBudgetInInitialize(t *testing.
 	})
 	t.Run("retried-without-failOnStartupError", func(t *testing.T) {
 		addr, _ := httpSilentListener(t)
-		p := httpTestPolicy("http://" + addr + "/mcp")
+		p := httpPolicy("http://" + addr + "/mcp")
 		p.ConnectionTimeout = 300 * time.Millisecond
 		s, _ := startSupervisor(t, p)
 		sn := waitFor(t, s, "two failed attempts", func(sn Snapshot) bool { return sn.FailedAttempts >= 2 || sn.Phase == v1alpha1.PhaseFailed })
@@ -630,7 +597,7 @@ func TestHTTPHeadersReachEveryRequestAndNeverLeak(t *testing.T) {
 		marker    = "SECRETVALUE"
 	)
 	up := httpServe(t, httpFixture(t, fixture.Options{SessionExpireAfter: 500 * time.Millisecond}))
-	p := httpTestPolicy(up.URL())
+	p := httpPolicy(up.URL())
 	p.HealthCheckInterval = 200 * time.Millisecond
 	p.ToolCallTimeout = 300 * time.Millisecond
 	p.HTTP.Headers = []policy.Header{{Name: "Authorization", Value: authValue}, {Name: "X-Api-Key", Value: keyValue}}
@@ -714,7 +681,7 @@ func TestHTTPToolCallTimeoutIsEnforcedAndCancelsUpstream(t *testing.T) {
 	httpForEachProtocol(t, func(t *testing.T, stateless bool) {
 		events := eventsPath(t)
 		up := httpServe(t, httpFixture(t, fixture.Options{Stateless: stateless, EventsFile: events}))
-		p := httpTestPolicy(up.URL())
+		p := httpPolicy(up.URL())
 		p.ToolCallTimeout = 300 * time.Millisecond
 		s, _ := startSupervisor(t, p)
 		waitFor(t, s, "Ready", isReady)
@@ -731,7 +698,7 @@ func TestHTTPToolCallTimeoutIsEnforcedAndCancelsUpstream(t *testing.T) {
 		if took < 300*time.Millisecond {
 			t.Errorf("call ended after %v, before its 300ms timeout", took)
 		}
-		httpWaitEvent(t, events, "cancelled sleep", func(ev fixture.Event) bool {
+		waitEvent(t, events, "cancelled sleep", func(ev fixture.Event) bool {
 			return ev.Kind == fixture.EventCancelled && ev.Tool == fixture.ToolSleep
 		})
 		httpEcho(t, s, "still connected")
@@ -748,7 +715,7 @@ func TestHTTPToolCallCallerCancellationReachesServer(t *testing.T) {
 	httpForEachProtocol(t, func(t *testing.T, stateless bool) {
 		events := eventsPath(t)
 		up := httpServe(t, httpFixture(t, fixture.Options{Stateless: stateless, EventsFile: events}))
-		s, _ := startSupervisor(t, httpTestPolicy(up.URL()))
+		s, _ := startSupervisor(t, httpPolicy(up.URL()))
 		waitFor(t, s, "Ready", isReady)
 
 		ctx, cancel := context.WithCancel(context.Background())
@@ -758,7 +725,7 @@ func TestHTTPToolCallCallerCancellationReachesServer(t *testing.T) {
 			_, err := s.CallTool(ctx, fixture.ToolSleep, map[string]any{"ms": 10000})
 			done <- err
 		}()
-		httpWaitEvent(t, events, "call sleep", func(ev fixture.Event) bool {
+		waitEvent(t, events, "call sleep", func(ev fixture.Event) bool {
 			return ev.Kind == fixture.EventCall && ev.Tool == fixture.ToolSleep
 		})
 		cancel()
@@ -770,7 +737,7 @@ func TestHTTPToolCallCallerCancellationReachesServer(t *testing.T) {
 		case <-time.After(2 * time.Second):
 			t.Fatal("the cancelled call did not return")
 		}
-		httpWaitEvent(t, events, "cancelled sleep", func(ev fixture.Event) bool {
+		waitEvent(t, events, "cancelled sleep", func(ev fixture.Event) bool {
 			return ev.Kind == fixture.EventCancelled && ev.Tool == fixture.ToolSleep
 		})
 		if !stateless {
@@ -787,7 +754,7 @@ func TestHTTPToolCallCallerCancellationReachesServer(t *testing.T) {
 func TestHTTPToolCallKeepsStructuredContentWhole(t *testing.T) {
 	httpForEachProtocol(t, func(t *testing.T, stateless bool) {
 		up := httpServe(t, httpFixture(t, fixture.Options{Stateless: stateless}))
-		s, _ := startSupervisor(t, httpTestPolicy(up.URL()))
+		s, _ := startSupervisor(t, httpPolicy(up.URL()))
 		waitFor(t, s, "Ready", isReady)
 
 		const text = "héllo, wörld"
@@ -819,7 +786,7 @@ func TestHTTPToolCallKeepsStructuredContentWhole(t *testing.T) {
 func TestHTTPToolCallIsErrorBecomesToolError(t *testing.T) {
 	httpForEachProtocol(t, func(t *testing.T, stateless bool) {
 		up := httpServe(t, httpFixture(t, fixture.Options{Stateless: stateless}))
-		s, _ := startSupervisor(t, httpTestPolicy(up.URL()))
+		s, _ := startSupervisor(t, httpPolicy(up.URL()))
 		waitFor(t, s, "Ready", isReady)
 
 		res, err := s.CallTool(httpCtx(t), fixture.ToolFail, map[string]any{"text": "it broke"})
@@ -847,16 +814,16 @@ func TestHTTPToolCallIsErrorBecomesToolError(t *testing.T) {
 func TestHTTPListChangedResyncsAndFailedResyncKeepsLastGoodTools(t *testing.T) {
 	h := httpFixture(t, fixture.Options{ListChangedAfter: 3 * time.Second}) // counted from the server's start: room to connect under load
 	up := httpServe(t, h)
-	s, reg := startSupervisor(t, httpTestPolicy(up.URL()))
+	s, reg := startSupervisor(t, httpPolicy(up.URL()))
 	sn := waitFor(t, s, "Ready", isReady)
 	if sn.ServerInfo.ProtocolVersion != httpStatefulVersion {
 		t.Fatalf("protocol %s, want %s", sn.ServerInfo.ProtocolVersion, httpStatefulVersion)
 	}
-	if httpHasTool(sn.Tools, fixture.ToolLate) {
+	if hasTool(sn.Tools, fixture.ToolLate) {
 		t.Fatalf("%s already listed at connect (connecting took over 3s?)", fixture.ToolLate)
 	}
 
-	sn = waitFor(t, s, "late_tool published", func(sn Snapshot) bool { return httpHasTool(sn.Tools, fixture.ToolLate) })
+	sn = waitFor(t, s, "late_tool published", func(sn Snapshot) bool { return hasTool(sn.Tools, fixture.ToolLate) })
 	if sn.Generation != 1 || sn.Phase != v1alpha1.PhaseReady {
 		t.Fatalf("re-sync reconnected: %s, generation %d", sn.Phase, sn.Generation)
 	}
@@ -903,8 +870,8 @@ func TestHTTPListChangedResyncsAndFailedResyncKeepsLastGoodTools(t *testing.T) {
 	// The server lists again: the next change is synced.
 	up.setIntercept(nil)
 	addTool("accepted_tool")
-	sn = waitFor(t, s, "the next re-sync", func(sn Snapshot) bool { return httpHasTool(sn.Tools, "accepted_tool") })
-	if !httpHasTool(sn.Tools, "refused_tool") || !httpHasTool(sn.Tools, fixture.ToolLate) {
+	sn = waitFor(t, s, "the next re-sync", func(sn Snapshot) bool { return hasTool(sn.Tools, "accepted_tool") })
+	if !hasTool(sn.Tools, "refused_tool") || !hasTool(sn.Tools, fixture.ToolLate) {
 		t.Fatalf("re-synced set %v", httpRawNames(sn.Tools))
 	}
 	if lists.Load() == 0 {
@@ -952,12 +919,12 @@ func TestHTTPResyncConflictKeepsPreviousSetAndPublishesWhenHolderLeaves(t *testi
 		t.Fatalf("test premise: %q != %q", conflicting, registry.PublicName("a__b", "c"))
 	}
 
-	pA := httpTestPolicy(upA.URL())
+	pA := httpPolicy(upA.URL())
 	pA.ServerName = "a__b"
 	a, _ := startSupervisor(t, pA, func(o *Options) { o.Name, o.Registry = "a", reg })
 	waitFor(t, a, "A Ready", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseReady && len(sn.Tools) == 1 })
 
-	pB := httpTestPolicy(upB.URL())
+	pB := httpPolicy(upB.URL())
 	pB.ServerName = "a"
 	b, _ := startSupervisor(t, pB, func(o *Options) { o.Name, o.Registry = "b", reg })
 	snB := waitFor(t, b, "B Ready", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseReady && len(sn.Tools) == 1 })

@@ -51,23 +51,6 @@ func stdioLog(t *testing.T) logr.Logger {
 	}, funcr.Options{Verbosity: 1})
 }
 
-// stdioEvents waits until the fixture's events file satisfies cond.
-func stdioEvents(t *testing.T, path, what string, cond func([]fixture.Event) bool) []fixture.Event {
-	t.Helper()
-	var evs []fixture.Event
-	NewWithT(t).Eventually(func() (bool, error) {
-		var err error
-		evs, err = fixture.ReadEvents(path)
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			return false, StopTrying("read events").Wrap(err)
-		}
-		return cond(evs), nil
-	}, eventually, 5*time.Millisecond).Should(BeTrue(), func() string {
-		return fmt.Sprintf("waiting for %s; events: %+v", what, evs)
-	})
-	return evs
-}
-
 func stdioCount(evs []fixture.Event, kind, tool string) int {
 	n := 0
 	for _, e := range evs {
@@ -246,10 +229,6 @@ func (w *stdioRegistryWatch) close() {
 	<-w.done
 }
 
-func stdioHasTool(tools []registry.Tool, public string) bool {
-	return slices.ContainsFunc(tools, func(t registry.Tool) bool { return t.Name == public })
-}
-
 // stdioFakeDialer connects generations to an in-process go-sdk server over
 // in-memory transports. It counts dials; with neverClosed its links never
 // report closed until release (the end of the test).
@@ -424,7 +403,7 @@ func TestStdioStalledInitializeFailsAfterConnectionBudgetWithStage(t *testing.T)
 	}
 	// The timed-out generation was closed (its child ended and was reaped)
 	// although the next attempt is a minute away.
-	evs := stdioEvents(t, ev, "the child's exit", func(e []fixture.Event) bool { return stdioCount(e, fixture.EventExit, "") == 1 })
+	evs := waitEvents(t, ev, "the child's exit", func(e []fixture.Event) bool { return stdioCount(e, fixture.EventExit, "") == 1 })
 	stdioWaitGone(t, stdioStarts(evs)[0], "the timed-out child")
 }
 
@@ -662,14 +641,14 @@ func TestStdioListChangedResyncPublishesNewToolWithoutDroppingOld(t *testing.T) 
 	s, reg := startSupervisor(t, p, func(o *Options) { watch = stdioWatchRegistry(t, o.Registry, "ns") })
 	sn := waitFor(t, s, "Ready", isReady)
 	first := len(sn.Tools)
-	if stdioHasTool(sn.Tools, "mcp__fx__late_tool") {
+	if hasTool(sn.Tools, fixture.ToolLate) {
 		t.Fatalf("late_tool already listed at first connect (connect took over 1.5s?)")
 	}
 	if first != 3+len(fixture.BuiltinTools) {
 		t.Fatalf("first sync published %d tools, want %d", first, 3+len(fixture.BuiltinTools))
 	}
-	sn = waitFor(t, s, "late_tool published", func(sn Snapshot) bool { return stdioHasTool(sn.Tools, "mcp__fx__late_tool") })
-	if !stdioHasTool(reg.Tools("ns"), "mcp__fx__late_tool") {
+	sn = waitFor(t, s, "late_tool published", func(sn Snapshot) bool { return hasTool(sn.Tools, fixture.ToolLate) })
+	if !hasTool(reg.Tools("ns"), fixture.ToolLate) {
 		t.Fatalf("late_tool in the snapshot but not in the registry")
 	}
 	if len(sn.Tools) != first+1 {
@@ -716,7 +695,7 @@ func TestStdioStalledResyncKeepsLastGoodToolsThenReconnects(t *testing.T) {
 		t.Fatalf("during the stalled re-sync the registry holds %v", got)
 	}
 	sn = waitFor(t, s, "generation 2 Ready with gamma", func(sn Snapshot) bool {
-		return sn.Generation == 2 && sn.Phase == v1alpha1.PhaseReady && stdioHasTool(sn.Tools, "mcp__fx__gamma")
+		return sn.Generation == 2 && sn.Phase == v1alpha1.PhaseReady && hasTool(sn.Tools, "gamma")
 	})
 	rec.close()
 	watch.close()
@@ -770,7 +749,7 @@ func stdioDisposeDuringStall(t *testing.T, args []string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	s.Start(ctx)
-	evs := stdioEvents(t, ev, "the child to start", func(e []fixture.Event) bool { return len(stdioStarts(e)) == 1 })
+	evs := waitEvents(t, ev, "the child to start", func(e []fixture.Event) bool { return len(stdioStarts(e)) == 1 })
 	pid := stdioStarts(evs)[0]
 	t.Cleanup(func() { stdioKillQuietly(pid) })
 	// Stalled in connect: still connecting, nothing failed.
@@ -1382,7 +1361,7 @@ func TestStdioCallToolSendsTheRawNameUpstream(t *testing.T) {
 	if got := RenderText(res); got != "hello" {
 		t.Errorf("echo returned %q", got)
 	}
-	evs := stdioEvents(t, ev, "the call event", func(e []fixture.Event) bool { return stdioCount(e, fixture.EventCall, "") > 0 })
+	evs := waitEvents(t, ev, "the call event", func(e []fixture.Event) bool { return stdioCount(e, fixture.EventCall, "") > 0 })
 	for _, e := range evs {
 		if e.Kind == fixture.EventCall && e.Tool != "echo" {
 			t.Errorf("upstream received tools/call for %q, want the raw name echo", e.Tool)
@@ -1409,7 +1388,7 @@ func TestStdioToolCallTimeoutIsEnforcedAndCancelsUpstream(t *testing.T) {
 	if elapsed < p.ToolCallTimeout {
 		t.Errorf("call returned after %v, before its %v timeout", elapsed, p.ToolCallTimeout)
 	}
-	stdioEvents(t, ev, "cancelled sleep", func(e []fixture.Event) bool { return stdioCount(e, fixture.EventCancelled, fixture.ToolSleep) == 1 })
+	waitEvents(t, ev, "cancelled sleep", func(e []fixture.Event) bool { return stdioCount(e, fixture.EventCancelled, fixture.ToolSleep) == 1 })
 	// A slow tool is not a lost connection.
 	if sn := s.Snapshot(); sn.Generation != 1 || sn.Phase != v1alpha1.PhaseReady {
 		t.Errorf("after a call timeout: generation %d, phase %s", sn.Generation, sn.Phase)
@@ -1431,7 +1410,7 @@ func TestStdioCallerCancellationCancelsUpstreamCall(t *testing.T) {
 		_, err := s.CallTool(ctx, fixture.ToolSleep, map[string]any{"ms": 60000})
 		errc <- err
 	}()
-	stdioEvents(t, ev, "call sleep", func(e []fixture.Event) bool { return stdioCount(e, fixture.EventCall, fixture.ToolSleep) == 1 })
+	waitEvents(t, ev, "call sleep", func(e []fixture.Event) bool { return stdioCount(e, fixture.EventCall, fixture.ToolSleep) == 1 })
 	cancel()
 	select {
 	case err := <-errc:
@@ -1441,7 +1420,7 @@ func TestStdioCallerCancellationCancelsUpstreamCall(t *testing.T) {
 	case <-time.After(eventually):
 		t.Fatal("the call did not end on cancellation")
 	}
-	stdioEvents(t, ev, "cancelled sleep", func(e []fixture.Event) bool { return stdioCount(e, fixture.EventCancelled, fixture.ToolSleep) == 1 })
+	waitEvents(t, ev, "cancelled sleep", func(e []fixture.Event) bool { return stdioCount(e, fixture.EventCancelled, fixture.ToolSleep) == 1 })
 	if sn := s.Snapshot(); sn.Generation != 1 || sn.Phase != v1alpha1.PhaseReady {
 		t.Errorf("after a cancelled call: generation %d, phase %s", sn.Generation, sn.Phase)
 	}
