@@ -73,12 +73,14 @@
 // # One run goroutine
 //
 // Supervisor.run is the supervisor's only long-lived goroutine. Per
-// generation it calls attempt, which calls connect (beginGeneration, open:
-// dial the link and start the MCP session; then the first tool sync, all
-// under one connectionTimeoutMs context), then connected (the generation
-// becomes live and its background goroutines start), then serve (wait for a
-// loss, the stability window or the end), then closeGeneration (close the
-// link and session, wait for the close signal up to the close barrier). run
+// generation it calls attempt, which calls connect through tracedConnect
+// (beginGeneration, open: dial the link and start the MCP session; then the
+// first tool sync, all under one connectionTimeoutMs context), then
+// connected (the generation becomes live and its background goroutines
+// start), then, through served, serve (wait for a loss, the stability
+// window or the end), then closeGeneration (close the link and session,
+// wait for the close signal up to the close barrier). attempt reports
+// whether the generation became live and whether its end is final; run
 // then asks the outage (outage.go) whether the attempt budget allows
 // another attempt and with which delay.
 //
@@ -127,7 +129,7 @@
 //
 //   - supervisor.go: the Supervisor type, Options, Start, Dispose, snapshots.
 //   - machine.go: the state machine (run → attempt → connect → connected →
-//     serve → closeGeneration).
+//     served → serve → closeGeneration).
 //   - generation.go: one generation's state, lose and shutdown.
 //   - outage.go: the attempt budget, backoff delays and the stability window.
 //   - idle.go: calls in flight, the idle timer and the wake of a sleeping
