@@ -6,8 +6,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/mcpbridge/operator/internal/bridge"
 	"github.com/mcpbridge/operator/internal/gateway"
+	"github.com/mcpbridge/operator/internal/registry"
 )
 
 // budgetOptions are the budgets one tenant is held to (docs/design.md, "Budgets" and "Limits"); see
@@ -29,8 +29,8 @@ func (o *budgetOptions) bindFlags(fs *flag.FlagSet) {
 	fs.Var(byteQuantity{&o.gateway.ResultBytesPerNamespace}, flagName(gateway.FlagMaxResultBytesPerNamespace),
 		"Bytes of tool results one namespace's calls may hold in the manager at once (a quantity, e.g. 64Mi); "+
 			"a call whose result would pass it gets a JSON-RPC error naming this flag.")
-	o.toolBytes = bridge.DefaultMaxToolBytesPerNamespace
-	fs.Var(byteQuantity{&o.toolBytes}, flagName(bridge.FlagMaxToolBytesPerNamespace),
+	o.toolBytes = registry.DefaultMaxToolBytesPerNamespace
+	fs.Var(byteQuantity{&o.toolBytes}, flagName(registry.FlagMaxToolBytesPerNamespace),
 		"Bytes of published tools (as JSON, schemas included) of all McpServers of one namespace (a quantity, e.g. 64Mi); "+
 			"a server whose tools would pass it keeps its previous set (or publishes none) and says why in its status (ToolBudgetExceeded).")
 }
@@ -44,7 +44,7 @@ func (o *budgetOptions) validate() error {
 		{gateway.FlagMaxCallsPerIdentity, int64(o.gateway.CallsPerIdentity)},
 		{gateway.FlagMaxCallsPerNamespace, int64(o.gateway.CallsPerNamespace)},
 		{gateway.FlagMaxResultBytesPerNamespace, o.gateway.ResultBytesPerNamespace},
-		{bridge.FlagMaxToolBytesPerNamespace, o.toolBytes},
+		{registry.FlagMaxToolBytesPerNamespace, o.toolBytes},
 	} {
 		if b.v <= 0 {
 			return fmt.Errorf("%s must be positive, not %d", b.flag, b.v)

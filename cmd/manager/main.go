@@ -23,12 +23,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
-	"github.com/mcpbridge/operator/internal/bridge"
 	"github.com/mcpbridge/operator/internal/controller"
 	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/gateway"
 	"github.com/mcpbridge/operator/internal/kubeauth"
 	"github.com/mcpbridge/operator/internal/proc"
+	"github.com/mcpbridge/operator/internal/registry"
 )
 
 func main() {
@@ -121,12 +121,12 @@ func run(args []string) error {
 // setupControllers wires the tool registry, the supervisors, the gateway
 // and the McpServer reconciler into the manager.
 func setupControllers(mgr ctrl.Manager, opts *options) (*controller.Supervisors, error) {
-	registry := bridge.NewRegistry()
-	registry.MaxToolBytesPerNamespace = opts.budgets.toolBytes
-	if err := setupGateway(mgr, opts, registry); err != nil {
+	reg := registry.New()
+	reg.MaxToolBytesPerNamespace = opts.budgets.toolBytes
+	if err := setupGateway(mgr, opts, reg); err != nil {
 		return nil, fmt.Errorf("set up the gateway: %w", err)
 	}
-	sups := controller.NewSupervisors(controller.SupervisorsOptions{Registry: registry, Log: ctrl.Log.WithName("supervisor"),
+	sups := controller.NewSupervisors(controller.SupervisorsOptions{Registry: reg, Log: ctrl.Log.WithName("supervisor"),
 		Egress:         egress.New(opts.upstreamAllowCIDRs).WithCluster(opts.clusterCIDRs, egress.KubeOwners{Reader: mgr.GetAPIReader()}),
 		TracerProvider: opts.tracerProvider})
 	r := &controller.McpServerReconciler{
@@ -148,8 +148,8 @@ func setupControllers(mgr ctrl.Manager, opts *options) (*controller.Supervisors,
 // (audience-bound TokenReviews, "use" reviews namespace-wide then per
 // McpServer) unless --gateway-auth=none, and over TLS from
 // --gateway-cert-dir if given. See docs/design.md, "The gateway".
-func setupGateway(mgr ctrl.Manager, opts *options, registry *bridge.Registry) error {
-	gw := &gateway.Gateway{Registry: registry, Log: ctrl.Log.WithName("gateway"), TracerProvider: opts.tracerProvider,
+func setupGateway(mgr ctrl.Manager, opts *options, reg *registry.Registry) error {
+	gw := &gateway.Gateway{Registry: reg, Log: ctrl.Log.WithName("gateway"), TracerProvider: opts.tracerProvider,
 		Budgets: opts.budgets.gateway}
 	if opts.gatewayAuth == gatewayAuthToken {
 		c := mgr.GetClient() // creates go to the apiserver, never to the cache

@@ -23,6 +23,7 @@ import (
 
 	"github.com/mcpbridge/operator/internal/proc"
 	"github.com/mcpbridge/operator/internal/shim"
+	"github.com/mcpbridge/operator/internal/shim/tunnel"
 )
 
 const usage = `Usage:
@@ -52,7 +53,7 @@ func run(args []string, stderr io.Writer) int {
 	}
 	fs := flag.NewFlagSet("shim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	listen := fs.String("listen", ":"+strconv.Itoa(shim.DefaultPort), "listen on `ADDR`")
+	listen := fs.String("listen", ":"+strconv.Itoa(tunnel.DefaultPort), "listen on `ADDR`")
 	tokenFile := fs.String("token-file", "", "read the tunnel token from `PATH` (required)")
 	certFile := fs.String("tls-cert-file", "", "serve TLS with the certificate (PEM) at `PATH` (required)")
 	keyFile := fs.String("tls-key-file", "", "serve TLS with the private key (PEM) at `PATH` (required)")

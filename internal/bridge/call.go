@@ -9,6 +9,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpbridge/operator/api/v1alpha1"
+	"github.com/mcpbridge/operator/internal/registry"
 	"github.com/mcpbridge/operator/internal/tracing"
 )
 
@@ -82,7 +84,7 @@ func (s *Supervisor) callFailed(ctx, cctx context.Context, g *generation, err er
 		err = fmt.Errorf("%w: the connection was closed during the call", ErrUnavailable)
 	case errors.Is(cctx.Err(), context.DeadlineExceeded):
 		err = errCallTimeout{timeout: s.p.ToolCallTimeout}
-	case errors.Is(err, ErrResultBudget):
+	case errors.Is(err, registry.ErrResultBudget):
 		// The caller's budget, not the connection's failure.
 	case isSessionLost(err):
 		g.lose(StageToolsCall, err)
@@ -106,12 +108,12 @@ func (errCallTimeout) Is(target error) bool { return target == context.DeadlineE
 func (s *Supervisor) downReason() string {
 	sn := &s.snap
 	switch sn.Phase {
-	case PhaseReconnecting:
+	case v1alpha1.PhaseReconnecting:
 		if sn.Attempt > 0 {
 			return fmt.Sprintf("server %q is reconnecting (attempt %d of %d)", s.p.ServerName, sn.Attempt, sn.MaxAttempts)
 		}
 		return fmt.Sprintf("server %q is reconnecting", s.p.ServerName)
-	case PhaseFailed:
+	case v1alpha1.PhaseFailed:
 		return fmt.Sprintf("server %q is down (%s): %s", s.p.ServerName, sn.Reason, sn.Message)
 	default:
 		return fmt.Sprintf("server %q is not connected yet", s.p.ServerName)

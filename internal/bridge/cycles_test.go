@@ -14,8 +14,10 @@ import (
 	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
 
+	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/policy"
 	"github.com/mcpbridge/operator/internal/proc"
+	"github.com/mcpbridge/operator/internal/registry"
 )
 
 // TestCrashReconnectCyclesLeaveNoLeak kills the stdio child 200 times, each
@@ -43,7 +45,7 @@ func TestCrashReconnectCyclesLeaveNoLeak(t *testing.T) {
 		}
 	}
 	baseline := runtime.NumGoroutine()
-	reg := NewRegistry()
+	reg := registry.New()
 	s := New(Options{Namespace: "ns", Name: "srv", Policy: p, Registry: reg, Log: logr.Discard(), CloseBarrier: 3 * time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -84,9 +86,9 @@ func TestCrashReconnectCyclesLeaveNoLeak(t *testing.T) {
 		}
 		sn = waitFor(t, s, fmt.Sprintf("cycle %d: a generation after %d Ready", i, gen), func(sn Snapshot) bool {
 			maxFailed = max(maxFailed, sn.FailedAttempts)
-			return sn.Phase == PhaseFailed || (sn.Phase == PhaseReady && sn.Generation > gen)
+			return sn.Phase == v1alpha1.PhaseFailed || (sn.Phase == v1alpha1.PhaseReady && sn.Generation > gen)
 		})
-		if sn.Phase == PhaseFailed {
+		if sn.Phase == v1alpha1.PhaseFailed {
 			t.Fatalf("cycle %d: supervisor stopped: %s: %s (lastError %v)", i, sn.Reason, sn.Message, sn.LastError)
 		}
 		if got := toolNames(sn.Tools); !slices.Equal(got, want) {

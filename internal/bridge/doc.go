@@ -1,6 +1,6 @@
 // Package bridge owns the live side of the operator: one connection
-// supervisor per MCP server, the per-namespace tool registry the supervisors
-// publish into, and the public tool-name function.
+// supervisor per MCP server, which publishes the server's tools into the
+// per-namespace registry (internal/registry) as their Caller.
 //
 // It never talks to the Kubernetes apiserver: the controller drives a
 // Supervisor with a resolved policy and turns its change signal, snapshots
@@ -11,12 +11,14 @@
 // New builds a Supervisor from a policy.Policy; Start runs it until Dispose
 // or the end of its context. Changes signals (coalesced, never blocking)
 // that Snapshot or DrainEvents have something new. CallTool and
-// CallToolJSON forward a tools/call to the live generation; the Registry
-// hands out the Supervisor as the Caller of each published tool.
+// CallToolJSON forward a tools/call to the live generation; the registry
+// hands out the Supervisor as the Caller (a registry.JSONCaller) of each
+// published tool.
 //
 // # States
 //
-// The snapshot's Phase moves only in machine.go:
+// The snapshot's Phase and Reason are api/v1alpha1's, which the controller
+// writes into status as they are; they move only in machine.go:
 //
 //	Pending ──Start──▶ Connecting ──connected──▶ Ready
 //	Connecting ──attempt failed──▶ Connecting (retry scheduled, Attempt n)
@@ -25,13 +27,14 @@
 //	Ready ──suspendAfterMs without a call, generation closed──▶ Idle
 //	Idle ──a call requests the wake──▶ Connecting ──connected──▶ Ready
 //	Connecting (a wake) ──attempt failed──▶ Reconnecting (retry scheduled)
+//	Ready ──lost, reconnect disabled──▶ Failed (ReconnectDisabled)
 //	any ──budget spent / failOnStartupError / reconnect disabled /
 //	       close barrier passed──▶ Failed (Reason says which)
 //
-// With reconnect disabled, a lost connection passes through Reconnecting
-// while its generation closes (serve reports the loss before
-// closeGeneration runs), then stops in Failed/ReconnectDisabled with its
-// tools still published; a failed attempt goes to Failed at once.
+// With reconnect disabled, a lost connection is Failed/ReconnectDisabled
+// at once, while its generation still closes, with its tools still
+// published; should that close pass the barrier, the reason turns
+// CloseTimeout. A failed attempt goes to Failed at once.
 //
 // Failed is final for the Supervisor; the controller builds a new one on a
 // hot swap. Dispose moves no phase: a disposed supervisor's snapshot keeps
@@ -70,12 +73,14 @@
 // # One run goroutine
 //
 // Supervisor.run is the supervisor's only long-lived goroutine. Per
-// generation it calls attempt, which calls connect (beginGeneration, open:
-// dial the link and start the MCP session; then the first tool sync, all
-// under one connectionTimeoutMs context), then connected (the generation
-// becomes live and its background goroutines start), then serve (wait for a
-// loss, the stability window or the end), then closeGeneration (close the
-// link and session, wait for the close signal up to the close barrier). run
+// generation it calls attempt, which calls connect through tracedConnect
+// (beginGeneration, open: dial the link and start the MCP session; then the
+// first tool sync, all under one connectionTimeoutMs context), then
+// connected (the generation becomes live and its background goroutines
+// start), then, through served, serve (wait for a loss, the stability
+// window or the end), then closeGeneration (close the link and session,
+// wait for the close signal up to the close barrier). attempt reports
+// whether the generation became live and whether its end is final; run
 // then asks the outage (outage.go) whether the attempt budget allows
 // another attempt and with which delay.
 //
@@ -124,7 +129,7 @@
 //
 //   - supervisor.go: the Supervisor type, Options, Start, Dispose, snapshots.
 //   - machine.go: the state machine (run → attempt → connect → connected →
-//     serve → closeGeneration).
+//     served → serve → closeGeneration).
 //   - generation.go: one generation's state, lose and shutdown.
 //   - outage.go: the attempt budget, backoff delays and the stability window.
 //   - idle.go: calls in flight, the idle timer and the wake of a sleeping
@@ -139,10 +144,7 @@
 //     awaiter of a server that may not be there yet; stdio.go (a child
 //     process), pod.go (a tunnel to the shim in the server's Pod) and
 //     http.go are the three transports.
-//   - registry.go, naming.go: the tool registry (with its per-namespace
-//     budget of tool bytes) and public names.
-//   - protocol.go: the client's identity and the protocol versions it
-//     speaks (SessionlessProtocol).
+//   - protocol.go: the client's identity.
 //   - spans.go: the connect, sync and call spans (tracedConnect).
 //   - snapshot.go, events.go, observer.go, errors.go: what the supervisor
 //     reports.

@@ -14,6 +14,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
+	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/test/fixture"
 )
@@ -80,7 +81,7 @@ func TestEgressRefusesAndNamesTheAddress(t *testing.T) {
 			g.Expect(sn.LastError.Stage).To(Equal(StageTransportStart))
 			g.Expect(sn.LastError.Message()).To(Equal("Refused to connect to " + tc.refused + ": " + tc.class +
 				" addresses are not allowed for upstreams; an administrator can allow them with --upstream-allow-cidrs"))
-			g.Expect(sn.Phase).To(Equal(PhaseConnecting), "a refusal is a failed attempt, retried like any other")
+			g.Expect(sn.Phase).To(Equal(v1alpha1.PhaseConnecting), "a refusal is a failed attempt, retried like any other")
 			g.Expect(reg.Tools("ns")).To(BeEmpty())
 		})
 	}

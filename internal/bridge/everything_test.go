@@ -21,7 +21,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	. "github.com/onsi/gomega"
 
+	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/policy"
+	"github.com/mcpbridge/operator/internal/registry"
 )
 
 // Tests against @modelcontextprotocol/server-everything (TypeScript SDK),
@@ -138,7 +140,7 @@ func everythingCheckTools(t *testing.T, sn Snapshot, direct []string) {
 		t.Fatalf("supervisor published %v,\ndirect client lists %v", got, direct)
 	}
 	for _, tl := range sn.Tools {
-		if tl.Name != PublicName("ev", tl.RawName) {
+		if tl.Name != registry.PublicName("ev", tl.RawName) {
 			t.Errorf("tool %q published as %q", tl.RawName, tl.Name)
 		}
 	}
@@ -186,7 +188,7 @@ func TestEverythingStdioConnectsListsCallsAndRecoversAfterKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	killed := time.Now()
-	sn2 := waitFor(t, s, "Ready in generation 2", func(sn Snapshot) bool { return sn.Phase == PhaseReady && sn.Generation >= 2 })
+	sn2 := waitFor(t, s, "Ready in generation 2", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseReady && sn.Generation >= 2 })
 	t.Logf("recovered %v after the kill", time.Since(killed))
 	if got, want := toolNames(sn2.Tools), toolNames(sn1.Tools); !slices.Equal(got, want) {
 		t.Fatalf("tools changed across the restart: %v -> %v", want, got)
@@ -292,7 +294,7 @@ func TestEverythingStreamableHTTPConnectsListsCallsAndRecoversAfterRestart(t *te
 
 	proc.kill()
 	killed := time.Now()
-	lost := waitFor(t, s, "the loss to be noticed", func(sn Snapshot) bool { return sn.Phase != PhaseReady })
+	lost := waitFor(t, s, "the loss to be noticed", func(sn Snapshot) bool { return sn.Phase != v1alpha1.PhaseReady })
 	t.Logf("loss noticed %v after the kill: %v", time.Since(killed), lost.LastError)
 	// With healthCheckIntervalMs set, a failed probe (within about a
 	// second here) is the loss; the SDK's own SSE retries take longer.
@@ -306,7 +308,7 @@ func TestEverythingStreamableHTTPConnectsListsCallsAndRecoversAfterRestart(t *te
 
 	everythingStartHTTP(t, node, entry, port)
 	restarted := time.Now()
-	sn2 := waitFor(t, s, "Ready again", func(sn Snapshot) bool { return sn.Phase == PhaseReady && sn.Generation >= 2 })
+	sn2 := waitFor(t, s, "Ready again", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseReady && sn.Generation >= 2 })
 	t.Logf("recovered %v after the restart (generation %d)", time.Since(restarted), sn2.Generation)
 	if got, want := toolNames(sn2.Tools), toolNames(sn1.Tools); !slices.Equal(got, want) {
 		t.Fatalf("tools changed across the restart: %v -> %v", want, got)

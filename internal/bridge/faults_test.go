@@ -19,6 +19,7 @@ import (
 	. "github.com/onsi/gomega"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/policy"
 	"github.com/mcpbridge/operator/test/fixture"
 )
@@ -82,7 +83,7 @@ func TestFaultChildDyingMidCallFailsTheCallAndReconnects(t *testing.T) {
 	if elapsed > 5*time.Second {
 		t.Errorf("the call to a dying child took %v", elapsed)
 	}
-	sn := waitFor(t, s, "generation 2 Ready", func(sn Snapshot) bool { return sn.Generation >= 2 && sn.Phase == PhaseReady })
+	sn := waitFor(t, s, "generation 2 Ready", func(sn Snapshot) bool { return sn.Generation >= 2 && sn.Phase == v1alpha1.PhaseReady })
 	close(stop)
 	okN, failN := wait()
 	t.Logf("concurrent echo calls: %d ok, %d failed", okN, failN)
@@ -121,12 +122,12 @@ exec "$0" "$@"`
 	stop := make(chan struct{})
 	wait := faultsCallLoop(s, stop)
 	sn := waitFor(t, s, "a generation that stays Ready", func(sn Snapshot) bool {
-		return sn.Phase == PhaseFailed || (sn.Phase == PhaseReady && sn.Generation >= 9)
+		return sn.Phase == v1alpha1.PhaseFailed || (sn.Phase == v1alpha1.PhaseReady && sn.Generation >= 9)
 	})
 	close(stop)
 	okN, failN := wait()
 	t.Logf("generation %d Ready; concurrent echo calls: %d ok, %d failed", sn.Generation, okN, failN)
-	if sn.Phase != PhaseReady {
+	if sn.Phase != v1alpha1.PhaseReady {
 		t.Fatalf("did not recover: %s: %s (%v)", sn.Reason, sn.Message, sn.LastError)
 	}
 	if n := len(stdioStarts(mustEvents(t, ev))); n < 9 {
@@ -210,7 +211,7 @@ func TestFaultDuplicateRawNameRejectsTheFetch(t *testing.T) {
 	p.Reconnect.MaxAttempts = 1
 	var watch *stdioRegistryWatch
 	s, reg := startSupervisor(t, p, func(o *Options) { watch = stdioWatchRegistry(t, o.Registry, "ns") })
-	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
+	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseFailed })
 	if sn.LastError == nil {
 		t.Fatalf("no lastError: %+v", sn)
 	}
@@ -241,13 +242,13 @@ func TestFaultTenThousandToolsAllPublished(t *testing.T) {
 	// Listing 10,000 tools takes seconds under -race on a loaded machine:
 	// a longer bound than waitFor's.
 	var sn Snapshot
-	NewWithT(t).Eventually(func() (Phase, error) {
+	NewWithT(t).Eventually(func() (v1alpha1.Phase, error) {
 		sn = s.Snapshot()
 		if sn.LastError != nil {
 			return sn.Phase, StopTrying(fmt.Sprintf("not Ready: %+v", sn))
 		}
 		return sn.Phase, nil
-	}, 90*time.Second, 20*time.Millisecond).Should(Equal(PhaseReady))
+	}, 90*time.Second, 20*time.Millisecond).Should(Equal(v1alpha1.PhaseReady))
 	t.Logf("10,008 tools over 11 pages published in %v", time.Since(start))
 	want := 10000 + len(fixture.BuiltinTools)
 	if len(sn.Tools) != want {
@@ -258,8 +259,8 @@ func TestFaultTenThousandToolsAllPublished(t *testing.T) {
 		t.Fatalf("registry has %d tools, want %d", len(tools), want)
 	}
 	for _, i := range []int{0, 999, 1000, 5000, 9999} {
-		name := "mcp__fx__" + fixture.GeneratedToolName(i)
-		if !stdioHasTool(tools, name) {
+		name := fixture.GeneratedToolName(i)
+		if !hasTool(tools, name) {
 			t.Errorf("%s missing", name)
 		}
 	}
@@ -314,7 +315,7 @@ func TestFaultHealthCheckDetectsStoppedChild(t *testing.T) {
 		fc.Step(interval)
 		return s.Snapshot()
 	}, eventually, 50*time.Millisecond).Should(SatisfyAll(
-		HaveField("Generation", BeEquivalentTo(2)), HaveField("Phase", PhaseReady)))
+		HaveField("Generation", BeEquivalentTo(2)), HaveField("Phase", v1alpha1.PhaseReady)))
 	t.Logf("stopped child replaced after %v", time.Since(stoppedAt))
 	rec.close()
 	sawHealth := false
@@ -349,7 +350,7 @@ func TestHealthChecksRunOnTheSupervisorsClock(t *testing.T) {
 		fc.Step(interval)
 		g.Eventually(probes, eventually).Should(Equal(base + i))
 	}
-	ready := SatisfyAll(HaveField("Generation", BeEquivalentTo(1)), HaveField("Phase", PhaseReady))
+	ready := SatisfyAll(HaveField("Generation", BeEquivalentTo(1)), HaveField("Phase", v1alpha1.PhaseReady))
 	failOne := func() {
 		fs.stallNextList.Store(true)
 		fc.Step(interval)
@@ -458,7 +459,7 @@ func TestFaultDisposeLeavesNeitherChildNorGrandchild(t *testing.T) {
 	ev := eventsPath(t)
 	s, _ := startSupervisor(t, stdioPolicy("--spawn-grandchild", "--events-file="+ev))
 	waitFor(t, s, "Ready", isReady)
-	evs := stdioEvents(t, ev, "start and grandchild", func(e []fixture.Event) bool {
+	evs := waitEvents(t, ev, "start and grandchild", func(e []fixture.Event) bool {
 		return len(stdioStarts(e)) == 1 && stdioCount(e, fixture.EventGrandchild, "") == 1
 	})
 	child := stdioStarts(evs)[0]
@@ -551,7 +552,7 @@ func TestFaultChildStderrIsLoggedLineByLine(t *testing.T) {
 	p := stdioPolicy("--no-such-flag") // the flag package prints usage on stderr
 	p.Reconnect.MaxAttempts = 1
 	s, _ := startSupervisor(t, p, func(o *Options) { o.Log = log })
-	waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
+	waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseFailed })
 	re := regexp.MustCompile(`"msg"="stderr".*"pid"=(\d+).*"line"="(.*)"$`)
 	var got []string
 	// Each logged line must be one line with the resource, within the rate

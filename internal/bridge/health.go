@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/mcpbridge/operator/internal/registry"
 )
 
 // healthFailures in a row make a loss.
@@ -65,7 +67,7 @@ func probe(g *generation, timeout time.Duration) error {
 	var err error
 	hl, isHTTP := g.link.(*httpLink)
 	switch {
-	case g.sess.InitializeResult().ProtocolVersion < SessionlessProtocol:
+	case g.sess.InitializeResult().ProtocolVersion < registry.SessionlessProtocol:
 		err = g.sess.Ping(ctx, nil)
 	case isHTTP:
 		err = g.listProbe(ctx, hl)

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,6 +20,8 @@ import (
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/policy"
+	"github.com/mcpbridge/operator/internal/registry"
+	"github.com/mcpbridge/operator/test/fixture"
 )
 
 const eventually = 20 * time.Second
@@ -34,16 +38,20 @@ func stdioPolicy(args ...string) *policy.Policy {
 	}
 }
 
+// httpPolicy connects to url over Streamable HTTP, with a reconnect budget
+// that outlasts the tests' 20 s bounds, so that a slow recovery is never
+// mistaken for an exhausted budget.
 func httpPolicy(url string) *policy.Policy {
 	p := stdioPolicy()
 	p.Transport, p.Stdio, p.HTTP = v1alpha1.TransportStreamableHTTP, nil, &policy.HTTP{URL: url}
+	p.Reconnect.MaxAttempts = 200
 	return p
 }
 
 // startSupervisor starts a supervisor and disposes it when the test ends.
-func startSupervisor(t *testing.T, p *policy.Policy, mutate ...func(*Options)) (*Supervisor, *Registry) {
+func startSupervisor(t *testing.T, p *policy.Policy, mutate ...func(*Options)) (*Supervisor, *registry.Registry) {
 	t.Helper()
-	reg := NewRegistry()
+	reg := registry.New()
 	o := Options{Namespace: "ns", Name: "srv", Policy: p, Registry: reg, Log: testr.New(t),
 		CloseBarrier: 3 * time.Second, Egress: loopbackEgress(t, "127.0.0.0/8", "::1/128")}
 	for _, m := range mutate {
@@ -101,9 +109,9 @@ func waitForWithin(t *testing.T, s *Supervisor, what string, within time.Duratio
 	return sn
 }
 
-func isReady(sn Snapshot) bool { return sn.Phase == PhaseReady }
+func isReady(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseReady }
 
-func toolNames(tools []Tool) []string {
+func toolNames(tools []registry.Tool) []string {
 	out := make([]string, len(tools))
 	for i, t := range tools {
 		out[i] = t.Name
@@ -127,4 +135,35 @@ func pidOf(t *testing.T, res *mcp.CallToolResult) int {
 		t.Fatalf("pid result %q: %v", text, err)
 	}
 	return pid
+}
+
+// hasTool: tools holds the tool the server listed as raw.
+func hasTool(tools []registry.Tool, raw string) bool {
+	return slices.ContainsFunc(tools, func(t registry.Tool) bool { return t.RawName == raw })
+}
+
+// waitEvents waits until the fixture's events file satisfies cond, and
+// returns its events.
+func waitEvents(t *testing.T, path, what string, cond func([]fixture.Event) bool) []fixture.Event {
+	t.Helper()
+	var evs []fixture.Event
+	NewWithT(t).Eventually(func() (bool, error) {
+		var err error
+		evs, err = fixture.ReadEvents(path)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return false, StopTrying("read events").Wrap(err)
+		}
+		return cond(evs), nil
+	}, eventually, 5*time.Millisecond).Should(BeTrue(), func() string {
+		return fmt.Sprintf("waiting for %s; events: %+v", what, evs)
+	})
+	return evs
+}
+
+// waitEvent waits until an event of the fixture's events file matches, and
+// returns the first that does.
+func waitEvent(t *testing.T, path, what string, match func(fixture.Event) bool) fixture.Event {
+	t.Helper()
+	evs := waitEvents(t, path, what, func(evs []fixture.Event) bool { return slices.ContainsFunc(evs, match) })
+	return evs[slices.IndexFunc(evs, match)]
 }

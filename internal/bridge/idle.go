@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"k8s.io/utils/clock"
+
+	"github.com/mcpbridge/operator/api/v1alpha1"
 )
 
 // Idle servers: a stdio server with spec.idle.suspendAfterMs sleeps after
@@ -80,7 +82,7 @@ func (s *Supervisor) SetSuspendAfter(d time.Duration) {
 func (s *Supervisor) Sleeping() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.snap.Phase == PhaseIdle && s.wake != nil && !s.wake.isRequested()
+	return s.snap.Phase == v1alpha1.PhaseIdle && s.wake != nil && !s.wake.isRequested()
 }
 
 // acquire is the one way a call gets the live generation, and the one

@@ -9,6 +9,8 @@ import (
 	. "github.com/onsi/gomega"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/mcpbridge/operator/api/v1alpha1"
+	"github.com/mcpbridge/operator/internal/registry"
 	"github.com/mcpbridge/operator/test/fixture"
 )
 
@@ -20,7 +22,7 @@ import (
 const suspendAfter = time.Minute
 
 // idleSupervisor runs the fixture with suspendAfter on a fake clock.
-func idleSupervisor(t *testing.T) (*Supervisor, *Registry, *clocktesting.FakeClock) {
+func idleSupervisor(t *testing.T) (*Supervisor, *registry.Registry, *clocktesting.FakeClock) {
 	t.Helper()
 	p := stdioPolicy()
 	p.SuspendAfter = suspendAfter
@@ -31,7 +33,7 @@ func idleSupervisor(t *testing.T) (*Supervisor, *Registry, *clocktesting.FakeClo
 	return s, reg, fc
 }
 
-func isIdle(sn Snapshot) bool { return sn.Phase == PhaseIdle }
+func isIdle(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseIdle }
 
 func echo(ctx context.Context, s *Supervisor, text string) (string, error) {
 	res, err := s.CallTool(ctx, fixture.ToolEcho, map[string]any{"text": text})
@@ -57,7 +59,7 @@ func TestIdleSuspendsAfterSuspendAfterWithoutACallAndKeepsTheTools(t *testing.T)
 	waitTimers(t, fc)
 
 	fc.Step(suspendAfter - time.Second)
-	g.Consistently(s.Snapshot, 300*time.Millisecond, 20*time.Millisecond).Should(HaveField("Phase", PhaseReady),
+	g.Consistently(s.Snapshot, 300*time.Millisecond, 20*time.Millisecond).Should(HaveField("Phase", v1alpha1.PhaseReady),
 		"suspended before suspendAfter had passed")
 	fc.Step(time.Second)
 	sn := waitFor(t, s, "Idle", isIdle)
@@ -89,7 +91,7 @@ func TestIdleWakesOnACallAndConcurrentCallsShareTheWake(t *testing.T) {
 		g.Expect(got[i]).To(Equal("wake " + string(rune('a'+i))))
 	}
 	sn := s.Snapshot()
-	g.Expect(sn.Phase).To(Equal(PhaseReady))
+	g.Expect(sn.Phase).To(Equal(v1alpha1.PhaseReady))
 	g.Expect(sn.Generation).To(BeEquivalentTo(2), "concurrent calls woke the server more than once")
 	g.Expect(s.Sleeping()).To(BeFalse())
 	g.Expect(s.DrainEvents()).To(ContainElement(SatisfyAll(HaveField("Reason", "Woken"),
@@ -108,13 +110,13 @@ func TestIdleCallInFlightKeepsTheServerAwake(t *testing.T) {
 	}()
 	g.Eventually(func() int { s.mu.Lock(); defer s.mu.Unlock(); return s.inflight }, eventually).Should(Equal(1))
 	fc.Step(2 * suspendAfter)
-	g.Consistently(s.Snapshot, 500*time.Millisecond, 20*time.Millisecond).Should(HaveField("Phase", PhaseReady),
+	g.Consistently(s.Snapshot, 500*time.Millisecond, 20*time.Millisecond).Should(HaveField("Phase", v1alpha1.PhaseReady),
 		"suspended with a call in flight")
 	g.Eventually(done, eventually).Should(Receive(BeNil()), "the call in flight failed")
 	t.Logf("the sleep call took %v", time.Since(started))
 	// The idle time counts from the call's end.
 	fc.Step(suspendAfter - time.Second)
-	g.Consistently(s.Snapshot, 300*time.Millisecond, 20*time.Millisecond).Should(HaveField("Phase", PhaseReady))
+	g.Consistently(s.Snapshot, 300*time.Millisecond, 20*time.Millisecond).Should(HaveField("Phase", v1alpha1.PhaseReady))
 	fc.Step(suspendAfter)
 	waitFor(t, s, "Idle", isIdle)
 }
@@ -125,7 +127,7 @@ func TestIdleSuspendAfterChangesInPlace(t *testing.T) {
 	waitTimers(t, fc)
 	s.SetSuspendAfter(0)
 	fc.Step(10 * suspendAfter)
-	g.Consistently(s.Snapshot, 500*time.Millisecond, 20*time.Millisecond).Should(HaveField("Phase", PhaseReady),
+	g.Consistently(s.Snapshot, 500*time.Millisecond, 20*time.Millisecond).Should(HaveField("Phase", v1alpha1.PhaseReady),
 		"suspendAfter 0 still suspended")
 	s.SetSuspendAfter(2 * suspendAfter)
 	g.Eventually(fc.HasWaiters, eventually).Should(BeTrue())
@@ -181,7 +183,7 @@ func TestIdleWakeCountsAgainstTheCallTimeout(t *testing.T) {
 	g.Expect(err).To(MatchError(context.DeadlineExceeded))
 	t.Logf("the call gave up after %v", time.Since(started))
 	g.Expect(s.Sleeping()).To(BeFalse(), "a requested wake still asks for 0 replicas")
-	g.Expect(s.Snapshot().Phase).To(Equal(PhaseConnecting))
+	g.Expect(s.Snapshot().Phase).To(Equal(v1alpha1.PhaseConnecting))
 	g.Expect(reg.Owned("ns", "ns/srv")).NotTo(BeEmpty())
 
 	pods.set(readyPod("srv-mcp-2", "uid-2"), true)

@@ -24,7 +24,8 @@ func (s *Supervisor) run(ctx context.Context) {
 	o := outage{policy: s.p.Reconnect}
 	everConnected := false
 	for {
-		err := s.attempt(ctx, &o, &everConnected)
+		connected, err := s.attempt(ctx, &o, everConnected)
+		everConnected = everConnected || connected
 		if ctx.Err() != nil {
 			return
 		}
@@ -71,7 +72,7 @@ func (s *Supervisor) finish() {
 	close(s.closed)
 }
 
-// stopError ends the supervisor in PhaseFailed with a reason.
+// stopError ends the supervisor in phase Failed with a reason.
 type stopError struct {
 	reason string
 	msg    string
@@ -79,32 +80,44 @@ type stopError struct {
 
 func (e *stopError) Error() string { return e.msg }
 
-// attempt runs one generation from connect to loss. A nil error means
-// "back off and try again"; a *stopError means stop for good.
-func (s *Supervisor) attempt(ctx context.Context, o *outage, everConnected *bool) error {
-	g, err := s.tracedConnect(ctx, *everConnected)
+// attempt runs one generation from connect to loss; connected reports
+// that it became live. A nil error means "back off and try again"; a
+// *stopError means stop for good.
+func (s *Supervisor) attempt(ctx context.Context, o *outage, everConnected bool) (connected bool, err error) {
+	g, err := s.tracedConnect(ctx, everConnected)
 	s.wakeAnswered(ctx, err)
-	if ctx.Err() != nil {
+	switch {
+	case ctx.Err() != nil:
 		if g != nil { // connected just as the supervisor was disposed
 			_ = s.closeGeneration(g)
 		}
-		return nil
+		return g != nil, nil
+	case errors.Is(err, ErrCloseTimeout):
+		return false, s.closeTimeout("previous")
+	case err != nil:
+		return false, s.attemptFailed(o, everConnected, err)
 	}
-	if errors.Is(err, ErrCloseTimeout) {
-		return s.closeTimeout("previous")
+	return true, s.served(ctx, g, o)
+}
+
+// attemptFailed counts a failed attempt, and stops the supervisor when
+// no retry may follow it.
+func (s *Supervisor) attemptFailed(o *outage, everConnected bool, err error) error {
+	o.failedAttempt()
+	s.update(func(sn *Snapshot) { sn.FailedAttempts = o.failed })
+	if !everConnected && s.p.FailOnStartupError {
+		return &stopError{reason: v1alpha1.ReasonStartupFailed, msg: "The first connection attempt failed and failOnStartupError is set: " + err.Error()}
 	}
-	if err != nil {
-		o.failedAttempt()
-		s.update(func(sn *Snapshot) { sn.FailedAttempts = o.failed })
-		if !*everConnected && s.p.FailOnStartupError {
-			return &stopError{reason: v1alpha1.ReasonStartupFailed, msg: "The first connection attempt failed and failOnStartupError is set: " + err.Error()}
-		}
-		if !s.p.Reconnect.Enabled {
-			return &stopError{reason: v1alpha1.ReasonReconnectDisabled, msg: "The connection failed and reconnect is disabled: " + err.Error()}
-		}
-		return nil
+	if !s.p.Reconnect.Enabled {
+		return &stopError{reason: v1alpha1.ReasonReconnectDisabled, msg: "The connection failed and reconnect is disabled: " + err.Error()}
 	}
-	*everConnected = true
+	return nil
+}
+
+// served serves the live generation g until it ends and counts its end
+// against the outage: errSuspended for a sleep, a *stopError when the loss
+// is final, nil to reconnect.
+func (s *Supervisor) served(ctx context.Context, g *generation, o *outage) error {
 	up := s.clock.Now()
 	lossErr := s.serve(ctx, g, o, up)
 	if ctx.Err() != nil {
@@ -122,10 +135,16 @@ func (s *Supervisor) attempt(ctx context.Context, o *outage, everConnected *bool
 		return s.closeTimeout("lost")
 	}
 	if !s.p.Reconnect.Enabled {
-		return &stopError{reason: v1alpha1.ReasonReconnectDisabled,
-			msg: "The connection was lost and reconnect is disabled; its tools stay registered but fail: " + lossErr.Error()}
+		return lostForGood(lossErr)
 	}
 	return nil
+}
+
+// lostForGood is the end of a supervisor whose connection was lost with
+// reconnect disabled.
+func lostForGood(lossErr error) *stopError {
+	return &stopError{reason: v1alpha1.ReasonReconnectDisabled,
+		msg: "The connection was lost and reconnect is disabled; its tools stay registered but fail: " + lossErr.Error()}
 }
 
 func (s *Supervisor) closeTimeout(which string) *stopError {
@@ -143,7 +162,7 @@ func (s *Supervisor) stop(err error) {
 	s.finishWake(err) // a suspend whose close passed the barrier
 	s.emit(true, se.reason, se.msg)
 	s.update(func(sn *Snapshot) {
-		sn.Phase, sn.Reason, sn.Message = PhaseFailed, se.reason, se.msg
+		sn.Phase, sn.Reason, sn.Message = v1alpha1.PhaseFailed, se.reason, se.msg
 		sn.NextRetry, sn.RetryDelay, sn.Attempt = time.Time{}, 0, 0
 		sn.Tools = s.registry.Owned(s.ns, s.owner)
 	})
@@ -154,9 +173,9 @@ func (s *Supervisor) scheduleRetry(n int, delay time.Duration, failed int, everC
 	s.emit(true, v1alpha1.ReasonReconnecting, fmt.Sprintf("Reconnecting in %dms (attempt %d/%d)%s",
 		delay.Milliseconds(), n, s.p.Reconnect.MaxAttempts, s.lastErrorSuffix()))
 	s.update(func(sn *Snapshot) {
-		sn.Phase = PhaseReconnecting
+		sn.Phase, sn.Reason = v1alpha1.PhaseReconnecting, v1alpha1.ReasonReconnecting
 		if !everConnected {
-			sn.Phase = PhaseConnecting
+			sn.Phase, sn.Reason = v1alpha1.PhaseConnecting, v1alpha1.ReasonConnecting
 		}
 		sn.Attempt, sn.RetryDelay, sn.FailedAttempts = n, delay, failed
 		sn.NextRetry = s.clock.Now().Add(delay)
@@ -200,11 +219,9 @@ func (s *Supervisor) connect(ctx context.Context, everConnected bool) (*generati
 func (s *Supervisor) openAndSync(ctx context.Context, g *generation) *StageError {
 	dctx, cancel := context.WithTimeout(ctx, s.p.ConnectionTimeout)
 	defer cancel()
-	stage := StageTransportStart
-	err := s.open(dctx, g, &stage)
+	stage, err := s.open(dctx, g)
 	if err == nil {
-		stage = StageToolsList(1)
-		err = s.syncTools(dctx, g, &stage)
+		stage, err = s.syncTools(dctx, g)
 	}
 	if err != nil {
 		return s.attemptError(ctx, dctx, stage, err)
@@ -266,9 +283,9 @@ func (s *Supervisor) beginGeneration(everConnected bool) *generation {
 		g = newGeneration(sn.Generation)
 		s.last = g
 		if !everConnected || s.waking {
-			sn.Phase = PhaseConnecting
+			sn.Phase, sn.Reason = v1alpha1.PhaseConnecting, v1alpha1.ReasonConnecting
 		} else {
-			sn.Phase = PhaseReconnecting
+			sn.Phase, sn.Reason = v1alpha1.PhaseReconnecting, v1alpha1.ReasonReconnecting
 		}
 		sn.NextRetry, sn.RetryDelay = time.Time{}, 0
 	})
@@ -276,14 +293,13 @@ func (s *Supervisor) beginGeneration(everConnected bool) *generation {
 }
 
 // open starts the transport and the MCP session, and the goroutines that
-// watch them for a loss.
-func (s *Supervisor) open(ctx context.Context, g *generation, stage *string) error {
+// watch them for a loss; a failure comes with the stage it failed in.
+func (s *Supervisor) open(ctx context.Context, g *generation) (stage string, err error) {
 	l, err := s.dialer.dial(ctx, func(err error) { g.lose(StageConnection, err) })
 	if err != nil {
-		return err
+		return StageTransportStart, err
 	}
 	g.link = l
-	*stage = StageInitialize
 	client := mcp.NewClient(clientImpl, &mcp.ClientOptions{
 		Capabilities: &mcp.ClientCapabilities{},
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
@@ -297,12 +313,12 @@ func (s *Supervisor) open(ctx context.Context, g *generation, stage *string) err
 	sess, err := client.Connect(ctx, l.transport(), nil)
 	stop()
 	if err != nil {
-		return exitedInstead(ctx, l, startError(l, err))
+		return StageInitialize, exitedInstead(ctx, l, startError(l, err))
 	}
 	g.sess = sess
 	g.goFn(g.waitSession)
 	g.goFn(g.watch)
-	return nil
+	return "", nil
 }
 
 // exitedInstead explains a failed handshake by the server's exit: "exit
@@ -336,9 +352,9 @@ func (s *Supervisor) connected(g *generation) {
 		info.Name, info.Version = Truncate(init.ServerInfo.Name, maxInfoLen), Truncate(init.ServerInfo.Version, maxInfoLen)
 	}
 	s.mu.Lock()
-	recovered := s.snap.Attempt > 0 || s.snap.Phase == PhaseReconnecting
+	recovered := s.snap.Attempt > 0 || s.snap.Phase == v1alpha1.PhaseReconnecting
 	s.live = g
-	s.snap.Phase, s.snap.ServerInfo = PhaseReady, info
+	s.snap.Phase, s.snap.Reason, s.snap.ServerInfo = v1alpha1.PhaseReady, v1alpha1.ReasonConnected, info
 	if pl, ok := g.link.(podLink); ok {
 		s.snap.PodName = pl.podName()
 	}
@@ -410,7 +426,15 @@ func (s *Supervisor) serve(ctx context.Context, g *generation, o *outage, up tim
 		if s.live == g {
 			s.live = nil
 		}
-		sn.Phase, sn.LastError = PhaseReconnecting, g.lostErr
+		sn.LastError = g.lostErr
+		if s.p.Reconnect.Enabled {
+			sn.Phase, sn.Reason = v1alpha1.PhaseReconnecting, v1alpha1.ReasonReconnecting
+			return
+		}
+		// Final at once, also while g closes: never a Reconnecting that
+		// does not reconnect. stop repeats it, or says CloseTimeout.
+		final := lostForGood(lossErr)
+		sn.Phase, sn.Reason, sn.Message = v1alpha1.PhaseFailed, final.reason, final.msg
 	})
 	if err := s.closeGeneration(g); err != nil {
 		return err
@@ -451,7 +475,7 @@ func (s *Supervisor) sleep(ctx context.Context) bool {
 		"Suspended after %dms without a tool call; %d tools stay published and the next tool call wakes the server",
 		time.Duration(s.suspendAfter.Load()).Milliseconds(), tools))
 	s.update(func(sn *Snapshot) {
-		sn.Phase, sn.PodName = PhaseIdle, ""
+		sn.Phase, sn.Reason, sn.PodName = v1alpha1.PhaseIdle, v1alpha1.ReasonIdle, ""
 		sn.Attempt, sn.NextRetry, sn.RetryDelay = 0, time.Time{}, 0
 	})
 	select {

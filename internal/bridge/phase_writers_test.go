@@ -39,7 +39,7 @@ func TestPhaseIsWrittenOnlyInMachineGo(t *testing.T) {
 				if !ok || key.Name != "Phase" {
 					return true
 				}
-				if v, ok := n.Value.(*ast.Ident); !ok || v.Name != "PhasePending" {
+				if v, ok := n.Value.(*ast.SelectorExpr); !ok || v.Sel.Name != "PhasePending" {
 					t.Errorf("%s: a snapshot starts in a phase other than Pending outside machine.go", fset.Position(n.Pos()))
 				}
 			}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/mcpbridge/operator/internal/shim"
+	"github.com/mcpbridge/operator/internal/shim/tunnel"
 )
 
 // The Pod runtime's transport: the stdio path over a tunnel to the shim in
@@ -54,7 +54,7 @@ type PodTunnel struct {
 	// Cert is the shim's certificate (PEM), pinned: the tunnel opens only
 	// to a shim that serves exactly it.
 	Cert []byte
-	// Port is the shim's port; shim.DefaultPort when 0.
+	// Port is the shim's port; tunnel.DefaultPort when 0.
 	Port int
 }
 
@@ -113,9 +113,9 @@ func (d *tunnelDialer) dial(ctx context.Context, onLost func(error)) (link, erro
 	}
 	port := d.target.Port
 	if port == 0 {
-		port = shim.DefaultPort
+		port = tunnel.DefaultPort
 	}
-	t, err := shim.Dial(ctx, net.JoinHostPort(pod.IP, strconv.Itoa(port)), shim.Credentials{Token: d.target.Token, Cert: d.target.Cert})
+	t, err := tunnel.Dial(ctx, net.JoinHostPort(pod.IP, strconv.Itoa(port)), tunnel.Credentials{Token: d.target.Token, Cert: d.target.Cert})
 	if err != nil {
 		return nil, fmt.Errorf("Pod %s: %w", pod.Name, err)
 	}
@@ -140,7 +140,7 @@ type PodWait struct {
 
 // tunnelLink is one generation's tunnel.
 type tunnelLink struct {
-	t         *shim.Tunnel
+	t         *tunnel.Tunnel
 	pod       PodInfo
 	barrier   time.Duration
 	sniff     func([]byte)

@@ -16,7 +16,8 @@ import (
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/policy"
-	"github.com/mcpbridge/operator/internal/shim"
+	"github.com/mcpbridge/operator/internal/registry"
+	"github.com/mcpbridge/operator/internal/shim/tunnel"
 	"github.com/mcpbridge/operator/test/fixture"
 )
 
@@ -31,7 +32,7 @@ const podToken = "pod-test-token-0123456789abcdef"
 // podCert and podKey are the shim's key pair, issued once for the package
 // as the manager issues one per Pod template; supervisors pin podCert.
 var podCert, podKey = func() ([]byte, []byte) {
-	c, k, err := shim.NewKeyPair("bridge test")
+	c, k, err := tunnel.NewKeyPair("bridge test")
 	if err != nil {
 		panic(err)
 	}
@@ -143,7 +144,7 @@ func podPolicy() *policy.Policy {
 }
 
 // startPodSupervisor runs a Pod-runtime supervisor against the shim's port.
-func startPodSupervisor(t *testing.T, p *policy.Policy, pods PodSource, port int, token string) (*Supervisor, *Registry) {
+func startPodSupervisor(t *testing.T, p *policy.Policy, pods PodSource, port int, token string) (*Supervisor, *registry.Registry) {
 	return startSupervisor(t, p, func(o *Options) {
 		o.Pod = &PodTunnel{Pods: pods, Token: token, Cert: podCert, Port: port}
 		o.Log = stdioLog(t)
@@ -212,7 +213,7 @@ func TestPodNotReadyIsWaitedForWithoutBurningAttempts(t *testing.T) {
 	s, _ := startPodSupervisor(t, p, pods, sh.port, podToken)
 	sn := waitFor(t, s, "waiting without a Pod", isWaitingFor(noPod))
 	g := NewWithT(t)
-	g.Expect(sn.Phase).To(Equal(PhaseConnecting))
+	g.Expect(sn.Phase).To(Equal(v1alpha1.PhaseConnecting))
 	g.Expect(sn.PodName).To(BeEmpty())
 
 	pods.set(waitingPod("srv-mcp-1", "uid-1", "ContainerCreating"), true)
@@ -222,7 +223,7 @@ func TestPodNotReadyIsWaitedForWithoutBurningAttempts(t *testing.T) {
 	waitFor(t, s, "ImagePullBackOff", isWaitingFor(`ImagePullBackOff: Back-off pulling image "example.com/fixture:1"`))
 	g.Consistently(func(g Gomega) {
 		sn := s.Snapshot()
-		g.Expect(sn.Phase).To(Equal(PhaseConnecting))
+		g.Expect(sn.Phase).To(Equal(v1alpha1.PhaseConnecting))
 		g.Expect(sn.FailedAttempts).To(BeZero())
 		g.Expect(sn.Generation).To(Equal(int64(1)))
 	}, 300*time.Millisecond, 10*time.Millisecond).Should(Succeed())
@@ -245,7 +246,7 @@ func TestPodThatNeverBecomesReadyExhaustsTheBudget(t *testing.T) {
 	p.Reconnect.MaxAttempts = 2
 	start := time.Now()
 	s, reg := startPodSupervisor(t, p, pods, 1, podToken)
-	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
+	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseFailed })
 	g := NewWithT(t)
 	g.Expect(time.Since(start)).To(BeNumerically(">=", 2*p.ConnectionTimeout), "each attempt waited its whole budget")
 	g.Expect(sn.Reason).To(Equal(v1alpha1.ReasonReconnectExhausted))
@@ -279,7 +280,7 @@ func TestPodGoneIsAConnectionLoss(t *testing.T) {
 			pid := stdioCallPID(t, s)
 
 			tc.gone(pods)
-			sn := waitFor(t, s, "the loss", func(sn Snapshot) bool { return sn.Phase == PhaseReconnecting })
+			sn := waitFor(t, s, "the loss", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseReconnecting })
 			g := NewWithT(t)
 			g.Expect(sn.LastError.Stage).To(Equal(StageConnection))
 			g.Expect(sn.LastError.Message()).To(ContainSubstring("srv-mcp-1"))
@@ -318,7 +319,7 @@ func TestPodChildKilledInsideTheShimReconnects(t *testing.T) {
 	g.Expect(stdioCallPID(t, s)).NotTo(Equal(pid))
 	var lost *StageError
 	for _, st := range rec.history() {
-		if st.sn.Phase == PhaseReconnecting && st.sn.LastError != nil {
+		if st.sn.Phase == v1alpha1.PhaseReconnecting && st.sn.LastError != nil {
 			lost = st.sn.LastError
 		}
 	}
@@ -372,7 +373,7 @@ func TestPodTunnelFailuresAreFailedAttemptsThatSaySo(t *testing.T) {
 		message string
 	}{
 		{"wrong token", []string{fixtureBin}, "not-the-token", StageTransportStart,
-			"Pod srv-mcp-1: " + shim.ErrUnauthorized.Error()},
+			"Pod srv-mcp-1: " + tunnel.ErrUnauthorized.Error()},
 		{"command not found", []string{"/nonexistent/mcp-server"}, podToken, StageTransportStart,
 			`the shim could not start the server process`},
 		{"exits at once", []string{"/bin/false"}, podToken, StageInitialize,
@@ -385,7 +386,7 @@ func TestPodTunnelFailuresAreFailedAttemptsThatSaySo(t *testing.T) {
 			p := podPolicy()
 			p.Reconnect.MaxAttempts = 2
 			s, _ := startPodSupervisor(t, p, pods, sh.port, tc.token)
-			sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
+			sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseFailed })
 			g := NewWithT(t)
 			g.Expect(sn.Reason).To(Equal(v1alpha1.ReasonReconnectExhausted))
 			g.Expect(sn.FailedAttempts).To(Equal(2))
@@ -398,7 +399,7 @@ func TestPodTunnelFailuresAreFailedAttemptsThatSaySo(t *testing.T) {
 	// the pin refuses it before the token is sent.
 	t.Run("another certificate", func(t *testing.T) {
 		sh := startPodShim(t, fixtureBin)
-		other, _, err := shim.NewKeyPair("someone else")
+		other, _, err := tunnel.NewKeyPair("someone else")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -410,10 +411,10 @@ func TestPodTunnelFailuresAreFailedAttemptsThatSaySo(t *testing.T) {
 			o.Pod = &PodTunnel{Pods: pods, Token: podToken, Cert: other, Port: sh.port}
 			o.Log = stdioLog(t)
 		})
-		sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
+		sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseFailed })
 		g := NewWithT(t)
 		g.Expect(sn.LastError.Stage).To(Equal(StageTransportStart))
-		g.Expect(sn.LastError.Message()).To(ContainSubstring(shim.ErrPinMismatch.Error()))
+		g.Expect(sn.LastError.Message()).To(ContainSubstring(tunnel.ErrPinMismatch.Error()))
 	})
 	// Connection refused: nothing listens on the Pod's port.
 	t.Run("nothing listening", func(t *testing.T) {
@@ -423,7 +424,7 @@ func TestPodTunnelFailuresAreFailedAttemptsThatSaySo(t *testing.T) {
 		p := podPolicy()
 		p.Reconnect.MaxAttempts = 1
 		s, _ := startPodSupervisor(t, p, pods, port, podToken)
-		sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
+		sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseFailed })
 		g := NewWithT(t)
 		g.Expect(sn.LastError.Stage).To(Equal(StageTransportStart))
 		g.Expect(sn.LastError.Message()).To(ContainSubstring("connection refused"))
@@ -448,6 +449,6 @@ func TestPodWithoutSourceFailsClearly(t *testing.T) {
 	p := podPolicy()
 	p.Reconnect.MaxAttempts = 1
 	s, _ := startSupervisor(t, p)
-	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
+	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseFailed })
 	NewWithT(t).Expect(sn.LastError.Message()).To(ContainSubstring("no Pod source"))
 }

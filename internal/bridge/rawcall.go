@@ -15,17 +15,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpbridge/operator/internal/registry"
 	"github.com/mcpbridge/operator/internal/tracing"
 )
-
-// JSONCaller forwards a tools/call whose arguments and result stay JSON, so
-// that a proxy (the gateway) never decodes what it only passes on.
-//
-// The tool must not declare x-mcp-header parameters: the Mcp-Param-* headers
-// they need are set by the SDK only, so such tools go through CallTool.
-type JSONCaller interface {
-	CallToolJSON(ctx context.Context, rawName string, args json.RawMessage) (result json.RawMessage, isError bool, err error)
-}
 
 // CallToolJSON is CallTool with JSON in and out. Over Streamable HTTP it
 // posts the request itself and hands back the result's bytes as the server
@@ -78,10 +70,10 @@ func (s *Supervisor) callToolAsJSON(ctx context.Context, rawName string, args js
 		return nil, false, err
 	}
 	b, err := json.Marshal(res)
-	if rb := ResultBytesFrom(ctx); err == nil && rb != nil && !rb.Take(int64(len(b))) {
+	if rb := registry.ResultBytesFrom(ctx); err == nil && rb != nil && !rb.Take(int64(len(b))) {
 		// The SDK has read the result already; what counts is that the
 		// caller does not go on to hold it.
-		return nil, false, &StageError{Stage: StageToolsCall, Err: ErrResultBudget}
+		return nil, false, &StageError{Stage: StageToolsCall, Err: registry.ErrResultBudget}
 	}
 	return b, res.IsError, err
 }
@@ -129,7 +121,7 @@ func (g *generation) postCall(ctx context.Context, hl *httpLink, rawName string,
 	}
 	msg := callRequest{JSONRPC: "2.0", ID: id, Method: "tools/call", Params: callParams{Name: rawName, Arguments: args}}
 	version := g.sess.InitializeResult().ProtocolVersion
-	if version >= SessionlessProtocol {
+	if version >= registry.SessionlessProtocol {
 		msg.Params.Meta = &callMeta{requestMeta: &requestMeta{ProtocolVersion: version, ClientInfo: clientImpl}}
 	}
 	if parent, state := tracing.Fields(ctx); parent != "" {
@@ -209,7 +201,7 @@ func (g *generation) readResponse(ctx context.Context, hl *httpLink, resp *http.
 	if err := checkCallResponse(resp); err != nil {
 		return nil, err
 	}
-	res, lastID, err := readAnswerFrom(resp, id, ResultBytesFrom(ctx))
+	res, lastID, err := readAnswerFrom(resp, id, registry.ResultBytesFrom(ctx))
 	for try := 0; errors.Is(err, errStreamEnded) && lastID != "" && try < maxResumes; try++ {
 		res, lastID, err = g.resume(ctx, hl, id, lastID)
 	}
@@ -239,7 +231,7 @@ func (g *generation) resume(ctx context.Context, hl *httpLink, id, lastID string
 	if err := checkCallResponse(resp); err != nil {
 		return nil, lastID, err
 	}
-	res, newID, err := readEvents(resp.Body, id, ResultBytesFrom(ctx))
+	res, newID, err := readEvents(resp.Body, id, registry.ResultBytesFrom(ctx))
 	return res, cmp.Or(newID, lastID), err
 }
 
@@ -313,7 +305,7 @@ func (g *generation) newPost(ctx context.Context, hl *httpLink, body []byte, met
 	if id := g.sess.ID(); id != "" {
 		h.Set("Mcp-Session-Id", id)
 	}
-	if version >= SessionlessProtocol {
+	if version >= registry.SessionlessProtocol {
 		h.Set("Mcp-Method", method)
 		if name != "" {
 			h.Set("Mcp-Name", name)

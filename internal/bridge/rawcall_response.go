@@ -13,6 +13,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpbridge/operator/internal/registry"
 )
 
 // Reading the answer to a request the supervisor posted itself (rawcall.go):
@@ -74,7 +76,7 @@ func readAnswer(resp *http.Response, id string) (json.RawMessage, error) {
 // event seen, from which an ended stream can be resumed. What it holds of
 // the answer is counted into rb (nil: uncounted); the result it returns
 // shares the memory of what was read, so that it is held once.
-func readAnswerFrom(resp *http.Response, id string, rb ResultBytes) (json.RawMessage, string, error) {
+func readAnswerFrom(resp *http.Response, id string, rb registry.ResultBytes) (json.RawMessage, string, error) {
 	media, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	switch media {
 	case "application/json":
@@ -82,8 +84,8 @@ func readAnswerFrom(resp *http.Response, id string, rb ResultBytes) (json.RawMes
 		switch {
 		case errors.Is(err, errTooLarge): // the transport's cappedBody
 			return nil, "", errTooLarge
-		case errors.Is(err, ErrResultBudget):
-			return nil, "", ErrResultBudget
+		case errors.Is(err, registry.ErrResultBudget):
+			return nil, "", registry.ErrResultBudget
 		case err != nil:
 			return nil, "", fmt.Errorf("reading the answer: %v", err) // not EOF: a call failure, not a lost session
 		case len(body) > maxMessageBytes:
@@ -128,7 +130,7 @@ func matchAnswer(data []byte, id string) (json.RawMessage, error) {
 // the id of the last event seen, for a resumption. The lines of the event
 // being read are counted into rb (nil: uncounted) and given back when the
 // event is not the answer.
-func readEvents(body io.Reader, id string, rb ResultBytes) (json.RawMessage, string, error) {
+func readEvents(body io.Reader, id string, rb registry.ResultBytes) (json.RawMessage, string, error) {
 	r := bufio.NewReader(body)
 	var ev sseEvent
 	held := &heldBytes{rb: rb}
@@ -213,10 +215,10 @@ func (e *sseEvent) add(line []byte, held *heldBytes) error {
 	return nil // comments (":…") and other fields are ignored
 }
 
-// heldBytes is what one stream's event being read holds of a ResultBytes
+// heldBytes is what one stream's event being read holds of a registry.ResultBytes
 // budget.
 type heldBytes struct {
-	rb ResultBytes
+	rb registry.ResultBytes
 	n  int64
 }
 
@@ -225,7 +227,7 @@ func (h *heldBytes) take(n int) error {
 		return nil
 	}
 	if !h.rb.Take(int64(n)) {
-		return ErrResultBudget
+		return registry.ErrResultBudget
 	}
 	h.n += int64(n)
 	return nil

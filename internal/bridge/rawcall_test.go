@@ -21,6 +21,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/test/fixture"
 )
 
@@ -210,7 +211,7 @@ func rawStillConnected(t *testing.T, s *Supervisor, g *generation, after string)
 	t.Helper()
 	rawNotLost(t, g, after)
 	rawEcho(t, s, "still connected after "+after)
-	if sn := s.Snapshot(); sn.Phase != PhaseReady || sn.Generation != 1 {
+	if sn := s.Snapshot(); sn.Phase != v1alpha1.PhaseReady || sn.Generation != 1 {
 		t.Errorf("%s changed the connection: %s, generation %d", after, sn.Phase, sn.Generation)
 	}
 	rawNotLost(t, g, after)
@@ -225,7 +226,7 @@ func TestCallToolJSONOverHTTPReturnsTheServersResultBytes(t *testing.T) {
 	httpForEachProtocol(t, func(t *testing.T, stateless bool) {
 		var log rawPostLog
 		up := httpServe(t, log.wrap(httpFixture(t, fixture.Options{Stateless: stateless})))
-		s, _ := startSupervisor(t, httpTestPolicy(up.URL()))
+		s, _ := startSupervisor(t, httpPolicy(up.URL()))
 		sn := waitFor(t, s, "Ready", isReady)
 		version := sn.ServerInfo.ProtocolVersion
 		ctx := httpCtx(t)
@@ -367,7 +368,7 @@ func TestCallToolJSONOverHTTPReturnsTheServersResultBytes(t *testing.T) {
 func TestCallToolJSONToolErrorIsAResultAndJSONRPCErrorIsAnError(t *testing.T) {
 	httpForEachProtocol(t, func(t *testing.T, stateless bool) {
 		up := httpServe(t, httpFixture(t, fixture.Options{Stateless: stateless}))
-		s, _ := startSupervisor(t, httpTestPolicy(up.URL()))
+		s, _ := startSupervisor(t, httpPolicy(up.URL()))
 		waitFor(t, s, "Ready", isReady)
 		g := rawLive(t, s)
 		ctx := httpCtx(t)
@@ -444,7 +445,7 @@ func TestCallToolJSONToolErrorIsAResultAndJSONRPCErrorIsAnError(t *testing.T) {
 func TestCallToolJSONReusesUpstreamConnections(t *testing.T) {
 	httpForEachProtocol(t, func(t *testing.T, stateless bool) {
 		up, conns := rawServeCounting(t, httpFixture(t, fixture.Options{Stateless: stateless}))
-		s, _ := startSupervisor(t, httpTestPolicy(up.URL()))
+		s, _ := startSupervisor(t, httpPolicy(up.URL()))
 		waitFor(t, s, "Ready", isReady)
 		atReady := conns.Load()
 
@@ -474,7 +475,7 @@ func TestCallToolJSONTimeoutIsEnforcedAndCancelsUpstream(t *testing.T) {
 		events := eventsPath(t)
 		var log rawPostLog
 		up := httpServe(t, log.wrap(httpFixture(t, fixture.Options{Stateless: stateless, EventsFile: events})))
-		p := httpTestPolicy(up.URL())
+		p := httpPolicy(up.URL())
 		p.ToolCallTimeout = 300 * time.Millisecond
 		s, _ := startSupervisor(t, p)
 		waitFor(t, s, "Ready", isReady)
@@ -509,7 +510,7 @@ func TestCallToolJSONCallerCancellationReachesServer(t *testing.T) {
 		events := eventsPath(t)
 		var log rawPostLog
 		up := httpServe(t, log.wrap(httpFixture(t, fixture.Options{Stateless: stateless, EventsFile: events})))
-		s, _ := startSupervisor(t, httpTestPolicy(up.URL()))
+		s, _ := startSupervisor(t, httpPolicy(up.URL()))
 		waitFor(t, s, "Ready", isReady)
 		g := rawLive(t, s)
 
@@ -520,7 +521,7 @@ func TestCallToolJSONCallerCancellationReachesServer(t *testing.T) {
 			_, _, err := s.CallToolJSON(ctx, fixture.ToolSleep, json.RawMessage(`{"ms":10000}`))
 			done <- err
 		}()
-		httpWaitEvent(t, events, "call sleep", func(ev fixture.Event) bool {
+		waitEvent(t, events, "call sleep", func(ev fixture.Event) bool {
 			return ev.Kind == fixture.EventCall && ev.Tool == fixture.ToolSleep
 		})
 		cancel()
@@ -550,7 +551,7 @@ func rawCheckCancelled(t *testing.T, log *rawPostLog, events string, stateless b
 	}
 	var id string
 	_ = json.Unmarshal(posts[0].msg.ID, &id)
-	ev := httpWaitEvent(t, events, "cancelled sleep "+id, func(ev fixture.Event) bool {
+	ev := waitEvent(t, events, "cancelled sleep "+id, func(ev fixture.Event) bool {
 		return ev.Kind == fixture.EventCancelled && ev.Tool == fixture.ToolSleep
 	})
 	if ev.RequestID != id {
@@ -582,7 +583,7 @@ func TestCallToolJSONSessionLossReconnectsAndNextCallSucceeds(t *testing.T) {
 				SessionExpireJSONRPC: tc.jsonrpc,
 			})))
 			// No health check: only the call can notice the loss.
-			s, _ := startSupervisor(t, httpTestPolicy(up.URL()))
+			s, _ := startSupervisor(t, httpPolicy(up.URL()))
 			sn1 := waitFor(t, s, "Ready", isReady)
 			if sn1.Generation != 1 {
 				t.Fatalf("first Ready in generation %d", sn1.Generation)
@@ -610,7 +611,7 @@ func TestCallToolJSONSessionLossReconnectsAndNextCallSucceeds(t *testing.T) {
 			}
 
 			sn2 := waitFor(t, s, "Ready in a new generation", func(sn Snapshot) bool {
-				return sn.Phase == PhaseReady && sn.Generation >= 2
+				return sn.Phase == v1alpha1.PhaseReady && sn.Generation >= 2
 			})
 			if sn2.LastError == nil || !errors.Is(sn2.LastError, mcp.ErrSessionMissing) {
 				t.Errorf("last error %v, want the session loss", sn2.LastError)
@@ -837,9 +838,9 @@ func TestCallToolJSONRefusesTaskRequiredToolLikeCallTool(t *testing.T) {
 				`{"name":"task_only","inputSchema":{"type":"object"},"execution":{"taskSupport":"required"}}]}}`+"\n", r.RPCID)
 			return true
 		})
-		s, _ := startSupervisor(t, httpTestPolicy(up.URL()))
+		s, _ := startSupervisor(t, httpPolicy(up.URL()))
 		sn := waitFor(t, s, "Ready", isReady)
-		if !httpHasTool(sn.Tools, "task_only") {
+		if !hasTool(sn.Tools, "task_only") {
 			t.Fatalf("task_only not published: %v", httpRawNames(sn.Tools))
 		}
 		check(t, s)
@@ -894,7 +895,7 @@ func TestCheckCallResponseReadsJSONRPCErrorsOfFailedRequests(t *testing.T) {
 
 func TestCallToolJSONRefusesInvalidArgumentsWithoutSending(t *testing.T) {
 	up := httpServe(t, httpFixture(t, fixture.Options{}))
-	s, _ := startSupervisor(t, httpTestPolicy(up.URL()))
+	s, _ := startSupervisor(t, httpPolicy(up.URL()))
 	waitFor(t, s, "Ready", isReady)
 	before := len(up.requests())
 	_, _, err := s.CallToolJSON(httpCtx(t), "echo", json.RawMessage(`{"text":`))
@@ -912,7 +913,7 @@ func TestCallToolJSONRefusesInvalidArgumentsWithoutSending(t *testing.T) {
 // the server still sees every probe.
 func TestHTTPSessionlessHealthProbeIsOurOwnToolsList(t *testing.T) {
 	up := httpServe(t, httpFixture(t, fixture.Options{Stateless: true}))
-	p := httpTestPolicy(up.URL())
+	p := httpPolicy(up.URL())
 	p.HealthCheckInterval = 100 * time.Millisecond
 	s, _ := startSupervisor(t, p)
 	waitFor(t, s, "Ready", isReady)
@@ -928,7 +929,7 @@ func TestHTTPSessionlessHealthProbeIsOurOwnToolsList(t *testing.T) {
 		return n
 	}
 	httpPoll(t, "three health probes", func() bool { return probes() >= 3 })
-	if sn := s.Snapshot(); sn.Phase != PhaseReady || sn.Generation != 1 {
+	if sn := s.Snapshot(); sn.Phase != v1alpha1.PhaseReady || sn.Generation != 1 {
 		t.Fatalf("the probes were not accepted as proof of life: %+v", sn)
 	}
 }
@@ -937,7 +938,7 @@ func TestHTTPSessionlessHealthProbeIsOurOwnToolsList(t *testing.T) {
 // the SDK: the session stays and the generation is not lost.
 func TestCallToolJSONStreamEndingWithoutAnswerFailsOnlyTheCall(t *testing.T) {
 	up := httpServe(t, httpFixture(t, fixture.Options{}))
-	s, _ := startSupervisor(t, httpTestPolicy(up.URL()))
+	s, _ := startSupervisor(t, httpPolicy(up.URL()))
 	waitFor(t, s, "Ready", isReady)
 	g := rawLive(t, s)
 	up.setIntercept(func(w http.ResponseWriter, r httpRecord) bool {
@@ -971,7 +972,7 @@ func TestCallToolJSONStreamEndingWithoutAnswerFailsOnlyTheCall(t *testing.T) {
 // does, and gets the answer from there.
 func TestCallToolJSONResumesAStreamFromItsLastEventID(t *testing.T) {
 	up := httpServe(t, httpFixture(t, fixture.Options{}))
-	s, _ := startSupervisor(t, httpTestPolicy(up.URL()))
+	s, _ := startSupervisor(t, httpPolicy(up.URL()))
 	waitFor(t, s, "Ready", isReady)
 	var resumedFrom atomic.Value
 	var callID atomic.Value

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"unsafe"
+
+	"github.com/mcpbridge/operator/internal/registry"
 )
 
 // memberValue finds a top-level member as a slice of the message, whatever
@@ -33,7 +35,7 @@ func TestMemberValueFindsTheTopLevelMember(t *testing.T) {
 	}
 }
 
-// budget is a ResultBytes of max bytes that remembers the most it held.
+// budget is a registry.ResultBytes of max bytes that remembers the most it held.
 type budget struct{ max, held, peak int64 }
 
 func (b *budget) Take(n int64) bool {
@@ -53,7 +55,7 @@ func response(contentType, body string, length int64) *http.Response {
 }
 
 // The answer is read into memory once and counted: a result beyond the
-// budget fails the call with ErrResultBudget, with or without a length;
+// budget fails the call with registry.ErrResultBudget, with or without a length;
 // notifications before the answer are given back; the result handed out
 // is the memory that was read, not a copy.
 func TestReadAnswerCountsWhatItHoldsAndHoldsItOnce(t *testing.T) {
@@ -81,8 +83,8 @@ func TestReadAnswerCountsWhatItHoldsAndHoldsItOnce(t *testing.T) {
 			b := &budget{max: tc.budget}
 			res, _, err := readAnswerFrom(tc.resp(), id, b)
 			if !tc.fits {
-				if !errors.Is(err, ErrResultBudget) {
-					t.Fatalf("over the budget: got %v, want ErrResultBudget", err)
+				if !errors.Is(err, registry.ErrResultBudget) {
+					t.Fatalf("over the budget: got %v, want registry.ErrResultBudget", err)
 				}
 				return
 			}

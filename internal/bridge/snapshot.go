@@ -6,12 +6,16 @@ import (
 	"time"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
+	"github.com/mcpbridge/operator/internal/registry"
 )
 
 // Snapshot is what a supervisor reports; the controller turns it into status.
 type Snapshot struct {
-	Phase Phase
-	// Reason and Message say why the phase is Failed.
+	// Phase is one of the api/v1alpha1 phases a connection can be in:
+	// Pending, Connecting, Ready, Idle, Reconnecting or Failed.
+	Phase v1alpha1.Phase
+	// Reason is the api/v1alpha1 reason of the phase, as the Ready
+	// condition carries it; Message says why the phase is Failed.
 	Reason  string
 	Message string
 	// Generation numbers the latest connection generation started.
@@ -28,7 +32,7 @@ type Snapshot struct {
 	RetryDelay time.Duration
 	NextRetry  time.Time
 	// Tools are the server's tools as published in the registry.
-	Tools         []Tool
+	Tools         []registry.Tool
 	ServerInfo    *ServerInfo
 	LastError     *StageError
 	LastConnected time.Time

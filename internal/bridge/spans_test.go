@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/policy"
 	"github.com/mcpbridge/operator/test/fixture"
 )
@@ -86,7 +87,7 @@ func TestTracingHTTPCall(t *testing.T) {
 		g := NewWithT(t)
 		up := httpServe(t, httpFixture(t, fixture.Options{Stateless: stateless}))
 		tp, exp := spanRecorder(t)
-		s, _ := startSupervisor(t, httpTestPolicy(up.URL()), withTracing(tp))
+		s, _ := startSupervisor(t, httpPolicy(up.URL()), withTracing(tp))
 		waitFor(t, s, "ready", isReady)
 
 		ctx, root := tp.Tracer("agent").Start(httpCtx(t), "agent")
@@ -271,7 +272,7 @@ func TestTracingConnectFailures(t *testing.T) {
 					o.Egress = loopbackEgress(t, tc.egress...)
 				}
 			})
-			sn := waitFor(t, s, "failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
+			sn := waitFor(t, s, "failed", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseFailed })
 			connect := waitSpans(t, exp, spanConnect, 1)
 			g.Expect(connect).To(HaveLen(1))
 			a := attrs(connect[0])
@@ -313,7 +314,7 @@ func TestTracingCallFailures(t *testing.T) {
 	g := NewWithT(t)
 	up := httpServe(t, httpFixture(t, fixture.Options{}))
 	tp, exp := spanRecorder(t)
-	p := httpTestPolicy(up.URL())
+	p := httpPolicy(up.URL())
 	p.ToolCallTimeout = 200 * time.Millisecond
 	s, _ := startSupervisor(t, p, withTracing(tp))
 	waitFor(t, s, "ready", isReady)
@@ -355,7 +356,7 @@ func TestTracingNoSecrets(t *testing.T) {
 	const secret = "s3cr3t"
 	up := httpServe(t, httpFixture(t, fixture.Options{}))
 	tp, exp := spanRecorder(t)
-	p := httpTestPolicy(up.URL() + "?key=" + secret + "-url")
+	p := httpPolicy(up.URL() + "?key=" + secret + "-url")
 	p.HTTP.Headers = []policy.Header{{Name: "Authorization", Value: "Bearer " + secret + "-header"}}
 	s, _ := startSupervisor(t, p, withTracing(tp))
 	waitFor(t, s, "ready", isReady)
@@ -406,7 +407,7 @@ func TestTracingOff(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			g := NewWithT(t)
 			up := httpServe(t, httpFixture(t, fixture.Options{}))
-			s, _ := startSupervisor(t, httpTestPolicy(up.URL()), withTracing(tp))
+			s, _ := startSupervisor(t, httpPolicy(up.URL()), withTracing(tp))
 			waitFor(t, s, "ready", isReady)
 			g.Expect(s.tracer.On()).To(BeFalse())
 			httpEcho(t, s, "a")

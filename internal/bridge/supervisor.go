@@ -16,21 +16,8 @@ import (
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/policy"
+	"github.com/mcpbridge/operator/internal/registry"
 	"github.com/mcpbridge/operator/internal/tracing"
-)
-
-// Phase is the supervisor's connection state.
-type Phase string
-
-const (
-	PhasePending    Phase = "Pending"
-	PhaseConnecting Phase = "Connecting"
-	PhaseReady      Phase = "Ready"
-	// PhaseIdle: suspended after suspendAfterMs without a call, the tools
-	// still published; the next call wakes the server.
-	PhaseIdle         Phase = "Idle"
-	PhaseReconnecting Phase = "Reconnecting"
-	PhaseFailed       Phase = "Failed"
 )
 
 // DefaultCloseBarrier is how long a generation may take to report closed
@@ -38,30 +25,28 @@ const (
 // See docs/design.md, "Generations and the close barrier".
 const DefaultCloseBarrier = 5 * time.Second
 
-// Options build a Supervisor.
+// Options build a Supervisor. The first group is the resource's own; the
+// second is the manager's, the same for every supervisor (the controller's
+// Supervisors fills it in). Policy and Egress are two different things:
+// what the resource asks for, resolved from its spec, and which upstream
+// addresses the operator lets any resource reach.
 type Options struct {
 	Namespace string
 	Name      string
-	Policy    *policy.Policy
-	Registry  *Registry
-	Log       logr.Logger
+	// Policy is the resource's resolved spec.
+	Policy *policy.Policy
 	// BaseGeneration continues connection-generation numbering from a
 	// previous supervisor of the same resource.
 	BaseGeneration int64
-	// Clock times backoff, the stability window and the health checks; nil
-	// is the real clock. The close barrier and the deadlines of requests
-	// always run on real time.
-	Clock clock.WithTicker
-	// CloseBarrier defaults to DefaultCloseBarrier.
-	CloseBarrier time.Duration
-	// Observer receives call and sync measurements; nil discards them.
-	Observer Observer
-	// TerminateGrace is the stdio wait between stdin close, SIGTERM and
-	// SIGKILL; it defaults to a third of CloseBarrier.
-	TerminateGrace time.Duration
 	// Pod reaches a server whose policy has the Pod runtime: its Pod and
 	// the tunnel's token. See docs/design.md, "The shim and the tunnel".
 	Pod *PodTunnel
+	Log logr.Logger
+	// Observer receives call and sync measurements; nil discards them.
+	Observer Observer
+
+	// Registry is where the server's tools are published.
+	Registry *registry.Registry
 	// Egress decides which addresses a Streamable HTTP upstream may be
 	// reached at; nil is egress.Default(), which refuses loopback,
 	// link-local, unspecified and multicast addresses: a caller has to
@@ -72,6 +57,15 @@ type Options struct {
 	// TracerProvider receives the supervisor's spans; nil is tracing off.
 	// See docs/design.md, "Tracing".
 	TracerProvider trace.TracerProvider
+	// Clock times backoff, the stability window and the health checks; nil
+	// is the real clock. The close barrier and the deadlines of requests
+	// always run on real time.
+	Clock clock.WithTicker
+	// CloseBarrier defaults to DefaultCloseBarrier.
+	CloseBarrier time.Duration
+	// TerminateGrace is the stdio wait between stdin close, SIGTERM and
+	// SIGKILL; it defaults to a third of CloseBarrier.
+	TerminateGrace time.Duration
 	// ResyncInterval is the least time between two list_changed re-syncs
 	// of the server; zero is DefaultResyncInterval. See docs/design.md,
 	// "Budgets".
@@ -85,7 +79,7 @@ type Supervisor struct {
 	p        *policy.Policy
 	ns       string
 	owner    string
-	registry *Registry
+	registry *registry.Registry
 	log      logr.Logger
 	clock    clock.WithTicker
 	barrier  time.Duration
@@ -147,7 +141,7 @@ func New(o Options) *Supervisor {
 		closed:   make(chan struct{}),
 
 		idleChanged: make(chan struct{}, 1),
-		snap:        Snapshot{Phase: PhasePending, Generation: o.BaseGeneration, MaxAttempts: o.Policy.Reconnect.MaxAttempts},
+		snap:        Snapshot{Phase: v1alpha1.PhasePending, Reason: v1alpha1.ReasonConnecting, Generation: o.BaseGeneration, MaxAttempts: o.Policy.Reconnect.MaxAttempts},
 	}
 	if o.Policy.Stdio != nil {
 		s.snap.Runtime = o.Policy.Stdio.Runtime

@@ -16,6 +16,7 @@ import (
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/policy"
 	"github.com/mcpbridge/operator/internal/proc"
+	"github.com/mcpbridge/operator/internal/registry"
 	"github.com/mcpbridge/operator/internal/testenv"
 )
 
@@ -50,7 +51,7 @@ func benchPolicy(args ...string) *policy.Policy {
 }
 
 func benchSupervisor(p *policy.Policy, log logr.Logger) *Supervisor {
-	return New(Options{Namespace: "bench", Name: "fx", Policy: p, Registry: NewRegistry(), Log: log})
+	return New(Options{Namespace: "bench", Name: "fx", Policy: p, Registry: registry.New(), Log: log})
 }
 
 // benchToolsArg is the fixture's --tools flag for benchTools.
@@ -65,7 +66,7 @@ func BenchmarkSupervisorStartToReady(b *testing.B) {
 		s := benchSupervisor(benchPolicy(benchToolsArg), logr.Discard())
 		t0 := time.Now()
 		s.Start(context.Background())
-		sn, at := benchWait(b, s, "Ready", func(sn Snapshot) bool { return sn.Phase == PhaseReady })
+		sn, at := benchWait(b, s, "Ready", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseReady })
 		if len(sn.Tools) != benchTools+benchBuiltinTools {
 			b.Fatalf("Ready with %d tools, want %d", len(sn.Tools), benchTools+benchBuiltinTools)
 		}
@@ -90,7 +91,7 @@ func BenchmarkSupervisorRecovery(b *testing.B) {
 	s := benchSupervisor(p, logr.Discard())
 	s.Start(context.Background())
 	defer benchDispose(b, s)
-	sn, readyAt := benchWait(b, s, "Ready", func(sn Snapshot) bool { return sn.Phase == PhaseReady })
+	sn, readyAt := benchWait(b, s, "Ready", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseReady })
 	want := benchToolNames(sn)
 	var total, loss, connect testenv.Latencies
 	notFirst := 0
@@ -111,7 +112,7 @@ func BenchmarkSupervisorRecovery(b *testing.B) {
 			if !sn.NextRetry.IsZero() && retry.NextRetry.IsZero() {
 				retry = sn
 			}
-			return sn.Phase == PhaseReady && sn.Generation > gen
+			return sn.Phase == v1alpha1.PhaseReady && sn.Generation > gen
 		})
 		if got := benchToolNames(sn); !slices.Equal(got, want) {
 			b.Fatalf("tools after recovery differ: %v", got)
@@ -162,7 +163,7 @@ func BenchmarkSupervisorDeadline(b *testing.B) {
 			logged = append(logged, l.Sub(t0))
 		default:
 		}
-		sn, at = benchWait(b, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
+		sn, at = benchWait(b, s, "Failed", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseFailed })
 		if sn.Reason != v1alpha1.ReasonStartupFailed {
 			b.Fatalf("failed with reason %q: %s", sn.Reason, sn.Message)
 		}
@@ -199,7 +200,7 @@ func BenchmarkSupervisorDisposeStalled(b *testing.B) {
 					}
 				}
 				time.Sleep(50 * time.Millisecond) // let initialize reach the stalled child
-				if sn := s.Snapshot(); sn.Phase != PhaseConnecting || sn.LastError != nil {
+				if sn := s.Snapshot(); sn.Phase != v1alpha1.PhaseConnecting || sn.LastError != nil {
 					b.Fatalf("not connecting: phase %s, lastError %v", sn.Phase, sn.LastError)
 				}
 				disposed = append(disposed, benchDispose(b, s))

@@ -24,6 +24,7 @@ import (
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/policy"
+	"github.com/mcpbridge/operator/internal/registry"
 	"github.com/mcpbridge/operator/test/fixture"
 )
 
@@ -144,16 +145,7 @@ func httpFixture(t *testing.T, o fixture.Options) *fixture.HTTPHandler {
 	return h
 }
 
-// httpTestPolicy is httpPolicy with a reconnect budget that outlasts the
-// test's 20 s bounds, so that a slow recovery is never mistaken for an
-// exhausted budget.
-func httpTestPolicy(url string) *policy.Policy {
-	p := httpPolicy(url)
-	p.Reconnect.MaxAttempts = 200
-	return p
-}
-
-func httpRawNames(tools []Tool) []string {
+func httpRawNames(tools []registry.Tool) []string {
 	out := make([]string, len(tools))
 	for i, t := range tools {
 		out[i] = t.RawName
@@ -163,7 +155,7 @@ func httpRawNames(tools []Tool) []string {
 
 // httpToolsJSON is the published upstream definitions, for comparing two
 // sets entry by entry (names, descriptions, schemas, order).
-func httpToolsJSON(t *testing.T, tools []Tool) string {
+func httpToolsJSON(t *testing.T, tools []registry.Tool) string {
 	t.Helper()
 	ups := make([]*mcp.Tool, len(tools))
 	for i, tl := range tools {
@@ -174,10 +166,6 @@ func httpToolsJSON(t *testing.T, tools []Tool) string {
 		t.Fatal(err)
 	}
 	return string(b)
-}
-
-func httpHasTool(tools []Tool, raw string) bool {
-	return slices.ContainsFunc(tools, func(t Tool) bool { return t.RawName == raw })
 }
 
 func httpCtx(t *testing.T) context.Context {
@@ -210,26 +198,6 @@ func httpForEachProtocol(t *testing.T, fn func(t *testing.T, stateless bool)) {
 	}{{"stateful-" + httpStatefulVersion, false}, {"stateless-" + httpStatelessVersion, true}} {
 		t.Run(tc.name, func(t *testing.T) { fn(t, tc.stateless) })
 	}
-}
-
-// httpWaitEvent waits until an event of the fixture's events file matches.
-func httpWaitEvent(t *testing.T, path, what string, match func(fixture.Event) bool) fixture.Event {
-	t.Helper()
-	var events []fixture.Event
-	var found fixture.Event
-	NewWithT(t).Eventually(func() bool {
-		events, _ = fixture.ReadEvents(path)
-		for _, ev := range events {
-			if match(ev) {
-				found = ev
-				return true
-			}
-		}
-		return false
-	}, eventually, 10*time.Millisecond).Should(BeTrue(), func() string {
-		return fmt.Sprintf("waiting for fixture event %s; events: %+v", what, events)
-	})
-	return found
 }
 
 // httpPoll waits until cond holds.
@@ -280,7 +248,7 @@ func httpSilentListener(t *testing.T) (addr string, accepted *atomic.Int64) {
 func TestHTTPNegotiatesProtocolVersionOfStatefulAndStatelessHandlers(t *testing.T) {
 	httpForEachProtocol(t, func(t *testing.T, stateless bool) {
 		up := httpServe(t, httpFixture(t, fixture.Options{Stateless: stateless}))
-		s, reg := startSupervisor(t, httpTestPolicy(up.URL()))
+		s, reg := startSupervisor(t, httpPolicy(up.URL()))
 		sn := waitFor(t, s, "Ready", isReady)
 
 		want := httpStatefulVersion
@@ -333,7 +301,7 @@ func TestHTTPSessionLossReconnectsWithNewSessionAndIdenticalTools(t *testing.T) 
 				SessionExpireAfter:   500 * time.Millisecond,
 				SessionExpireJSONRPC: tc.jsonrpc,
 			}))
-			p := httpTestPolicy(up.URL())
+			p := httpPolicy(up.URL())
 			p.HealthCheckInterval = 200 * time.Millisecond
 			s, reg := startSupervisor(t, p)
 			sn1 := waitFor(t, s, "Ready", isReady)
@@ -355,7 +323,7 @@ func TestHTTPSessionLossReconnectsWithNewSessionAndIdenticalTools(t *testing.T) 
 			defer sub.Close()
 
 			sn2 := waitFor(t, s, "Ready in a new generation", func(sn Snapshot) bool {
-				return sn.Phase == PhaseReady && sn.Generation >= 2
+				return sn.Phase == v1alpha1.PhaseReady && sn.Generation >= 2
 			})
 			if sn2.LastError == nil || !errors.Is(sn2.LastError, mcp.ErrSessionMissing) {
 				t.Errorf("last error %v, want the session loss (ErrSessionMissing)", sn2.LastError)
@@ -387,7 +355,7 @@ func TestHTTPSessionLossReconnectsWithNewSessionAndIdenticalTools(t *testing.T) 
 func TestHTTP5xxIsDetectedAndRecoversWhenServerAnswersAgain(t *testing.T) {
 	run := func(t *testing.T, stateless bool, interval time.Duration, callFirst bool) {
 		up := httpServe(t, httpFixture(t, fixture.Options{Stateless: stateless, Fail5xxAfter: 500 * time.Millisecond}))
-		p := httpTestPolicy(up.URL())
+		p := httpPolicy(up.URL())
 		p.HealthCheckInterval = interval
 		s, _ := startSupervisor(t, p)
 		sn1 := waitFor(t, s, "Ready", isReady)
@@ -408,11 +376,11 @@ func TestHTTP5xxIsDetectedAndRecoversWhenServerAnswersAgain(t *testing.T) {
 			t.Logf("call during the outage: %v", callErr)
 		}
 		// ... and the supervisor notices that the server is gone.
-		lost := waitFor(t, s, "Reconnecting", func(sn Snapshot) bool { return sn.Phase == PhaseReconnecting })
+		lost := waitFor(t, s, "Reconnecting", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseReconnecting })
 		t.Logf("loss: %v", lost.LastError)
 		// Once a reconnect is scheduled, calls fail fast and say so.
 		// See docs/design.md, "Backoff and the attempt budget".
-		waitFor(t, s, "a scheduled reconnect", func(sn Snapshot) bool { return sn.Phase == PhaseReconnecting && sn.Attempt > 0 })
+		waitFor(t, s, "a scheduled reconnect", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseReconnecting && sn.Attempt > 0 })
 		_, err := s.CallTool(httpCtx(t), fixture.ToolEcho, map[string]any{"text": "x"})
 		if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "reconnecting (attempt") {
 			t.Errorf("call while reconnecting: %v, want ErrUnavailable naming the attempt", err)
@@ -420,7 +388,7 @@ func TestHTTP5xxIsDetectedAndRecoversWhenServerAnswersAgain(t *testing.T) {
 
 		up.swap(httpFixture(t, fixture.Options{Stateless: stateless}))
 		sn2 := waitFor(t, s, "Ready again", func(sn Snapshot) bool {
-			return sn.Phase == PhaseReady && sn.Generation >= 2
+			return sn.Phase == v1alpha1.PhaseReady && sn.Generation >= 2
 		})
 		if got, want := toolNames(sn2.Tools), toolNames(sn1.Tools); !slices.Equal(got, want) {
 			t.Fatalf("tools changed across the outage: %v -> %v", want, got)
@@ -443,13 +411,13 @@ func TestHTTP5xxIsDetectedAndRecoversWhenServerAnswersAgain(t *testing.T) {
 func TestHTTPHangIsDetectedByHealthCheck(t *testing.T) {
 	httpForEachProtocol(t, func(t *testing.T, stateless bool) {
 		up := httpServe(t, httpFixture(t, fixture.Options{Stateless: stateless, HangAfter: 500 * time.Millisecond}))
-		p := httpTestPolicy(up.URL())
+		p := httpPolicy(up.URL())
 		p.HealthCheckInterval = 200 * time.Millisecond
 		p.ConnectionTimeout = 300 * time.Millisecond
 		s, _ := startSupervisor(t, p)
 		waitFor(t, s, "Ready", isReady)
 
-		lost := waitFor(t, s, "Reconnecting", func(sn Snapshot) bool { return sn.Phase == PhaseReconnecting })
+		lost := waitFor(t, s, "Reconnecting", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseReconnecting })
 		if lost.LastError == nil || lost.LastError.Stage != StageHealthCheck {
 			t.Fatalf("loss reported as %v, want stage %s", lost.LastError, StageHealthCheck)
 		}
@@ -459,9 +427,9 @@ func TestHTTPHangIsDetectedByHealthCheck(t *testing.T) {
 		// The next attempt starts and fails on the connection budget; the
 		// lost generation's close must not have stopped the supervisor.
 		sn := waitFor(t, s, "a failed reconnect attempt", func(sn Snapshot) bool {
-			return sn.FailedAttempts >= 2 || sn.Phase == PhaseFailed
+			return sn.FailedAttempts >= 2 || sn.Phase == v1alpha1.PhaseFailed
 		})
-		if sn.Phase == PhaseFailed {
+		if sn.Phase == v1alpha1.PhaseFailed {
 			t.Fatalf("the supervisor stopped on a hung HTTP server: %s / %s (last error: %v)", sn.Reason, sn.Message, sn.LastError)
 		}
 		if sn.LastError == nil || !IsDeadline(sn.LastError) {
@@ -478,7 +446,7 @@ func TestHTTPDisposeIsPromptWhileRequestsHang(t *testing.T) {
 		const hangAfter = 500 * time.Millisecond
 		up := httpServe(t, httpFixture(t, fixture.Options{Stateless: stateless, HangAfter: hangAfter}))
 		hangsFrom := time.Now().Add(hangAfter) // the fixture started before now
-		p := httpTestPolicy(up.URL())
+		p := httpPolicy(up.URL())
 		s, _ := startSupervisor(t, p)
 		waitFor(t, s, "Ready", isReady)
 
@@ -519,12 +487,12 @@ func TestHTTPDisposeIsPromptWhileRequestsHang(t *testing.T) {
 func TestHTTPUnresponsiveEndpointFailsAtConnectionBudgetInInitialize(t *testing.T) {
 	t.Run("failOnStartupError", func(t *testing.T) {
 		addr, accepted := httpSilentListener(t)
-		p := httpTestPolicy("http://" + addr + "/mcp")
+		p := httpPolicy("http://" + addr + "/mcp")
 		p.ConnectionTimeout = 300 * time.Millisecond
 		p.FailOnStartupError = true
 		start := time.Now()
 		s, reg := startSupervisor(t, p)
-		sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
+		sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseFailed })
 		took := time.Since(start)
 		t.Logf("failed after %v (%d connections accepted): %v", took, accepted.Load(), sn.LastError)
 
@@ -563,11 +531,11 @@ func TestHTTPUnresponsiveEndpointFailsAtConnectionBudgetInInitialize(t *testing.
 	t.Run("dispose-aborts-the-hung-connect", func(t *testing.T) {
 		for i := range 10 {
 			addr, accepted := httpSilentListener(t)
-			p := httpTestPolicy("http://" + addr + "/mcp")
+			p := httpPolicy("http://" + addr + "/mcp")
 			p.ConnectionTimeout = 10 * time.Second
 			s, _ := startSupervisor(t, p)
 			httpPoll(t, "the connect to reach the endpoint", func() bool { return accepted.Load() >= 1 })
-			if sn := s.Snapshot(); sn.Phase != PhaseConnecting || sn.Generation != 1 {
+			if sn := s.Snapshot(); sn.Phase != v1alpha1.PhaseConnecting || sn.Generation != 1 {
 				t.Fatalf("not connecting: %s, generation %d", sn.Phase, sn.Generation)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -593,12 +561,12 @@ func TestHTTPUnresponsiveEndpointFailsAtConnectionBudgetInInitialize(t *testing.
 	t.Run("budget-expiry-is-acted-on-promptly", func(t *testing.T) {
 		for i := range 10 {
 			addr, _ := httpSilentListener(t)
-			p := httpTestPolicy("http://" + addr + "/mcp")
+			p := httpPolicy("http://" + addr + "/mcp")
 			p.ConnectionTimeout = 300 * time.Millisecond
 			p.FailOnStartupError = true
 			start := time.Now()
 			s, _ := startSupervisor(t, p)
-			sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
+			sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseFailed })
 			if took := time.Since(start); took >= 10*p.ConnectionTimeout {
 				t.Fatalf("round %d: a 300ms budget ended the attempt after %v (%v)", i+1, took, sn.LastError)
 			}
@@ -606,11 +574,11 @@ func TestHTTPUnresponsiveEndpointFailsAtConnectionBudgetInInitialize(t *testing.
 	})
 	t.Run("retried-without-failOnStartupError", func(t *testing.T) {
 		addr, _ := httpSilentListener(t)
-		p := httpTestPolicy("http://" + addr + "/mcp")
+		p := httpPolicy("http://" + addr + "/mcp")
 		p.ConnectionTimeout = 300 * time.Millisecond
 		s, _ := startSupervisor(t, p)
-		sn := waitFor(t, s, "two failed attempts", func(sn Snapshot) bool { return sn.FailedAttempts >= 2 || sn.Phase == PhaseFailed })
-		if sn.Phase == PhaseFailed {
+		sn := waitFor(t, s, "two failed attempts", func(sn Snapshot) bool { return sn.FailedAttempts >= 2 || sn.Phase == v1alpha1.PhaseFailed })
+		if sn.Phase == v1alpha1.PhaseFailed {
 			t.Fatalf("stopped: %s / %s", sn.Reason, sn.Message)
 		}
 		if sn.LastError == nil || sn.LastError.Stage != StageInitialize || !IsDeadline(sn.LastError) {
@@ -629,7 +597,7 @@ func TestHTTPHeadersReachEveryRequestAndNeverLeak(t *testing.T) {
 		marker    = "SECRETVALUE"
 	)
 	up := httpServe(t, httpFixture(t, fixture.Options{SessionExpireAfter: 500 * time.Millisecond}))
-	p := httpTestPolicy(up.URL())
+	p := httpPolicy(up.URL())
 	p.HealthCheckInterval = 200 * time.Millisecond
 	p.ToolCallTimeout = 300 * time.Millisecond
 	p.HTTP.Headers = []policy.Header{{Name: "Authorization", Value: authValue}, {Name: "X-Api-Key", Value: keyValue}}
@@ -645,7 +613,7 @@ func TestHTTPHeadersReachEveryRequestAndNeverLeak(t *testing.T) {
 
 	waitFor(t, s, "Ready", isReady)
 	// The session expires: probes get 404, the supervisor reconnects.
-	waitFor(t, s, "Ready in a new session", func(sn Snapshot) bool { return sn.Phase == PhaseReady && sn.Generation >= 2 })
+	waitFor(t, s, "Ready in a new session", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseReady && sn.Generation >= 2 })
 
 	var texts []string
 	httpEcho(t, s, "with headers")
@@ -713,7 +681,7 @@ func TestHTTPToolCallTimeoutIsEnforcedAndCancelsUpstream(t *testing.T) {
 	httpForEachProtocol(t, func(t *testing.T, stateless bool) {
 		events := eventsPath(t)
 		up := httpServe(t, httpFixture(t, fixture.Options{Stateless: stateless, EventsFile: events}))
-		p := httpTestPolicy(up.URL())
+		p := httpPolicy(up.URL())
 		p.ToolCallTimeout = 300 * time.Millisecond
 		s, _ := startSupervisor(t, p)
 		waitFor(t, s, "Ready", isReady)
@@ -730,11 +698,11 @@ func TestHTTPToolCallTimeoutIsEnforcedAndCancelsUpstream(t *testing.T) {
 		if took < 300*time.Millisecond {
 			t.Errorf("call ended after %v, before its 300ms timeout", took)
 		}
-		httpWaitEvent(t, events, "cancelled sleep", func(ev fixture.Event) bool {
+		waitEvent(t, events, "cancelled sleep", func(ev fixture.Event) bool {
 			return ev.Kind == fixture.EventCancelled && ev.Tool == fixture.ToolSleep
 		})
 		httpEcho(t, s, "still connected")
-		if sn := s.Snapshot(); sn.Phase != PhaseReady || sn.Generation != 1 {
+		if sn := s.Snapshot(); sn.Phase != v1alpha1.PhaseReady || sn.Generation != 1 {
 			t.Errorf("a timed-out call changed the connection: %s, generation %d", sn.Phase, sn.Generation)
 		}
 	})
@@ -747,7 +715,7 @@ func TestHTTPToolCallCallerCancellationReachesServer(t *testing.T) {
 	httpForEachProtocol(t, func(t *testing.T, stateless bool) {
 		events := eventsPath(t)
 		up := httpServe(t, httpFixture(t, fixture.Options{Stateless: stateless, EventsFile: events}))
-		s, _ := startSupervisor(t, httpTestPolicy(up.URL()))
+		s, _ := startSupervisor(t, httpPolicy(up.URL()))
 		waitFor(t, s, "Ready", isReady)
 
 		ctx, cancel := context.WithCancel(context.Background())
@@ -757,7 +725,7 @@ func TestHTTPToolCallCallerCancellationReachesServer(t *testing.T) {
 			_, err := s.CallTool(ctx, fixture.ToolSleep, map[string]any{"ms": 10000})
 			done <- err
 		}()
-		httpWaitEvent(t, events, "call sleep", func(ev fixture.Event) bool {
+		waitEvent(t, events, "call sleep", func(ev fixture.Event) bool {
 			return ev.Kind == fixture.EventCall && ev.Tool == fixture.ToolSleep
 		})
 		cancel()
@@ -769,7 +737,7 @@ func TestHTTPToolCallCallerCancellationReachesServer(t *testing.T) {
 		case <-time.After(2 * time.Second):
 			t.Fatal("the cancelled call did not return")
 		}
-		httpWaitEvent(t, events, "cancelled sleep", func(ev fixture.Event) bool {
+		waitEvent(t, events, "cancelled sleep", func(ev fixture.Event) bool {
 			return ev.Kind == fixture.EventCancelled && ev.Tool == fixture.ToolSleep
 		})
 		if !stateless {
@@ -786,7 +754,7 @@ func TestHTTPToolCallCallerCancellationReachesServer(t *testing.T) {
 func TestHTTPToolCallKeepsStructuredContentWhole(t *testing.T) {
 	httpForEachProtocol(t, func(t *testing.T, stateless bool) {
 		up := httpServe(t, httpFixture(t, fixture.Options{Stateless: stateless}))
-		s, _ := startSupervisor(t, httpTestPolicy(up.URL()))
+		s, _ := startSupervisor(t, httpPolicy(up.URL()))
 		waitFor(t, s, "Ready", isReady)
 
 		const text = "héllo, wörld"
@@ -818,7 +786,7 @@ func TestHTTPToolCallKeepsStructuredContentWhole(t *testing.T) {
 func TestHTTPToolCallIsErrorBecomesToolError(t *testing.T) {
 	httpForEachProtocol(t, func(t *testing.T, stateless bool) {
 		up := httpServe(t, httpFixture(t, fixture.Options{Stateless: stateless}))
-		s, _ := startSupervisor(t, httpTestPolicy(up.URL()))
+		s, _ := startSupervisor(t, httpPolicy(up.URL()))
 		waitFor(t, s, "Ready", isReady)
 
 		res, err := s.CallTool(httpCtx(t), fixture.ToolFail, map[string]any{"text": "it broke"})
@@ -833,7 +801,7 @@ func TestHTTPToolCallIsErrorBecomesToolError(t *testing.T) {
 		if !strings.Contains(terr.Error(), "it broke") {
 			t.Errorf("tool error %q lacks the tool's text", terr.Error())
 		}
-		if sn := s.Snapshot(); sn.Phase != PhaseReady || sn.Generation != 1 {
+		if sn := s.Snapshot(); sn.Phase != v1alpha1.PhaseReady || sn.Generation != 1 {
 			t.Errorf("a tool error changed the connection: %s, generation %d", sn.Phase, sn.Generation)
 		}
 	})
@@ -846,20 +814,20 @@ func TestHTTPToolCallIsErrorBecomesToolError(t *testing.T) {
 func TestHTTPListChangedResyncsAndFailedResyncKeepsLastGoodTools(t *testing.T) {
 	h := httpFixture(t, fixture.Options{ListChangedAfter: 3 * time.Second}) // counted from the server's start: room to connect under load
 	up := httpServe(t, h)
-	s, reg := startSupervisor(t, httpTestPolicy(up.URL()))
+	s, reg := startSupervisor(t, httpPolicy(up.URL()))
 	sn := waitFor(t, s, "Ready", isReady)
 	if sn.ServerInfo.ProtocolVersion != httpStatefulVersion {
 		t.Fatalf("protocol %s, want %s", sn.ServerInfo.ProtocolVersion, httpStatefulVersion)
 	}
-	if httpHasTool(sn.Tools, fixture.ToolLate) {
+	if hasTool(sn.Tools, fixture.ToolLate) {
 		t.Fatalf("%s already listed at connect (connecting took over 3s?)", fixture.ToolLate)
 	}
 
-	sn = waitFor(t, s, "late_tool published", func(sn Snapshot) bool { return httpHasTool(sn.Tools, fixture.ToolLate) })
-	if sn.Generation != 1 || sn.Phase != PhaseReady {
+	sn = waitFor(t, s, "late_tool published", func(sn Snapshot) bool { return hasTool(sn.Tools, fixture.ToolLate) })
+	if sn.Generation != 1 || sn.Phase != v1alpha1.PhaseReady {
 		t.Fatalf("re-sync reconnected: %s, generation %d", sn.Phase, sn.Generation)
 	}
-	if _, _, ok := reg.Lookup("ns", PublicName("fx", fixture.ToolLate)); !ok {
+	if _, _, ok := reg.Lookup("ns", registry.PublicName("fx", fixture.ToolLate)); !ok {
 		t.Fatal("late_tool not in the registry")
 	}
 	good := toolNames(sn.Tools)
@@ -894,7 +862,7 @@ func TestHTTPListChangedResyncsAndFailedResyncKeepsLastGoodTools(t *testing.T) {
 	if got := toolNames(reg.Owned("ns", "ns/srv")); !slices.Equal(got, good) {
 		t.Fatalf("a failed re-sync changed the registry: %v -> %v", good, got)
 	}
-	if sn.Phase != PhaseReady || sn.Generation != 1 {
+	if sn.Phase != v1alpha1.PhaseReady || sn.Generation != 1 {
 		t.Fatalf("a failed re-sync dropped the connection: %s, generation %d", sn.Phase, sn.Generation)
 	}
 	httpEcho(t, s, "after the failed re-sync")
@@ -902,8 +870,8 @@ func TestHTTPListChangedResyncsAndFailedResyncKeepsLastGoodTools(t *testing.T) {
 	// The server lists again: the next change is synced.
 	up.setIntercept(nil)
 	addTool("accepted_tool")
-	sn = waitFor(t, s, "the next re-sync", func(sn Snapshot) bool { return httpHasTool(sn.Tools, "accepted_tool") })
-	if !httpHasTool(sn.Tools, "refused_tool") || !httpHasTool(sn.Tools, fixture.ToolLate) {
+	sn = waitFor(t, s, "the next re-sync", func(sn Snapshot) bool { return hasTool(sn.Tools, "accepted_tool") })
+	if !hasTool(sn.Tools, "refused_tool") || !hasTool(sn.Tools, fixture.ToolLate) {
 		t.Fatalf("re-synced set %v", httpRawNames(sn.Tools))
 	}
 	if lists.Load() == 0 {
@@ -943,25 +911,25 @@ func httpAddRawTool(srv *mcp.Server, name string) {
 // reported, and the pending set is published once the holder goes away.
 // See docs/design.md, "Tool sync" and "Tool registry and names".
 func TestHTTPResyncConflictKeepsPreviousSetAndPublishesWhenHolderLeaves(t *testing.T) {
-	reg := NewRegistry()
+	reg := registry.New()
 	_, upA := httpSDKServer(t, "server-a", "c")
 	srvB, upB := httpSDKServer(t, "server-b", "x")
-	conflicting := PublicName("a", "b__c")
-	if conflicting != PublicName("a__b", "c") {
-		t.Fatalf("test premise: %q != %q", conflicting, PublicName("a__b", "c"))
+	conflicting := registry.PublicName("a", "b__c")
+	if conflicting != registry.PublicName("a__b", "c") {
+		t.Fatalf("test premise: %q != %q", conflicting, registry.PublicName("a__b", "c"))
 	}
 
-	pA := httpTestPolicy(upA.URL())
+	pA := httpPolicy(upA.URL())
 	pA.ServerName = "a__b"
 	a, _ := startSupervisor(t, pA, func(o *Options) { o.Name, o.Registry = "a", reg })
-	waitFor(t, a, "A Ready", func(sn Snapshot) bool { return sn.Phase == PhaseReady && len(sn.Tools) == 1 })
+	waitFor(t, a, "A Ready", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseReady && len(sn.Tools) == 1 })
 
-	pB := httpTestPolicy(upB.URL())
+	pB := httpPolicy(upB.URL())
 	pB.ServerName = "a"
 	b, _ := startSupervisor(t, pB, func(o *Options) { o.Name, o.Registry = "b", reg })
-	snB := waitFor(t, b, "B Ready", func(sn Snapshot) bool { return sn.Phase == PhaseReady && len(sn.Tools) == 1 })
+	snB := waitFor(t, b, "B Ready", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseReady && len(sn.Tools) == 1 })
 	before := toolNames(snB.Tools)
-	if !slices.Equal(before, []string{PublicName("a", "x")}) {
+	if !slices.Equal(before, []string{registry.PublicName("a", "x")}) {
 		t.Fatalf("B published %v", before)
 	}
 
@@ -1003,7 +971,7 @@ func TestHTTPResyncConflictKeepsPreviousSetAndPublishesWhenHolderLeaves(t *testi
 	if tool, _, ok := reg.Lookup("ns", conflicting); !ok || tool.Owner != "ns/a" || tool.RawName != "c" {
 		t.Fatalf("%s is %+v (found %v), want A's c", conflicting, tool, ok)
 	}
-	if snB.Phase != PhaseReady || snB.Generation != 1 {
+	if snB.Phase != v1alpha1.PhaseReady || snB.Generation != 1 {
 		t.Fatalf("the conflict changed B's connection: %s, generation %d", snB.Phase, snB.Generation)
 	}
 
@@ -1014,7 +982,7 @@ func TestHTTPResyncConflictKeepsPreviousSetAndPublishesWhenHolderLeaves(t *testi
 		t.Fatal(err)
 	}
 	snB = waitFor(t, b, "B's pending set published", func(sn Snapshot) bool { return len(sn.Tools) == 2 })
-	want := []string{conflicting, PublicName("a", "x")}
+	want := []string{conflicting, registry.PublicName("a", "x")}
 	slices.Sort(want)
 	if got := toolNames(snB.Tools); !slices.Equal(got, want) {
 		t.Fatalf("B published %v, want %v", got, want)

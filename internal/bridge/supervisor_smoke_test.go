@@ -5,6 +5,8 @@ import (
 	"slices"
 	"syscall"
 	"testing"
+
+	"github.com/mcpbridge/operator/api/v1alpha1"
 )
 
 func TestStdioConnectsPublishesAndRecoversFromKill(t *testing.T) {
@@ -25,7 +27,7 @@ func TestStdioConnectsPublishesAndRecoversFromKill(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	sn = waitFor(t, s, "Ready in generation 2", func(sn Snapshot) bool { return sn.Phase == PhaseReady && sn.Generation == 2 })
+	sn = waitFor(t, s, "Ready in generation 2", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseReady && sn.Generation == 2 })
 	if !slices.Equal(before, toolNames(sn.Tools)) {
 		t.Fatalf("tools changed across reconnect: %v -> %v", before, toolNames(sn.Tools))
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/policy"
 	"github.com/mcpbridge/operator/internal/proc"
+	"github.com/mcpbridge/operator/internal/registry"
 	"github.com/mcpbridge/operator/test/fixture"
 )
 
@@ -48,23 +49,6 @@ func stdioLog(t *testing.T) logr.Logger {
 			t.Log(prefix, args)
 		}
 	}, funcr.Options{Verbosity: 1})
-}
-
-// stdioEvents waits until the fixture's events file satisfies cond.
-func stdioEvents(t *testing.T, path, what string, cond func([]fixture.Event) bool) []fixture.Event {
-	t.Helper()
-	var evs []fixture.Event
-	NewWithT(t).Eventually(func() (bool, error) {
-		var err error
-		evs, err = fixture.ReadEvents(path)
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			return false, StopTrying("read events").Wrap(err)
-		}
-		return cond(evs), nil
-	}, eventually, 5*time.Millisecond).Should(BeTrue(), func() string {
-		return fmt.Sprintf("waiting for %s; events: %+v", what, evs)
-	})
-	return evs
 }
 
 func stdioCount(evs []fixture.Event, kind, tool string) int {
@@ -208,7 +192,7 @@ type stdioRegistryWatch struct {
 	done    chan struct{}
 }
 
-func stdioWatchRegistry(t *testing.T, reg *Registry, ns string) *stdioRegistryWatch {
+func stdioWatchRegistry(t *testing.T, reg *registry.Registry, ns string) *stdioRegistryWatch {
 	w := &stdioRegistryWatch{stop: make(chan struct{}), done: make(chan struct{})}
 	w.min.Store(-1)
 	if n := int64(len(reg.Tools(ns))); n > 0 {
@@ -243,10 +227,6 @@ func (w *stdioRegistryWatch) close() {
 		close(w.stop)
 	}
 	<-w.done
-}
-
-func stdioHasTool(tools []Tool, public string) bool {
-	return slices.ContainsFunc(tools, func(t Tool) bool { return t.Name == public })
 }
 
 // stdioFakeDialer connects generations to an in-process go-sdk server over
@@ -418,12 +398,12 @@ func TestStdioStalledInitializeFailsAfterConnectionBudgetWithStage(t *testing.T)
 	if len(sn.Tools) != 0 || len(reg.Tools("ns")) != 0 {
 		t.Errorf("tools published by a stalled server: %v / %v", sn.Tools, reg.Tools("ns"))
 	}
-	if sn.Phase == PhaseReady {
+	if sn.Phase == v1alpha1.PhaseReady {
 		t.Errorf("phase Ready after a failed attempt")
 	}
 	// The timed-out generation was closed (its child ended and was reaped)
 	// although the next attempt is a minute away.
-	evs := stdioEvents(t, ev, "the child's exit", func(e []fixture.Event) bool { return stdioCount(e, fixture.EventExit, "") == 1 })
+	evs := waitEvents(t, ev, "the child's exit", func(e []fixture.Event) bool { return stdioCount(e, fixture.EventExit, "") == 1 })
 	stdioWaitGone(t, stdioStarts(evs)[0], "the timed-out child")
 }
 
@@ -490,8 +470,8 @@ func TestStdioConnectionBudgetSpansAllToolsListPages(t *testing.T) {
 		p.Reconnect.InitialDelay, p.Reconnect.MaxDelay = time.Minute, time.Minute
 		s, reg := startSupervisor(t, p, stdioWithDialer(d))
 		t.Cleanup(d.release)
-		sn := waitFor(t, s, "the attempt to fail", func(sn Snapshot) bool { return sn.LastError != nil || sn.Phase == PhaseReady })
-		if sn.Phase == PhaseReady {
+		sn := waitFor(t, s, "the attempt to fail", func(sn Snapshot) bool { return sn.LastError != nil || sn.Phase == v1alpha1.PhaseReady })
+		if sn.Phase == v1alpha1.PhaseReady {
 			t.Fatalf("5 pages of 150ms were published under a 500ms budget: the deadline is reset per page")
 		}
 		if !IsDeadline(sn.LastError) || !strings.HasPrefix(sn.LastError.Stage, "tools-list page ") || sn.LastError.Stage == StageToolsList(1) {
@@ -520,7 +500,7 @@ func TestStdioInitialTimeoutWithFailOnStartupErrorIsFinal(t *testing.T) {
 	p := stdioStalledPolicy(200 * time.Millisecond)
 	p.FailOnStartupError = true
 	s, reg := startSupervisor(t, p)
-	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
+	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseFailed })
 	if sn.Reason != v1alpha1.ReasonStartupFailed {
 		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, v1alpha1.ReasonStartupFailed, sn.Message)
 	}
@@ -532,7 +512,7 @@ func TestStdioInitialTimeoutWithFailOnStartupErrorIsFinal(t *testing.T) {
 	}
 	// The supervisor stopped: a retry (20ms delay) would show.
 	NewWithT(t).Consistently(s.Snapshot, 300*time.Millisecond, 10*time.Millisecond).Should(SatisfyAll(
-		HaveField("Generation", BeEquivalentTo(1)), HaveField("Phase", PhaseFailed)), "a retry after StartupFailed")
+		HaveField("Generation", BeEquivalentTo(1)), HaveField("Phase", v1alpha1.PhaseFailed)), "a retry after StartupFailed")
 	if len(reg.Tools("ns")) != 0 {
 		t.Errorf("tools registered after StartupFailed")
 	}
@@ -550,9 +530,9 @@ func TestStdioFailOnStartupErrorDoesNotStopLaterReconnects(t *testing.T) {
 		t.Fatal(err)
 	}
 	sn := waitFor(t, s, "generation 2 Ready", func(sn Snapshot) bool {
-		return sn.Phase == PhaseFailed || (sn.Generation == 2 && sn.Phase == PhaseReady)
+		return sn.Phase == v1alpha1.PhaseFailed || (sn.Generation == 2 && sn.Phase == v1alpha1.PhaseReady)
 	})
-	if sn.Phase == PhaseFailed {
+	if sn.Phase == v1alpha1.PhaseFailed {
 		t.Fatalf("a loss after a successful start stopped the supervisor: %s: %s", sn.Reason, sn.Message)
 	}
 }
@@ -568,7 +548,7 @@ func TestStdioReconnectWithUnchangedToolsLeavesRegistryUntouched(t *testing.T) {
 	if err := syscall.Kill(stdioCallPID(t, s), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, s, "generation 2 Ready", func(sn Snapshot) bool { return sn.Generation == 2 && sn.Phase == PhaseReady })
+	waitFor(t, s, "generation 2 Ready", func(sn Snapshot) bool { return sn.Generation == 2 && sn.Phase == v1alpha1.PhaseReady })
 	watch.close()
 	if n := watch.changes.Load(); n != 0 {
 		t.Errorf("%d registry change signals across a reconnect with an unchanged list", n)
@@ -590,11 +570,11 @@ func TestStdioInitialTimeoutWithoutFailOnStartupErrorRetries(t *testing.T) {
 	p := stdioStalledPolicy(200 * time.Millisecond)
 	p.FailOnStartupError = false
 	s, _ := startSupervisor(t, p)
-	sn := waitFor(t, s, "a third generation", func(sn Snapshot) bool { return sn.Generation >= 3 || sn.Phase == PhaseFailed })
+	sn := waitFor(t, s, "a third generation", func(sn Snapshot) bool { return sn.Generation >= 3 || sn.Phase == v1alpha1.PhaseFailed })
 	if sn.Generation < 3 {
 		t.Fatalf("supervisor stopped after an initial timeout: %+v", sn)
 	}
-	if sn.Phase == PhaseFailed && sn.Reason == v1alpha1.ReasonStartupFailed {
+	if sn.Phase == v1alpha1.PhaseFailed && sn.Reason == v1alpha1.ReasonStartupFailed {
 		t.Fatalf("StartupFailed with failOnStartupError=false")
 	}
 	if sn.FailedAttempts < 2 {
@@ -612,7 +592,7 @@ func TestStdioEveryReconnectGenerationGetsAFreshBudget(t *testing.T) {
 	started := time.Now() // generation 1 starts before the recorder can see it
 	s, _ := startSupervisor(t, p)
 	rec := stdioRecord(t, s)
-	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
+	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseFailed })
 	rec.close()
 	if sn.Reason != v1alpha1.ReasonReconnectExhausted {
 		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, v1alpha1.ReasonReconnectExhausted, sn.Message)
@@ -661,20 +641,20 @@ func TestStdioListChangedResyncPublishesNewToolWithoutDroppingOld(t *testing.T) 
 	s, reg := startSupervisor(t, p, func(o *Options) { watch = stdioWatchRegistry(t, o.Registry, "ns") })
 	sn := waitFor(t, s, "Ready", isReady)
 	first := len(sn.Tools)
-	if stdioHasTool(sn.Tools, "mcp__fx__late_tool") {
+	if hasTool(sn.Tools, fixture.ToolLate) {
 		t.Fatalf("late_tool already listed at first connect (connect took over 1.5s?)")
 	}
 	if first != 3+len(fixture.BuiltinTools) {
 		t.Fatalf("first sync published %d tools, want %d", first, 3+len(fixture.BuiltinTools))
 	}
-	sn = waitFor(t, s, "late_tool published", func(sn Snapshot) bool { return stdioHasTool(sn.Tools, "mcp__fx__late_tool") })
-	if !stdioHasTool(reg.Tools("ns"), "mcp__fx__late_tool") {
+	sn = waitFor(t, s, "late_tool published", func(sn Snapshot) bool { return hasTool(sn.Tools, fixture.ToolLate) })
+	if !hasTool(reg.Tools("ns"), fixture.ToolLate) {
 		t.Fatalf("late_tool in the snapshot but not in the registry")
 	}
 	if len(sn.Tools) != first+1 {
 		t.Errorf("after re-sync %d tools, want %d", len(sn.Tools), first+1)
 	}
-	if sn.Generation != 1 || sn.Phase != PhaseReady {
+	if sn.Generation != 1 || sn.Phase != v1alpha1.PhaseReady {
 		t.Errorf("re-sync replaced the connection: generation %d, phase %s", sn.Generation, sn.Phase)
 	}
 	watch.close()
@@ -715,7 +695,7 @@ func TestStdioStalledResyncKeepsLastGoodToolsThenReconnects(t *testing.T) {
 		t.Fatalf("during the stalled re-sync the registry holds %v", got)
 	}
 	sn = waitFor(t, s, "generation 2 Ready with gamma", func(sn Snapshot) bool {
-		return sn.Generation == 2 && sn.Phase == PhaseReady && stdioHasTool(sn.Tools, "mcp__fx__gamma")
+		return sn.Generation == 2 && sn.Phase == v1alpha1.PhaseReady && hasTool(sn.Tools, "gamma")
 	})
 	rec.close()
 	watch.close()
@@ -764,17 +744,17 @@ func stdioDisposeDuringStall(t *testing.T, args []string) {
 	ev := eventsPath(t)
 	p := stdioPolicy(append(args, "--events-file="+ev)...)
 	p.ConnectionTimeout = 60 * time.Second
-	reg := NewRegistry()
+	reg := registry.New()
 	s := New(Options{Namespace: "ns", Name: "srv", Policy: p, Registry: reg, Log: stdioLog(t), CloseBarrier: 3 * time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	s.Start(ctx)
-	evs := stdioEvents(t, ev, "the child to start", func(e []fixture.Event) bool { return len(stdioStarts(e)) == 1 })
+	evs := waitEvents(t, ev, "the child to start", func(e []fixture.Event) bool { return len(stdioStarts(e)) == 1 })
 	pid := stdioStarts(evs)[0]
 	t.Cleanup(func() { stdioKillQuietly(pid) })
 	// Stalled in connect: still connecting, nothing failed.
 	NewWithT(t).Consistently(s.Snapshot, 50*time.Millisecond, 5*time.Millisecond).Should(SatisfyAll(
-		HaveField("Phase", PhaseConnecting), HaveField("LastError", BeNil())), "not stalled in connect")
+		HaveField("Phase", v1alpha1.PhaseConnecting), HaveField("LastError", BeNil())), "not stalled in connect")
 	dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer dcancel()
 	start := time.Now()
@@ -821,7 +801,7 @@ func TestStdioCrashLoopWithBriefConnectsExhaustsBudgetAndUnregisters(t *testing.
 	p.Reconnect = policy.Reconnect{Enabled: true, InitialDelay: 10 * time.Millisecond, MaxDelay: 3 * time.Second, MaxAttempts: 4}
 	s, reg := startSupervisor(t, p)
 	rec := stdioRecord(t, s)
-	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
+	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseFailed })
 	rec.close()
 	if sn.Reason != v1alpha1.ReasonReconnectExhausted {
 		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, v1alpha1.ReasonReconnectExhausted, sn.Message)
@@ -838,7 +818,7 @@ func TestStdioCrashLoopWithBriefConnectsExhaustsBudgetAndUnregisters(t *testing.
 	}
 	ready := 0
 	for _, st := range rec.history() {
-		if st.sn.Phase == PhaseReady {
+		if st.sn.Phase == v1alpha1.PhaseReady {
 			ready++
 		}
 	}
@@ -858,7 +838,7 @@ func TestStdioCommandThatCannotStartExhaustsBudget(t *testing.T) {
 	p.Stdio.Command = filepath.Join(t.TempDir(), "no-such-server")
 	p.Reconnect.MaxAttempts = 3
 	s, reg := startSupervisor(t, p)
-	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
+	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseFailed })
 	if sn.Reason != v1alpha1.ReasonReconnectExhausted {
 		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, v1alpha1.ReasonReconnectExhausted, sn.Message)
 	}
@@ -889,7 +869,7 @@ func TestStdioReconnectDisabledKeepsToolsRegisteredButFailing(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	sn = waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
+	sn = waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseFailed })
 	if sn.Reason != v1alpha1.ReasonReconnectDisabled {
 		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, v1alpha1.ReasonReconnectDisabled, sn.Message)
 	}
@@ -914,6 +894,54 @@ func TestStdioReconnectDisabledKeepsToolsRegisteredButFailing(t *testing.T) {
 	}
 }
 
+// With reconnect disabled a loss is final at once: the phase goes from
+// Ready to Failed / ReconnectDisabled while the lost server is still being
+// ended, and never passes through Reconnecting. The server's shell outlives
+// the fixture and ignores SIGTERM, so that the close takes two graces: a
+// Reconnecting that lasted until the close was done would be seen.
+// See docs/design.md, "Backoff and the attempt budget".
+func TestStdioReconnectDisabledLossGoesStraightToFailed(t *testing.T) {
+	const grace = 500 * time.Millisecond
+	p := stdioPolicy()
+	p.Reconnect.Enabled = false
+	p.HealthCheckInterval = time.Second // finds the loss: the shell holds the pipes open
+	p.Stdio.Command = "/bin/sh"
+	p.Stdio.Args = []string{"-c", `trap "" TERM; "$0" "$@"; exec sleep 3600`, fixtureBin, "--ignore-sigterm"}
+	s, _ := startSupervisor(t, p, func(o *Options) { o.TerminateGrace = grace })
+	ready := waitFor(t, s, "Ready", isReady)
+	g := NewWithT(t)
+	g.Expect(ready.Reason).To(Equal(v1alpha1.ReasonConnected))
+	fx := stdioCallPID(t, s)
+	_, leader, ok := stdioProcStat(fx)
+	if !ok {
+		t.Fatal("fixture pid not found")
+	}
+	t.Cleanup(func() { stdioKillQuietly(leader) })
+	rec := stdioRecord(t, s)
+	if err := syscall.Kill(fx, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseFailed })
+	g.Expect(sn.Reason).To(Equal(v1alpha1.ReasonReconnectDisabled), sn.Message)
+	g.Expect(sn.LastError).NotTo(BeNil())
+	g.Expect(sn.LastError.Stage).To(Equal(StageHealthCheck))
+	select { // a stopped supervisor ends once its last generation has closed
+	case <-s.Closed():
+	case <-time.After(eventually):
+		t.Fatal("the supervisor did not end after its final loss")
+	}
+	g.Expect(stdioGone(leader)).To(BeTrue(), "the lost server's shell outlived its generation")
+	rec.close()
+	var phases []v1alpha1.Phase
+	for _, st := range rec.history() {
+		if n := len(phases); n == 0 || phases[n-1] != st.sn.Phase {
+			phases = append(phases, st.sn.Phase)
+		}
+	}
+	g.Expect(phases).To(Equal([]v1alpha1.Phase{v1alpha1.PhaseReady, v1alpha1.PhaseFailed}))
+	g.Expect(s.Snapshot().Reason).To(Equal(v1alpha1.ReasonReconnectDisabled), "the close within the barrier changes no reason")
+}
+
 // Through the supervisor: the failed first connection is attempt 1 of the
 // outage; the delay before reconnect k (attempt k+1) is
 // min(max, initial*2^(k-1)), on the injected clock; the budget ends it.
@@ -930,7 +958,7 @@ func TestStdioBackoffDelaySequenceOnFakeClock(t *testing.T) {
 		var sn Snapshot
 		g.Eventually(func() (bool, error) {
 			sn = s.Snapshot()
-			if sn.Phase == PhaseFailed {
+			if sn.Phase == v1alpha1.PhaseFailed {
 				return false, StopTrying("the supervisor stopped")
 			}
 			return fc.HasWaiters() && sn.Attempt == n, nil
@@ -946,7 +974,7 @@ func TestStdioBackoffDelaySequenceOnFakeClock(t *testing.T) {
 		if sn.Generation != int64(n-1) || sn.FailedAttempts != n-1 {
 			t.Errorf("attempt %d: generation %d, failedAttempts %d; want %d, %d", n, sn.Generation, sn.FailedAttempts, n-1, n-1)
 		}
-		if sn.Phase != PhaseConnecting && sn.Phase != PhaseReconnecting {
+		if sn.Phase != v1alpha1.PhaseConnecting && sn.Phase != v1alpha1.PhaseReconnecting {
 			t.Errorf("attempt %d: phase %s", n, sn.Phase)
 		}
 		// A step short of the delay must not start the attempt.
@@ -955,7 +983,7 @@ func TestStdioBackoffDelaySequenceOnFakeClock(t *testing.T) {
 			Should(BeEquivalentTo(n-1), "attempt %d started before its delay elapsed", n)
 		fc.Step(time.Millisecond)
 	}
-	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
+	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseFailed })
 	if sn.Reason != v1alpha1.ReasonReconnectExhausted || sn.Generation != 7 || sn.FailedAttempts != 7 {
 		t.Fatalf("after the budget: %s/%s generation %d, failedAttempts %d; want Failed/%s, 7, 7",
 			sn.Phase, sn.Reason, sn.Generation, sn.FailedAttempts, v1alpha1.ReasonReconnectExhausted)
@@ -1005,7 +1033,7 @@ exec "$0" ` + tc.later
 			p.Reconnect = policy.Reconnect{Enabled: true, InitialDelay: 10 * time.Millisecond, MaxDelay: 300 * time.Millisecond, MaxAttempts: maxAttempts}
 			s, reg := startSupervisor(t, p)
 			rec := stdioRecord(t, s)
-			sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
+			sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseFailed })
 			rec.close()
 			if sn.Reason != v1alpha1.ReasonReconnectExhausted {
 				t.Fatalf("reason %q, want %q (%s)", sn.Reason, v1alpha1.ReasonReconnectExhausted, sn.Message)
@@ -1067,9 +1095,9 @@ func TestStdioStableConnectionsStartAFreshBudgetEachLoss(t *testing.T) {
 	p.Reconnect = policy.Reconnect{Enabled: true, InitialDelay: 20 * time.Millisecond, MaxDelay: 200 * time.Millisecond, MaxAttempts: 2}
 	s, _ := startSupervisor(t, p)
 	rec := stdioRecord(t, s)
-	sn := waitFor(t, s, "generation 5", func(sn Snapshot) bool { return sn.Generation >= 5 || sn.Phase == PhaseFailed })
+	sn := waitFor(t, s, "generation 5", func(sn Snapshot) bool { return sn.Generation >= 5 || sn.Phase == v1alpha1.PhaseFailed })
 	rec.close()
-	if sn.Phase == PhaseFailed {
+	if sn.Phase == v1alpha1.PhaseFailed {
 		t.Fatalf("exhausted although every connection outlived the stability window: %s: %s", sn.Reason, sn.Message)
 	}
 	maxAttempt, scheduled := 0, 0
@@ -1107,12 +1135,12 @@ exec "$0" "$@"`
 	if err := syscall.Kill(stdioCallPID(t, s), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	sn := waitFor(t, s, "generation 4 Ready", func(sn Snapshot) bool { return sn.Generation == 4 && sn.Phase == PhaseReady })
+	sn := waitFor(t, s, "generation 4 Ready", func(sn Snapshot) bool { return sn.Generation == 4 && sn.Phase == v1alpha1.PhaseReady })
 	t.Logf("recovered in generation %d with failedAttempts %d", sn.Generation, sn.FailedAttempts)
 	// Stable for far longer than maxDelay (200ms), the outage is closed.
 	NewWithT(t).Eventually(func() (int, error) {
 		sn = s.Snapshot()
-		if sn.Generation != 4 || sn.Phase != PhaseReady {
+		if sn.Generation != 4 || sn.Phase != v1alpha1.PhaseReady {
 			return 0, StopTrying(fmt.Sprintf("connection not stable: %+v", sn))
 		}
 		return sn.FailedAttempts, nil
@@ -1132,7 +1160,7 @@ func TestStdioCloseTimeoutStopsReconnecting(t *testing.T) {
 	start := time.Now()
 	s, reg := startSupervisor(t, p, stdioWithDialer(d), func(o *Options) { o.CloseBarrier = 500 * time.Millisecond })
 	t.Cleanup(d.release)
-	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
+	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseFailed })
 	t.Logf("CloseTimeout after %v (budget 200ms + barrier 500ms)", time.Since(start))
 	if sn.Reason != v1alpha1.ReasonCloseTimeout {
 		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, v1alpha1.ReasonCloseTimeout, sn.Message)
@@ -1170,7 +1198,7 @@ func TestStdioLostGenerationThatNeverClosesStopsWithCloseTimeout(t *testing.T) {
 	ss := d.links[0].ss
 	d.mu.Unlock()
 	_ = ss.Close() // the server hangs up; the link still never reports closed
-	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == PhaseFailed })
+	sn := waitFor(t, s, "Failed", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseFailed })
 	if sn.Reason != v1alpha1.ReasonCloseTimeout {
 		t.Fatalf("reason = %q, want %q (%s)", sn.Reason, v1alpha1.ReasonCloseTimeout, sn.Message)
 	}
@@ -1191,7 +1219,7 @@ func TestStdioDisposeReturnsCloseTimeoutWhileTheChildOutlivesTheBarrier(t *testi
 	p := stdioPolicy()
 	p.Stdio.Command = "/bin/sh"
 	p.Stdio.Args = []string{"-c", `trap "" TERM; "$0" "$@"; exec sleep 3600`, fixtureBin, "--ignore-sigterm"}
-	reg := NewRegistry()
+	reg := registry.New()
 	s := New(Options{Namespace: "ns", Name: "srv", Policy: p, Registry: reg, Log: stdioLog(t),
 		CloseBarrier: 300 * time.Millisecond, TerminateGrace: 600 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -1225,7 +1253,7 @@ func TestDisposeOfALinkThatNeverClosesReturnsCloseTimeout(t *testing.T) {
 	g := NewWithT(t)
 	fs := stdioNewFakeServer(t, "alpha")
 	d := &stdioFakeDialer{srv: fs.srv, neverClosed: true}
-	reg := NewRegistry()
+	reg := registry.New()
 	s := New(Options{Namespace: "ns", Name: "srv", Policy: stdioPolicy(), Registry: reg, Log: stdioLog(t),
 		CloseBarrier: 200 * time.Millisecond, dialer: d})
 	t.Cleanup(d.release)
@@ -1257,7 +1285,7 @@ func TestStdioNeverTwoChildrenAliveAtOnce(t *testing.T) {
 	w := fixture.WatchChildren(marker)
 	t.Cleanup(w.Stop)
 	s, _ := startSupervisor(t, p, func(o *Options) { o.TerminateGrace = 100 * time.Millisecond })
-	waitFor(t, s, "generation 5", func(sn Snapshot) bool { return sn.Generation >= 5 || sn.Phase == PhaseFailed })
+	waitFor(t, s, "generation 5", func(sn Snapshot) bool { return sn.Generation >= 5 || sn.Phase == v1alpha1.PhaseFailed })
 	dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := s.Dispose(dctx); err != nil {
@@ -1272,7 +1300,7 @@ func TestStdioNeverTwoChildrenAliveAtOnce(t *testing.T) {
 	if maxAlive > 1 {
 		t.Errorf("%d children of one supervisor existed at once: %v", maxAlive, worst)
 	}
-	if sn := s.Snapshot(); sn.Phase == PhaseFailed {
+	if sn := s.Snapshot(); sn.Phase == v1alpha1.PhaseFailed {
 		t.Errorf("supervisor failed: %s: %s", sn.Reason, sn.Message)
 	}
 }
@@ -1312,7 +1340,7 @@ func TestStdioExitLoopChildLifetimesNeverOverlap(t *testing.T) {
 }
 
 // ---------------------------------------------------------------------------
-// Tool calls over a real child.
+// registry.Tool calls over a real child.
 // See docs/design.md, "Tool calls".
 
 func TestStdioCallToolSendsTheRawNameUpstream(t *testing.T) {
@@ -1333,7 +1361,7 @@ func TestStdioCallToolSendsTheRawNameUpstream(t *testing.T) {
 	if got := RenderText(res); got != "hello" {
 		t.Errorf("echo returned %q", got)
 	}
-	evs := stdioEvents(t, ev, "the call event", func(e []fixture.Event) bool { return stdioCount(e, fixture.EventCall, "") > 0 })
+	evs := waitEvents(t, ev, "the call event", func(e []fixture.Event) bool { return stdioCount(e, fixture.EventCall, "") > 0 })
 	for _, e := range evs {
 		if e.Kind == fixture.EventCall && e.Tool != "echo" {
 			t.Errorf("upstream received tools/call for %q, want the raw name echo", e.Tool)
@@ -1360,9 +1388,9 @@ func TestStdioToolCallTimeoutIsEnforcedAndCancelsUpstream(t *testing.T) {
 	if elapsed < p.ToolCallTimeout {
 		t.Errorf("call returned after %v, before its %v timeout", elapsed, p.ToolCallTimeout)
 	}
-	stdioEvents(t, ev, "cancelled sleep", func(e []fixture.Event) bool { return stdioCount(e, fixture.EventCancelled, fixture.ToolSleep) == 1 })
+	waitEvents(t, ev, "cancelled sleep", func(e []fixture.Event) bool { return stdioCount(e, fixture.EventCancelled, fixture.ToolSleep) == 1 })
 	// A slow tool is not a lost connection.
-	if sn := s.Snapshot(); sn.Generation != 1 || sn.Phase != PhaseReady {
+	if sn := s.Snapshot(); sn.Generation != 1 || sn.Phase != v1alpha1.PhaseReady {
 		t.Errorf("after a call timeout: generation %d, phase %s", sn.Generation, sn.Phase)
 	}
 	if res, err := s.CallTool(context.Background(), "echo", map[string]any{"text": "still"}); err != nil || RenderText(res) != "still" {
@@ -1382,7 +1410,7 @@ func TestStdioCallerCancellationCancelsUpstreamCall(t *testing.T) {
 		_, err := s.CallTool(ctx, fixture.ToolSleep, map[string]any{"ms": 60000})
 		errc <- err
 	}()
-	stdioEvents(t, ev, "call sleep", func(e []fixture.Event) bool { return stdioCount(e, fixture.EventCall, fixture.ToolSleep) == 1 })
+	waitEvents(t, ev, "call sleep", func(e []fixture.Event) bool { return stdioCount(e, fixture.EventCall, fixture.ToolSleep) == 1 })
 	cancel()
 	select {
 	case err := <-errc:
@@ -1392,8 +1420,8 @@ func TestStdioCallerCancellationCancelsUpstreamCall(t *testing.T) {
 	case <-time.After(eventually):
 		t.Fatal("the call did not end on cancellation")
 	}
-	stdioEvents(t, ev, "cancelled sleep", func(e []fixture.Event) bool { return stdioCount(e, fixture.EventCancelled, fixture.ToolSleep) == 1 })
-	if sn := s.Snapshot(); sn.Generation != 1 || sn.Phase != PhaseReady {
+	waitEvents(t, ev, "cancelled sleep", func(e []fixture.Event) bool { return stdioCount(e, fixture.EventCancelled, fixture.ToolSleep) == 1 })
+	if sn := s.Snapshot(); sn.Generation != 1 || sn.Phase != v1alpha1.PhaseReady {
 		t.Errorf("after a cancelled call: generation %d, phase %s", sn.Generation, sn.Phase)
 	}
 }
@@ -1461,7 +1489,7 @@ func TestStdioMediaResultKeepsBlocksAndRendersPlaceholders(t *testing.T) {
 func TestStdioCallToDownServerFailsFastWithReconnectAttempt(t *testing.T) {
 	p := stdioPolicy("--tools=1")
 	p.Reconnect.InitialDelay, p.Reconnect.MaxDelay = 30*time.Second, 30*time.Second
-	reg := NewRegistry()
+	reg := registry.New()
 	s := New(Options{Namespace: "ns", Name: "srv", Policy: p, Registry: reg, Log: stdioLog(t), CloseBarrier: 3 * time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -1474,7 +1502,7 @@ func TestStdioCallToDownServerFailsFastWithReconnectAttempt(t *testing.T) {
 	}
 	// Lost inside its 30s stability window, the first connection is the
 	// outage's failed attempt 1; the retry is attempt 2.
-	waitFor(t, s, "attempt 2 scheduled", func(sn Snapshot) bool { return sn.Phase == PhaseReconnecting && sn.Attempt == 2 })
+	waitFor(t, s, "attempt 2 scheduled", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseReconnecting && sn.Attempt == 2 })
 	start := time.Now()
 	_, err := s.CallTool(context.Background(), "echo", map[string]any{"text": "x"})
 	if el := time.Since(start); el >= p.ToolCallTimeout {

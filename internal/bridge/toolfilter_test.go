@@ -12,13 +12,15 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	. "github.com/onsi/gomega"
 
+	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/policy"
+	"github.com/mcpbridge/operator/internal/registry"
 )
 
 // spec.tools and the limits of one fetch.
 // See docs/design.md, "Tool sync".
 
-func rawNames(tools []Tool) []string {
+func rawNames(tools []registry.Tool) []string {
 	out := make([]string, len(tools))
 	for i, t := range tools {
 		out[i] = t.RawName
@@ -63,7 +65,7 @@ func TestToolFilterChangesInPlaceWithoutReconnecting(t *testing.T) {
 	g.Eventually(func() []string { return rawNames(reg.Tools("ns")) }, eventually, 5*time.Millisecond).Should(Equal(want))
 	g.Eventually(func() []string { return rawNames(s.Snapshot().Tools) }, eventually, 5*time.Millisecond).Should(Equal(want))
 	sn = s.Snapshot()
-	g.Expect(sn.Phase).To(Equal(PhaseReady))
+	g.Expect(sn.Phase).To(Equal(v1alpha1.PhaseReady))
 	g.Expect(sn.Generation).To(Equal(gen), "the same connection")
 	g.Expect(pidOf(t, mustCall(t, s, "pid"))).To(Equal(pid), "the same server process")
 	g.Expect(s.DrainEvents()).To(ContainElement(Event{Reason: "ToolsChanged", Message: "Tools changed: 2 added, 7 removed, 3 published"}))

@@ -11,6 +11,7 @@ import (
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/policy"
+	"github.com/mcpbridge/operator/internal/registry"
 )
 
 // Limits on what a server may list, so that a hostile server cannot make
@@ -26,59 +27,60 @@ const (
 
 // syncTools is the two-phase sync: fetch every page under ctx's
 // deadline into a complete set, then swap it into the registry in one step.
-// A failed fetch changes nothing; a refused swap keeps the previous set.
+// A failed fetch changes nothing and says the stage (the page) it failed
+// in; a refused swap keeps the previous set.
 // See docs/design.md, "Tool sync".
-func (s *Supervisor) syncTools(ctx context.Context, g *generation, stage *string) (err error) {
+func (s *Supervisor) syncTools(ctx context.Context, g *generation) (stage string, err error) {
 	s.syncMu.Lock()
 	defer s.syncMu.Unlock()
 	ctx, span := s.startSync(ctx, g)
-	defer func() { s.endSync(span, g, *stage, err) }()
+	defer func() { s.endSync(span, g, stage, err) }()
 	start := time.Now()
-	tools, err := fetchTools(ctx, g.sess, stage)
+	tools, page, err := fetchTools(ctx, g.sess)
 	s.observer.ToolSync(err == nil, time.Since(start))
 	if err != nil {
-		return err
+		return StageToolsList(page), err
 	}
 	g.fetched = tools
 	s.publish(g, tools)
-	return nil
+	return "", nil
 }
 
-func fetchTools(ctx context.Context, sess *mcp.ClientSession, stage *string) ([]*mcp.Tool, error) {
-	var tools []*mcp.Tool
+// fetchTools lists every page; page is the last one asked for, the one a
+// failure happened on.
+func fetchTools(ctx context.Context, sess *mcp.ClientSession) (tools []*mcp.Tool, page int, err error) {
 	size := 0
 	seen := map[string]bool{}
 	cursors := map[string]bool{}
 	cursor := ""
-	for page := 1; ; page++ {
-		*stage = StageToolsList(page)
+	for page = 1; ; page++ {
 		if page > maxPages {
-			return nil, fmt.Errorf("the server listed more than %d pages of tools", maxPages)
+			return nil, page, fmt.Errorf("the server listed more than %d pages of tools", maxPages)
 		}
 		res, err := sess.ListTools(ctx, &mcp.ListToolsParams{Cursor: cursor})
 		if err != nil {
-			return nil, err
+			return nil, page, err
 		}
 		for _, t := range res.Tools {
 			if err := checkTool(t, seen); err != nil {
-				return nil, err
+				return nil, page, err
 			}
 			b, err := json.Marshal(t)
 			if err != nil {
-				return nil, fmt.Errorf("the tool %q cannot be encoded as JSON: %w", t.Name, err)
+				return nil, page, fmt.Errorf("the tool %q cannot be encoded as JSON: %w", t.Name, err)
 			}
 			if size += len(b); size > maxToolBytes {
-				return nil, fmt.Errorf("the server's tools exceed %d MiB of JSON", maxToolBytes>>20)
+				return nil, page, fmt.Errorf("the server's tools exceed %d MiB of JSON", maxToolBytes>>20)
 			}
 		}
 		if tools = append(tools, res.Tools...); len(tools) > maxTools {
-			return nil, fmt.Errorf("the server listed more than %d tools", maxTools)
+			return nil, page, fmt.Errorf("the server listed more than %d tools", maxTools)
 		}
 		if res.NextCursor == "" {
-			return tools, nil
+			return tools, page, nil
 		}
 		if cursors[res.NextCursor] {
-			return nil, fmt.Errorf("the server repeated the pagination cursor %q", res.NextCursor)
+			return nil, page, fmt.Errorf("the server repeated the pagination cursor %q", res.NextCursor)
 		}
 		cursors[res.NextCursor], cursor = true, res.NextCursor
 	}
@@ -111,7 +113,7 @@ func (s *Supervisor) publish(g *generation, fetched []*mcp.Tool) {
 	changed, err := s.registry.Swap(s.ns, s.owner, s.p.ServerName, tools, s)
 	owned := s.registry.Owned(s.ns, s.owner)
 	reason := v1alpha1.ReasonToolNameConflict
-	if errors.As(err, new(*ToolBudgetError)) {
+	if errors.As(err, new(*registry.ToolBudgetError)) {
 		reason = v1alpha1.ReasonToolBudgetExceeded
 	}
 	s.mu.Lock()
@@ -171,7 +173,7 @@ func (s *Supervisor) SetToolFilter(f policy.ToolFilter) bool {
 }
 
 // diffTools counts public names added and removed between two sorted sets.
-func diffTools(before, after []Tool) (added, removed int) {
+func diffTools(before, after []registry.Tool) (added, removed int) {
 	old := make(map[string]bool, len(before))
 	for _, t := range before {
 		old[t.Name] = true
@@ -214,8 +216,7 @@ func (s *Supervisor) resyncLoop(g *generation) {
 		}
 		last = time.Now()
 		ctx, cancel := context.WithTimeout(g.ctx, s.p.ConnectionTimeout)
-		stage := StageToolsList(1)
-		err := s.syncTools(ctx, g, &stage)
+		stage, err := s.syncTools(ctx, g)
 		if err != nil && g.ctx.Err() == nil {
 			se := s.attemptError(g.ctx, ctx, stage, err)
 			s.log.Info("tool re-sync failed: keeping the last good tools", "error", se.Error())

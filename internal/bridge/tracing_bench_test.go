@@ -13,7 +13,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/egress"
+	"github.com/mcpbridge/operator/internal/registry"
 	"github.com/mcpbridge/operator/internal/testenv"
 	"github.com/mcpbridge/operator/test/fixture"
 )
@@ -49,7 +51,7 @@ func benchmarkSupervisorCall(b *testing.B, stateless bool, tp *sdktrace.TracerPr
 	defer func() { _ = h.Close() }()
 	srv := httptest.NewServer(h)
 	defer srv.Close()
-	o := Options{Namespace: "ns", Name: "srv", Policy: httpPolicy(srv.URL + "/mcp"), Registry: NewRegistry(),
+	o := Options{Namespace: "ns", Name: "srv", Policy: httpPolicy(srv.URL + "/mcp"), Registry: registry.New(),
 		Log: logr.Discard(), CloseBarrier: 3 * time.Second, Egress: egress.New([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})}
 	if tp != nil {
 		o.TracerProvider = tp
@@ -59,7 +61,7 @@ func benchmarkSupervisorCall(b *testing.B, stateless bool, tp *sdktrace.TracerPr
 	defer cancel()
 	s.Start(ctx)
 	defer func() { _ = s.Dispose(context.Background()) }()
-	for deadline := time.Now().Add(20 * time.Second); s.Snapshot().Phase != PhaseReady; {
+	for deadline := time.Now().Add(20 * time.Second); s.Snapshot().Phase != v1alpha1.PhaseReady; {
 		if time.Now().After(deadline) {
 			b.Fatalf("not ready: %+v", s.Snapshot())
 		}

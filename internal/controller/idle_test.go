@@ -20,6 +20,7 @@ import (
 	"github.com/mcpbridge/operator/internal/podruntime"
 	"github.com/mcpbridge/operator/internal/policy"
 	"github.com/mcpbridge/operator/internal/proc"
+	toolregistry "github.com/mcpbridge/operator/internal/registry"
 	"github.com/mcpbridge/operator/internal/testenv"
 	"github.com/mcpbridge/operator/test/fixture"
 )
@@ -92,7 +93,7 @@ var _ = Describe("Idle servers", func() {
 		Expect(k8s.Create(ctx, obj)).To(Succeed())
 		ready := readyAt(ns, "idle-fx", 1)
 		agent := connectAgent(ns, saToken(ns, "agent", ns), nil)
-		echo := bridge.PublicName("idle-fx", fixture.ToolEcho)
+		echo := toolregistry.PublicName("idle-fx", fixture.ToolEcho)
 		Expect(listToolNames(agent)).To(ContainElement(echo))
 
 		got := suspended(ns, "idle-fx")
@@ -137,7 +138,7 @@ var _ = Describe("Idle servers", func() {
 		readyAt(ns, "idle-fx", 1)
 		agent := connectAgent(ns, saToken(ns, "agent", ns), nil)
 		suspended(ns, "idle-fx")
-		echo := bridge.PublicName("idle-fx", fixture.ToolEcho)
+		echo := toolregistry.PublicName("idle-fx", fixture.ToolEcho)
 
 		const callers = 6
 		var wg sync.WaitGroup
@@ -248,7 +249,7 @@ var _ = Describe("Idle Pod-runtime servers", Ordered, func() {
 	It("scale a sleeping server's Deployment to 0 and back to 1 for the first call, which gets its answer", func(ctx SpecContext) {
 		ns := podNamespace()
 		agent := asleep(ctx, ns, "idle-pod", func(*v1alpha1.McpServer) {})
-		echo := bridge.PublicName("idle-pod", fixture.ToolEcho)
+		echo := toolregistry.PublicName("idle-pod", fixture.ToolEcho)
 		Expect(listToolNames(agent)).To(ContainElement(echo))
 		Consistently(replicas(ns, "idle-pod"), 500*time.Millisecond, poll).Should(BeZero(), "tools/list woke the server")
 
@@ -286,7 +287,7 @@ var _ = Describe("Idle Pod-runtime servers", Ordered, func() {
 	It("fail a wake whose Pod never comes up like any outage: the status says why, and so does the call's error", func(ctx SpecContext) {
 		ns := podNamespace()
 		agent := asleep(ctx, ns, "idle-broken", func(obj *v1alpha1.McpServer) { obj.Spec.ConnectionTimeoutMs = ptr32(4000) })
-		echo := bridge.PublicName("idle-broken", fixture.ToolEcho)
+		echo := toolregistry.PublicName("idle-broken", fixture.ToolEcho)
 
 		done := make(chan string, 1)
 		go func() {

@@ -108,11 +108,11 @@ func recordGauges(ns, name string, sn *bridge.Snapshot) {
 		return
 	}
 	up := 0.0
-	if sn.Phase == bridge.PhaseReady {
+	if sn.Phase == v1alpha1.PhaseReady {
 		up = 1
 	}
 	connectionUp.WithLabelValues(ns, name).Set(up)
-	idle.set(ns, name, sn.Phase == bridge.PhaseIdle)
+	idle.set(ns, name, sn.Phase == v1alpha1.PhaseIdle)
 	connectionGeneration.WithLabelValues(ns, name).Set(float64(sn.Generation))
 	publishedTools.WithLabelValues(ns, name).Set(float64(len(sn.Tools)))
 }

@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
-	"github.com/mcpbridge/operator/internal/bridge"
 	"github.com/mcpbridge/operator/internal/controller"
+	toolregistry "github.com/mcpbridge/operator/internal/registry"
 )
 
 var _ = Describe("Manager restart", Ordered, func() {
@@ -62,7 +62,7 @@ var _ = Describe("Manager restart", Ordered, func() {
 		})
 		r := &controller.McpServerReconciler{
 			Client: withoutFieldSelectors(wc), APIReader: reader, Recorder: events.NewFakeRecorder(16),
-			Supervisors: controller.NewSupervisors(controller.SupervisorsOptions{Registry: bridge.NewRegistry()}), Runtime: localEverywhere,
+			Supervisors: controller.NewSupervisors(controller.SupervisorsOptions{Registry: toolregistry.New()}), Runtime: localEverywhere,
 		}
 		runSupervisors(r.Supervisors)
 		_, err = r.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "bad"}})

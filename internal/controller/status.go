@@ -9,6 +9,7 @@ import (
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/bridge"
+	"github.com/mcpbridge/operator/internal/registry"
 )
 
 // verdict is what one reconcile concluded about a resource: a phase with
@@ -20,11 +21,14 @@ type verdict struct {
 	snap    *bridge.Snapshot
 }
 
-// verdictFromSnapshot maps a running supervisor's state to a verdict.
+// verdictFromSnapshot is a running supervisor's phase and reason, which
+// are api/v1alpha1's, with a message written from its snapshot. A
+// connection none of whose tools could be published is a Conflict, which
+// only the controller reports.
 func verdictFromSnapshot(sn bridge.Snapshot) verdict {
-	v := verdict{snap: &sn}
+	v := verdict{phase: sn.Phase, reason: sn.Reason, message: sn.Message, snap: &sn}
 	switch sn.Phase {
-	case bridge.PhaseReady:
+	case v1alpha1.PhaseReady:
 		if sn.SyncConflict != "" && len(sn.Tools) == 0 {
 			// Connected, but none of its tools could be published.
 			// See docs/design.md, "Tool registry and names".
@@ -35,23 +39,17 @@ func verdictFromSnapshot(sn bridge.Snapshot) verdict {
 			v.message = "Connected, but no tool could be published: " + sn.SyncConflict
 			break
 		}
-		v.phase, v.reason = v1alpha1.PhaseReady, v1alpha1.ReasonConnected
 		v.message = connectedMessage(sn)
-	case bridge.PhaseIdle:
+	case v1alpha1.PhaseIdle:
 		// Asleep and healthy (kstatus: Current): its tools stay published.
 		// See docs/design.md, "Idle servers".
-		v.phase, v.reason = v1alpha1.PhaseIdle, v1alpha1.ReasonIdle
 		v.message = fmt.Sprintf("Idle: suspended without a tool call; %d tools published, the next tool call wakes the server", len(sn.Tools))
-	case bridge.PhaseReconnecting:
-		v.phase, v.reason = v1alpha1.PhaseReconnecting, v1alpha1.ReasonReconnecting
+	case v1alpha1.PhaseReconnecting:
 		v.message = "Connection lost" + errorSuffix(sn) + attemptSuffix(sn)
-	case bridge.PhaseFailed:
-		v.phase, v.reason, v.message = v1alpha1.PhaseFailed, sn.Reason, sn.Message
-	case bridge.PhaseConnecting:
-		v.phase, v.reason = v1alpha1.PhaseConnecting, v1alpha1.ReasonConnecting
+	case v1alpha1.PhaseConnecting:
 		v.message = "Connecting to the server" + errorSuffix(sn) + attemptSuffix(sn)
-	default:
-		v.phase, v.reason, v.message = v1alpha1.PhasePending, v1alpha1.ReasonConnecting, "Waiting for the connection supervisor to start"
+	case v1alpha1.PhasePending:
+		v.message = "Waiting for the connection supervisor to start"
 	}
 	return v
 }
@@ -98,7 +96,7 @@ func applyStatus(obj *v1alpha1.McpServer, serverName string, v verdict) {
 func applySnapshot(st *v1alpha1.McpServerStatus, sn bridge.Snapshot) {
 	st.ConnectionGeneration = max(st.ConnectionGeneration, sn.Generation)
 	st.FailedAttempts = int32(sn.FailedAttempts)
-	if sn.Phase == bridge.PhaseReady || sn.Phase == bridge.PhaseIdle {
+	if sn.Phase == v1alpha1.PhaseReady || sn.Phase == v1alpha1.PhaseIdle {
 		st.FailedAttempts = 0 // connected, or asleep after a connection: no outage in progress
 	}
 	st.Runtime, st.PodName = sn.Runtime, sn.PodName
@@ -110,7 +108,7 @@ func applySnapshot(st *v1alpha1.McpServerStatus, sn bridge.Snapshot) {
 	}
 	st.LastConnectedTime = statusTime(sn.LastConnected)
 	st.NextRetryTime = nil
-	if sn.Phase == bridge.PhaseReconnecting || sn.Phase == bridge.PhaseConnecting {
+	if sn.Phase == v1alpha1.PhaseReconnecting || sn.Phase == v1alpha1.PhaseConnecting {
 		st.NextRetryTime = statusTime(sn.NextRetry)
 	}
 	switch le := sn.LastError; {
@@ -133,7 +131,7 @@ const maxToolBytes = 48 << 10
 
 // statusTools lists tools sorted by name, at most MaxStatusTools of them and
 // at most maxToolBytes of names; truncated says some were left out.
-func statusTools(tools []bridge.Tool) (out []v1alpha1.ToolStatus, truncated bool) {
+func statusTools(tools []registry.Tool) (out []v1alpha1.ToolStatus, truncated bool) {
 	size := 0
 	for i, t := range tools {
 		ts := v1alpha1.ToolStatus{Name: t.Name, RawName: bridge.Truncate(t.RawName, 256)}

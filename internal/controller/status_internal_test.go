@@ -10,20 +10,21 @@ import (
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/bridge"
+	"github.com/mcpbridge/operator/internal/registry"
 )
 
 func TestStatusToolsCapsCountAndBytes(t *testing.T) {
-	tools := func(n, rawLen int) []bridge.Tool {
-		out := make([]bridge.Tool, n)
+	tools := func(n, rawLen int) []registry.Tool {
+		out := make([]registry.Tool, n)
 		for i := range out {
 			raw := fmt.Sprintf("%0*d", rawLen, i)
-			out[i] = bridge.Tool{Name: bridge.PublicName("srv", raw), RawName: raw}
+			out[i] = registry.Tool{Name: registry.PublicName("srv", raw), RawName: raw}
 		}
 		return out
 	}
 	cases := []struct {
 		name          string
-		tools         []bridge.Tool
+		tools         []registry.Tool
 		wantLen       int
 		wantTruncated bool
 	}{
@@ -57,7 +58,7 @@ func TestStatusToolsCapsCountAndBytes(t *testing.T) {
 }
 
 func TestVerdictAndConditions(t *testing.T) {
-	tool := bridge.Tool{Name: "mcp__a__x", RawName: "x"}
+	tool := registry.Tool{Name: "mcp__a__x", RawName: "x"}
 	cases := []struct {
 		name                          string
 		v                             verdict
@@ -65,21 +66,21 @@ func TestVerdictAndConditions(t *testing.T) {
 		reason                        string
 		ready, reconciling, stalledOn bool
 	}{
-		{"ready", verdictFromSnapshot(bridge.Snapshot{Phase: bridge.PhaseReady, Tools: []bridge.Tool{tool}}),
+		{"ready", verdictFromSnapshot(bridge.Snapshot{Phase: v1alpha1.PhaseReady, Reason: v1alpha1.ReasonConnected, Tools: []registry.Tool{tool}}),
 			v1alpha1.PhaseReady, v1alpha1.ReasonConnected, true, false, false},
 		{"a refused re-sync keeps Ready with the last good tools",
-			verdictFromSnapshot(bridge.Snapshot{Phase: bridge.PhaseReady, Tools: []bridge.Tool{tool}, SyncConflict: "held"}),
+			verdictFromSnapshot(bridge.Snapshot{Phase: v1alpha1.PhaseReady, Reason: v1alpha1.ReasonConnected, Tools: []registry.Tool{tool}, SyncConflict: "held"}),
 			v1alpha1.PhaseReady, v1alpha1.ReasonConnected, true, false, false},
 		{"connected with no tool publishable is a conflict",
-			verdictFromSnapshot(bridge.Snapshot{Phase: bridge.PhaseReady, SyncConflict: "held"}),
+			verdictFromSnapshot(bridge.Snapshot{Phase: v1alpha1.PhaseReady, Reason: v1alpha1.ReasonConnected, SyncConflict: "held"}),
 			v1alpha1.PhaseConflict, v1alpha1.ReasonServerNameConflict, false, false, true},
 		{"connected with no tool under the namespace's tool budget says so",
-			verdictFromSnapshot(bridge.Snapshot{Phase: bridge.PhaseReady, SyncConflict: "over",
+			verdictFromSnapshot(bridge.Snapshot{Phase: v1alpha1.PhaseReady, Reason: v1alpha1.ReasonConnected, SyncConflict: "over",
 				SyncReason: v1alpha1.ReasonToolBudgetExceeded}),
 			v1alpha1.PhaseConflict, v1alpha1.ReasonToolBudgetExceeded, false, false, true},
-		{"reconnecting", verdictFromSnapshot(bridge.Snapshot{Phase: bridge.PhaseReconnecting, Attempt: 1, MaxAttempts: 3}),
+		{"reconnecting", verdictFromSnapshot(bridge.Snapshot{Phase: v1alpha1.PhaseReconnecting, Reason: v1alpha1.ReasonReconnecting, Attempt: 1, MaxAttempts: 3}),
 			v1alpha1.PhaseReconnecting, v1alpha1.ReasonReconnecting, false, true, false},
-		{"exhausted", verdictFromSnapshot(bridge.Snapshot{Phase: bridge.PhaseFailed, Reason: v1alpha1.ReasonReconnectExhausted}),
+		{"exhausted", verdictFromSnapshot(bridge.Snapshot{Phase: v1alpha1.PhaseFailed, Reason: v1alpha1.ReasonReconnectExhausted}),
 			v1alpha1.PhaseFailed, v1alpha1.ReasonReconnectExhausted, false, false, true},
 		{"a missing Secret is progressing, not stalled",
 			verdict{phase: v1alpha1.PhasePending, reason: v1alpha1.ReasonSecretNotFound, message: "Waiting"},
@@ -122,18 +123,18 @@ func TestVerdictAndConditions(t *testing.T) {
 // condition that said so, instead of keeping it as False.
 func TestConditionsOfAPhaseThatEndedAreRemoved(t *testing.T) {
 	obj := &v1alpha1.McpServer{}
-	applyStatus(obj, "a", verdictFromSnapshot(bridge.Snapshot{Phase: bridge.PhaseFailed, Reason: v1alpha1.ReasonReconnectExhausted}))
+	applyStatus(obj, "a", verdictFromSnapshot(bridge.Snapshot{Phase: v1alpha1.PhaseFailed, Reason: v1alpha1.ReasonReconnectExhausted}))
 	if findCondition(obj, v1alpha1.ConditionStalled) == nil {
 		t.Fatal("Failed without Stalled")
 	}
-	applyStatus(obj, "a", verdictFromSnapshot(bridge.Snapshot{Phase: bridge.PhaseConnecting}))
+	applyStatus(obj, "a", verdictFromSnapshot(bridge.Snapshot{Phase: v1alpha1.PhaseConnecting}))
 	if c := findCondition(obj, v1alpha1.ConditionStalled); c != nil {
 		t.Fatalf("Stalled kept after the resource left Failed: %+v", c)
 	}
 	if c := findCondition(obj, v1alpha1.ConditionReconciling); c == nil || c.Status != metav1.ConditionTrue {
 		t.Fatalf("Reconciling = %+v while connecting", c)
 	}
-	applyStatus(obj, "a", verdictFromSnapshot(bridge.Snapshot{Phase: bridge.PhaseReady}))
+	applyStatus(obj, "a", verdictFromSnapshot(bridge.Snapshot{Phase: v1alpha1.PhaseReady}))
 	if c := findCondition(obj, v1alpha1.ConditionReconciling); c != nil {
 		t.Fatalf("Reconciling kept after Ready: %+v", c)
 	}

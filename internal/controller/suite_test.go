@@ -36,6 +36,7 @@ import (
 	"github.com/mcpbridge/operator/internal/kubeauth"
 	"github.com/mcpbridge/operator/internal/podruntime"
 	"github.com/mcpbridge/operator/internal/policy"
+	toolregistry "github.com/mcpbridge/operator/internal/registry"
 	"github.com/mcpbridge/operator/internal/testenv"
 )
 
@@ -46,7 +47,7 @@ var (
 	mgrCtx     context.Context
 	mgrCancel  context.CancelFunc
 	mgrDone    chan struct{}
-	registry   *bridge.Registry
+	registry   *toolregistry.Registry
 	sups       *controller.Supervisors
 	gatewayURL string
 	mgrCache   cache.Cache // the running manager's
@@ -116,7 +117,7 @@ func startManagerWith(rc policy.RuntimeConfig, po podruntime.Options) {
 		Cache:                  controller.CacheOptions(cache.Options{}),
 	})
 	Expect(err).NotTo(HaveOccurred())
-	registry = bridge.NewRegistry()
+	registry = toolregistry.New()
 	// The in-cluster rule looks addresses up as the manager binary does.
 	owners := egress.KubeOwners{Reader: mgr.GetAPIReader()}
 	sups = controller.NewSupervisors(controller.SupervisorsOptions{Registry: registry, Log: ctrl.Log.WithName("supervisor"),

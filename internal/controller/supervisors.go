@@ -18,6 +18,7 @@ import (
 	"github.com/mcpbridge/operator/internal/bridge"
 	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/policy"
+	"github.com/mcpbridge/operator/internal/registry"
 )
 
 // shutdownTimeout bounds disposing every supervisor when the manager stops
@@ -46,7 +47,7 @@ type Supervisors struct {
 
 // SupervisorsOptions are what every supervisor of a manager shares.
 type SupervisorsOptions struct {
-	Registry *bridge.Registry
+	Registry *registry.Registry
 	Log      logr.Logger
 	// Egress is the egress policy of every supervisor's HTTP upstreams; nil
 	// is egress.Default(). See docs/design.md, "Egress policy".

@@ -3,7 +3,7 @@ package gateway
 import (
 	"time"
 
-	"github.com/mcpbridge/operator/internal/bridge"
+	"github.com/mcpbridge/operator/internal/registry"
 )
 
 // audit writes the one line of a tools/call: who called (the username of
@@ -17,7 +17,7 @@ import (
 // call failed), unknown_tool, or denied (a tool of a server the caller may
 // not use; the caller was answered as for an unknown tool), or refused (a
 // budget of the identity or the namespace was spent, budgets.go).
-func (v *view) audit(public string, tool bridge.Tool, outcome string, d time.Duration) {
+func (v *view) audit(public string, tool registry.Tool, outcome string, d time.Duration) {
 	user := "anonymous" // --gateway-auth=none
 	if u := v.caller.Load(); u != nil {
 		user = u.Name

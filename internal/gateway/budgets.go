@@ -10,7 +10,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
-	"github.com/mcpbridge/operator/internal/bridge"
+	"github.com/mcpbridge/operator/internal/registry"
 )
 
 // Budgets bound what one tenant can hold of the gateway, so that a loop of
@@ -106,7 +106,7 @@ func (v *view) admitSession(w http.ResponseWriter, r *http.Request) (release fun
 // POST without a session id.
 func opensSession(r *http.Request) bool {
 	return r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" &&
-		r.Header.Get("Mcp-Protocol-Version") < bridge.SessionlessProtocol
+		r.Header.Get("Mcp-Protocol-Version") < registry.SessionlessProtocol
 }
 
 // admitCall takes a place for one tools/call in the identity's and the
@@ -148,7 +148,7 @@ type resultBytes struct {
 }
 
 // lease is one call's share of its namespace's result bytes: the bridge
-// counts into it what it reads of the result (bridge.ResultBytes), and the
+// counts into it what it reads of the result (registry.ResultBytes), and the
 // gateway returns all of it once the result is written to the agent.
 type lease struct {
 	pool *resultBytes

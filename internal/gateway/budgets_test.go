@@ -12,6 +12,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/mcpbridge/operator/internal/bridge"
+	"github.com/mcpbridge/operator/internal/registry"
 )
 
 // The budgets (budgets.go) against a real gateway on loopback, real go-sdk
@@ -202,8 +203,8 @@ func TestResultBytesBeyondTheBudgetAreRefused(t *testing.T) {
 	big, _ := json.Marshal(mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}})
 	e.fake.setHandle(func(ctx context.Context, _ json.RawMessage) (json.RawMessage, bool, error) {
 		// As the bridge does: the result is taken before it is read.
-		if !bridge.ResultBytesFrom(ctx).Take(int64(len(big))) {
-			return nil, false, &bridge.StageError{Stage: bridge.StageToolsCall, Err: bridge.ErrResultBudget}
+		if !registry.ResultBytesFrom(ctx).Take(int64(len(big))) {
+			return nil, false, &bridge.StageError{Stage: bridge.StageToolsCall, Err: registry.ErrResultBudget}
 		}
 		if err := gt.enter(ctx); err != nil {
 			return nil, false, err

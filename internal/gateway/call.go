@@ -16,7 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/mcpbridge/operator/internal/bridge"
+	"github.com/mcpbridge/operator/internal/registry"
 )
 
 // The tools/call fast path. A call is most of what agents send, and going
@@ -132,7 +132,7 @@ func (v *view) fastCall(w http.ResponseWriter, r *http.Request, msg *message) bo
 	}
 	start := time.Now()
 	tool, caller, ok := v.e.registry.Lookup(v.e.ns, msg.Params.Name)
-	jc, isJSON := caller.(bridge.JSONCaller)
+	jc, isJSON := caller.(registry.JSONCaller)
 	if !ok || !isJSON {
 		return false
 	}
@@ -161,13 +161,13 @@ func (v *view) fastCall(w http.ResponseWriter, r *http.Request, msg *message) bo
 	defer held.close()
 	var res json.RawMessage
 	var isError bool
-	err := bridge.ErrResultBudget
+	err := registry.ErrResultBudget
 	// The arguments are held twice while the call runs: in the agent's
 	// request and in the one posted upstream.
 	if held.Take(2 * int64(len(msg.Params.Arguments))) {
-		res, isError, err = jc.CallToolJSON(bridge.WithResultBytes(ctx, held), tool.RawName, msg.Params.Arguments)
+		res, isError, err = jc.CallToolJSON(registry.WithResultBytes(ctx, held), tool.RawName, msg.Params.Arguments)
 	}
-	if errors.Is(err, bridge.ErrResultBudget) {
+	if errors.Is(err, registry.ErrResultBudget) {
 		refusal = v.e.resultBudgetError()
 		v.refuseCall(w, sid, msg, tool, refusal, start)
 		if span.IsRecording() {
@@ -201,7 +201,7 @@ func (v *view) validSession(r *http.Request, msg *message, sid string) bool {
 	if version != "" && !slices.Contains(supportedVersions, version) {
 		return false
 	}
-	if version < bridge.SessionlessProtocol {
+	if version < registry.SessionlessProtocol {
 		return sid != "" && v.hasSession(sid)
 	}
 	var metaVersion string
@@ -321,7 +321,7 @@ const smallResult = 32 << 10
 
 // refuseCall answers a call a budget refused, at once, and counts and
 // audits it.
-func (v *view) refuseCall(w http.ResponseWriter, sid string, msg *message, tool bridge.Tool, refusal *jsonrpc.Error, start time.Time) {
+func (v *view) refuseCall(w http.ResponseWriter, sid string, msg *message, tool registry.Tool, refusal *jsonrpc.Error, start time.Time) {
 	d := time.Since(start)
 	requests.WithLabelValues("tools/call", "refused").Inc()
 	callDuration.WithLabelValues("refused").Observe(d.Seconds())

@@ -24,7 +24,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"github.com/mcpbridge/operator/internal/bridge"
+	"github.com/mcpbridge/operator/internal/registry"
 )
 
 // The tests of the tools/call fast path (call.go) and of the gateway's idle
@@ -43,7 +43,7 @@ const (
 	regionPublic = "mcp__fx__regional"
 
 	statefulProto    = "2025-11-25"
-	sessionlessProto = bridge.SessionlessProtocol
+	sessionlessProto = registry.SessionlessProtocol
 )
 
 // waitLimit bounds every wait on something the test expects to happen soon;
@@ -135,7 +135,7 @@ type envOptions struct {
 func newTestEnv(t *testing.T, o envOptions) *testEnv {
 	t.Helper()
 	fake := &fakeCaller{}
-	reg := bridge.NewRegistry()
+	reg := registry.New()
 	tools := []*mcp.Tool{
 		{Name: echoTool, InputSchema: json.RawMessage(`{"type":"object"}`)},
 		{Name: regionTool, InputSchema: json.RawMessage(
@@ -204,7 +204,7 @@ func connectAgent(t *testing.T, url string, hc *http.Client, proto string) *mcp.
 		_ = cs.Close()
 		t.Fatalf("negotiated %s, want %s", got, proto)
 	}
-	if proto < bridge.SessionlessProtocol && cs.ID() == "" {
+	if proto < registry.SessionlessProtocol && cs.ID() == "" {
 		_ = cs.Close()
 		t.Fatalf("a %s agent got no session id", proto)
 	}

@@ -1,7 +1,8 @@
 // Package gateway owns the MCP endpoint agents talk to: one Streamable HTTP
 // endpoint per namespace at /namespaces/{namespace}/mcp that lists the
-// namespace's tool registry and forwards tools/call to the supervisor that
-// owns each tool.
+// namespace's tools in internal/registry and forwards tools/call to the
+// Caller each tool was published with (a connection supervisor). It
+// compiles against the registry only, never against internal/bridge.
 //
 // Access (access.go) authenticates bearer tokens with audience-bound
 // TokenReviews and authorizes them for verb "use" on

@@ -9,8 +9,8 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/mcpbridge/operator/internal/bridge"
 	"github.com/mcpbridge/operator/internal/kubeauth"
+	"github.com/mcpbridge/operator/internal/registry"
 	"github.com/mcpbridge/operator/internal/tracing"
 )
 
@@ -22,7 +22,7 @@ var serverImpl = &mcp.Implementation{Name: "mcp-bridge-gateway", Version: "v1alp
 // use.
 type endpoint struct {
 	ns       string
-	registry *bridge.Registry
+	registry *registry.Registry
 	access   *Access // nil without authentication
 	log      logr.Logger
 	auditLog logr.Logger
@@ -37,9 +37,9 @@ type endpoint struct {
 	views map[string]*view // by identity
 }
 
-func newEndpoint(ns string, registry *bridge.Registry, access *Access, log logr.Logger, tracer tracing.Tracer, b Budgets) *endpoint {
+func newEndpoint(ns string, reg *registry.Registry, access *Access, log logr.Logger, tracer tracing.Tracer, b Budgets) *endpoint {
 	log = log.WithValues("namespace", ns)
-	return &endpoint{ns: ns, registry: registry, access: access, log: log, auditLog: log.WithName("audit"),
+	return &endpoint{ns: ns, registry: reg, access: access, log: log, auditLog: log.WithName("audit"),
 		tracer: tracer, budgets: b, results: resultBytes{max: b.ResultBytesPerNamespace}, views: map[string]*view{}}
 }
 

@@ -17,8 +17,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
-	"github.com/mcpbridge/operator/internal/bridge"
 	"github.com/mcpbridge/operator/internal/kubeauth"
+	"github.com/mcpbridge/operator/internal/registry"
 	"github.com/mcpbridge/operator/internal/tracing"
 )
 
@@ -39,7 +39,7 @@ const (
 
 // Gateway serves every namespace's tools at /namespaces/{namespace}/mcp.
 type Gateway struct {
-	Registry *bridge.Registry
+	Registry *registry.Registry
 	// Auth decides what a bearer token may use; nil serves without
 	// authentication, which the manager allows only on a loopback address.
 	Auth         *Access

@@ -12,7 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/mcpbridge/operator/internal/bridge"
+	"github.com/mcpbridge/operator/internal/registry"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -38,7 +38,7 @@ func post(t *testing.T, h http.Handler, path, body string, header map[string]str
 }
 
 func TestGatewayRefusesBadRequestsBeforeMCP(t *testing.T) {
-	g := &Gateway{Registry: bridge.NewRegistry(), MaxBodyBytes: 1024}
+	g := &Gateway{Registry: registry.New(), MaxBodyBytes: 1024}
 	defer g.closeSessions()
 	h := g.Handler()
 	cases := []struct {
@@ -68,7 +68,7 @@ func TestGatewayRefusesBadRequestsBeforeMCP(t *testing.T) {
 }
 
 func TestGatewayWithAuthRefusesRequestsWithoutBearerToken(t *testing.T) {
-	h := (&Gateway{Registry: bridge.NewRegistry(), Auth: &Access{}}).Handler()
+	h := (&Gateway{Registry: registry.New(), Auth: &Access{}}).Handler()
 	for _, auth := range []string{"", "Basic dXNlcjpwdw==", "Bearer ", "Bearer"} {
 		rec := post(t, h, "/namespaces/agents/mcp", initialize, map[string]string{"Authorization": auth})
 		if rec.Code != http.StatusUnauthorized || !strings.HasPrefix(rec.Header().Get("WWW-Authenticate"), "Bearer") {
@@ -81,7 +81,7 @@ func TestGatewayWithAuthRefusesRequestsWithoutBearerToken(t *testing.T) {
 // headers within ReadHeaderTimeout, and a kept-alive connection without a
 // next request after IdleTimeout.
 func TestHTTPServerClosesSilentAndIdleConnections(t *testing.T) {
-	g := &Gateway{Registry: bridge.NewRegistry(), ReadHeaderTimeout: 200 * time.Millisecond, IdleTimeout: 300 * time.Millisecond}
+	g := &Gateway{Registry: registry.New(), ReadHeaderTimeout: 200 * time.Millisecond, IdleTimeout: 300 * time.Millisecond}
 	srv := g.httpServer()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

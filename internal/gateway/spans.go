@@ -14,7 +14,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/mcpbridge/operator/internal/bridge"
+	"github.com/mcpbridge/operator/internal/registry"
 	"github.com/mcpbridge/operator/internal/tracing"
 )
 
@@ -262,7 +262,7 @@ func requestID(id json.RawMessage) string {
 // rpc.response.status_code; a tool's own error is error.type tool_error.
 // The status description is the gateway's words, never the error's
 // message, which may quote the arguments.
-func endMethod(span trace.Span, version string, tool bridge.Tool, outcome string, err error) {
+func endMethod(span trace.Span, version string, tool registry.Tool, outcome string, err error) {
 	if !span.IsRecording() {
 		return
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/kubeauth"
 	"github.com/mcpbridge/operator/internal/policy"
+	"github.com/mcpbridge/operator/internal/registry"
 	"github.com/mcpbridge/operator/test/fixture"
 )
 
@@ -97,7 +98,7 @@ type tracedEnv struct {
 }
 
 // fxEcho is the public name of the fixture's echo tool.
-var fxEcho = bridge.PublicName("fx", fixture.ToolEcho)
+var fxEcho = registry.PublicName("fx", fixture.ToolEcho)
 
 func newTracedEnv(t *testing.T, tp trace.TracerProvider, auth *Access) *tracedEnv {
 	t.Helper()
@@ -107,7 +108,7 @@ func newTracedEnv(t *testing.T, tp trace.TracerProvider, auth *Access) *tracedEn
 	}
 	up := &recordingUpstream{next: fx}
 	upSrv := httptest.NewServer(up)
-	reg := bridge.NewRegistry()
+	reg := registry.New()
 	sup := bridge.New(bridge.Options{Namespace: testNS, Name: "fx", Registry: reg, Log: testr.New(t), TracerProvider: tp,
 		Egress: egress.New([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}),
 		Policy: &policy.Policy{ServerName: "fx", Transport: v1alpha1.TransportStreamableHTTP, HTTP: &policy.HTTP{URL: upSrv.URL + "/mcp"},
@@ -421,7 +422,7 @@ func TestTracingRecordsRefusalsAndFailures(t *testing.T) {
 
 	env.set("", agentToken("narrow-agent"))
 	cs := env.agent(sessionlessProto)
-	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: bridge.PublicName("fx", fixture.ToolFail),
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: registry.PublicName("fx", fixture.ToolFail),
 		Arguments: map[string]any{"text": "no"}})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(res.IsError).To(BeTrue())
@@ -439,7 +440,7 @@ func TestTracingRecordsRefusalsAndFailures(t *testing.T) {
 		HaveKeyWithValue("http.response.status_code", strconv.Itoa(resp.StatusCode))))
 
 	for _, tc := range []struct{ name, outcome, errorType, status string }{
-		{"tools/call " + bridge.PublicName("fx", fixture.ToolFail), "tool_error", "tool_error", "The tool reported an error"},
+		{"tools/call " + registry.PublicName("fx", fixture.ToolFail), "tool_error", "tool_error", "The tool reported an error"},
 		{"tools/call mcp__zz__nothing", "unknown_tool", "-32602", "Unknown tool"},
 	} {
 		s := spanWith(t, exp, tc.name, named(tc.name, func(tracetest.SpanStub) bool { return true }))
@@ -463,7 +464,7 @@ func TestTracingNeverRecordsTokensArgumentsOrResults(t *testing.T) {
 	for _, proto := range []string{statefulProto, sessionlessProto} {
 		cs := env.agent(proto)
 		for _, tool := range []string{fixture.ToolEcho, fixture.ToolFail, "nothing"} {
-			_, _ = cs.CallTool(context.Background(), &mcp.CallToolParams{Name: bridge.PublicName("fx", tool),
+			_, _ = cs.CallTool(context.Background(), &mcp.CallToolParams{Name: registry.PublicName("fx", tool),
 				Arguments: map[string]any{"text": "password=" + secret}})
 		}
 		body, header := statefulCall(9, fxEcho, `{"text":"`+secret+`"}`, cs.ID())

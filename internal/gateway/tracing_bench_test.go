@@ -13,7 +13,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/mcpbridge/operator/internal/bridge"
+	"github.com/mcpbridge/operator/internal/registry"
 	"github.com/mcpbridge/operator/internal/testenv"
 )
 
@@ -34,7 +34,7 @@ func BenchmarkGatewayToolCall(b *testing.B) {
 }
 
 func benchmarkToolCall(b *testing.B, tp trace.TracerProvider, reset func()) {
-	reg := bridge.NewRegistry()
+	reg := registry.New()
 	tools := []*mcp.Tool{{Name: echoTool, InputSchema: json.RawMessage(`{"type":"object"}`)}}
 	if _, err := reg.Swap(testNS, testNS+"/"+testServer, testServer, tools, &fakeCaller{}); err != nil {
 		b.Fatal(err)

@@ -13,8 +13,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/mcpbridge/operator/internal/bridge"
 	"github.com/mcpbridge/operator/internal/kubeauth"
+	"github.com/mcpbridge/operator/internal/registry"
 )
 
 // A view is one caller identity's MCP server in a namespace: an SDK server
@@ -97,7 +97,7 @@ func (v *view) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	forSDK(r)
-	if r.Header.Get("Mcp-Protocol-Version") >= bridge.SessionlessProtocol {
+	if r.Header.Get("Mcp-Protocol-Version") >= registry.SessionlessProtocol {
 		v.sessionless.ServeHTTP(w, r)
 		return
 	}
@@ -178,7 +178,7 @@ const maxConcurrentReviews = 8
 
 // allowedServers is nil when the identity may use the whole namespace, else
 // which of the servers that own tools it may use.
-func (v *view) allowedServers(ctx context.Context, tools []bridge.Tool) (map[string]bool, error) {
+func (v *view) allowedServers(ctx context.Context, tools []registry.Tool) (map[string]bool, error) {
 	g, err := v.e.access.current(ctx, v.caller.Load(), v.e.ns)
 	if err != nil || g.all {
 		return nil, err
@@ -210,14 +210,14 @@ func (v *view) allowedServers(ctx context.Context, tools []bridge.Tool) (map[str
 
 // serverOf is the name of the McpServer that publishes t (its owner is
 // "namespace/name").
-func serverOf(t bridge.Tool) string {
+func serverOf(t registry.Tool) string {
 	_, name, _ := strings.Cut(t.Owner, "/")
 	return name
 }
 
 // add serves one tool under its public name; the SDK panics on a schema it
 // cannot serve, which must not take the manager down.
-func (v *view) add(t bridge.Tool) (err error) {
+func (v *view) add(t registry.Tool) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("the SDK refused the tool: %v", r)
@@ -261,7 +261,7 @@ func (v *view) receive(next mcp.MethodHandler) mcp.MethodHandler {
 		}
 		ctx, span := v.startSDKMethod(ctx, method, "", req)
 		if span.IsRecording() {
-			defer func() { endMethod(span, sdkVersion(req), bridge.Tool{}, outcomeOf(res, err), err) }()
+			defer func() { endMethod(span, sdkVersion(req), registry.Tool{}, outcomeOf(res, err), err) }()
 		}
 		if method == "tools/list" {
 			if err := v.refresh(ctx); err != nil {

@@ -1,6 +1,7 @@
 package kubeauth
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -135,13 +136,13 @@ func NewAuthenticator(c client.Client, o Options) *Authenticator {
 	return &Authenticator{
 		client:    c,
 		audiences: slices.Clone(o.Audiences),
-		allowTTL:  cmpOr(o.AllowTTL, DefaultAllowTTL),
-		denyTTL:   cmpOr(o.DenyTTL, DefaultDenyTTL),
+		allowTTL:  cmp.Or(o.AllowTTL, DefaultAllowTTL),
+		denyTTL:   cmp.Or(o.DenyTTL, DefaultDenyTTL),
 		answers:   newCache(o),
 		valid:     newCache(o),
-		limit:     rate.NewLimiter(rate.Limit(cmpOr(o.ReviewsPerSecond, DefaultReviewsPerSecond)), cmpOr(o.ReviewBurst, DefaultReviewBurst)),
-		sources: newKeyedLimits(o, cmpOr(o.ReviewsPerSourcePerSecond, DefaultReviewsPerSourcePerSecond),
-			cmpOr(o.ReviewSourceBurst, DefaultReviewSourceBurst)),
+		limit:     rate.NewLimiter(rate.Limit(cmp.Or(o.ReviewsPerSecond, DefaultReviewsPerSecond)), cmp.Or(o.ReviewBurst, DefaultReviewBurst)),
+		sources: newKeyedLimits(o, cmp.Or(o.ReviewsPerSourcePerSecond, DefaultReviewsPerSourcePerSecond),
+			cmp.Or(o.ReviewSourceBurst, DefaultReviewSourceBurst)),
 		clock: clockOf(o),
 	}
 }
@@ -245,7 +246,7 @@ func (a *Authenticator) audienceMatches(got []string) bool {
 }
 
 func newCache(o Options) *cache.LRUExpireCache {
-	return cache.NewLRUExpireCacheWithClock(cmpOr(o.MaxEntries, DefaultMaxEntries), clockOf(o))
+	return cache.NewLRUExpireCacheWithClock(cmp.Or(o.MaxEntries, DefaultMaxEntries), clockOf(o))
 }
 
 func clockOf(o Options) clock.PassiveClock {
@@ -253,12 +254,4 @@ func clockOf(o Options) clock.PassiveClock {
 		return o.Clock
 	}
 	return clock.RealClock{}
-}
-
-// cmpOr is v when it is positive, else def.
-func cmpOr[T int | float64 | time.Duration](v, def T) T {
-	if v > 0 {
-		return v
-	}
-	return def
 }

@@ -1,6 +1,7 @@
 package kubeauth
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"fmt"
@@ -38,11 +39,11 @@ type Authorizer struct {
 func NewAuthorizer(c client.Client, o Options) *Authorizer {
 	return &Authorizer{
 		client:   c,
-		allowTTL: cmpOr(o.AllowTTL, DefaultAllowTTL),
-		denyTTL:  cmpOr(o.DenyTTL, DefaultDenyTTL),
+		allowTTL: cmp.Or(o.AllowTTL, DefaultAllowTTL),
+		denyTTL:  cmp.Or(o.DenyTTL, DefaultDenyTTL),
 		answers:  newCache(o),
-		limits: newKeyedLimits(o, cmpOr(o.AccessReviewsPerSecond, DefaultAccessReviewsPerSecond),
-			cmpOr(o.AccessReviewBurst, DefaultAccessReviewBurst)),
+		limits: newKeyedLimits(o, cmp.Or(o.AccessReviewsPerSecond, DefaultAccessReviewsPerSecond),
+			cmp.Or(o.AccessReviewBurst, DefaultAccessReviewBurst)),
 	}
 }
 

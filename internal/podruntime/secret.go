@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
-	"github.com/mcpbridge/operator/internal/shim"
+	"github.com/mcpbridge/operator/internal/shim/tunnel"
 )
 
 // Keys of the token Secret, and the file names under TokenDir.
@@ -50,7 +50,7 @@ type Credentials struct {
 
 // NewCredentials issues fresh credentials for obj's next Pod.
 func NewCredentials(obj *v1alpha1.McpServer) (Credentials, error) {
-	cert, key, err := shim.NewKeyPair("mcpbridge shim " + obj.Namespace + "/" + obj.Name)
+	cert, key, err := tunnel.NewKeyPair("mcpbridge shim " + obj.Namespace + "/" + obj.Name)
 	if err != nil {
 		return Credentials{}, err
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mcpbridge/operator/internal/proc"
+	"github.com/mcpbridge/operator/internal/shim/tunnel"
 )
 
 // child is the server process of one tunnel, in its own process group.
@@ -22,7 +23,7 @@ type child struct {
 	group  *proc.Group
 
 	endOnce sync.Once
-	reason  EndReason          // what ended the tunnel first; set in endOnce
+	reason  tunnel.EndReason   // what ended the tunnel first; set in endOnce
 	ws      syscall.WaitStatus // set before exited is closed
 	exited  <-chan struct{}    // the child itself has been reaped
 	reaped  <-chan struct{}    // ... and every member of its group we can wait for
@@ -51,7 +52,7 @@ func startChild(r *reaper, argv []string, stderr *os.File, grace time.Duration) 
 	c := &child{pid: cmd.Process.Pid, stdin: pipes.Stdin, stdout: pipes.Stdout, grace: grace,
 		group: g, exited: g.Exited(), reaped: g.Reaped()}
 	g.Watch(func() { c.ws = <-status }, func() {
-		c.end(EndExited)
+		c.end(tunnel.EndExited)
 		_ = cmd.Process.Release()
 	})
 	return c, nil
@@ -60,7 +61,7 @@ func startChild(r *reaper, argv []string, stderr *os.File, grace time.Duration) 
 // end ends the tunnel's child: its stdin is closed at once, SIGTERM goes
 // to the group after the grace and SIGKILL after another. The first reason
 // sticks; later calls do nothing.
-func (c *child) end(reason EndReason) {
+func (c *child) end(reason tunnel.EndReason) {
 	c.endOnce.Do(func() {
 		c.reason = reason
 		c.group.End()
@@ -70,7 +71,7 @@ func (c *child) end(reason EndReason) {
 // terminate is end in a hurry (the shim itself is being stopped): SIGTERM
 // to the group at once, SIGKILL after one grace.
 func (c *child) terminate() {
-	c.end(EndShutdown)
+	c.end(tunnel.EndShutdown)
 	c.group.Hurry()
 }
 
@@ -110,7 +111,7 @@ func (c *child) pipeClosed() {
 		select {
 		case <-c.exited:
 		case <-t.C:
-			c.end(EndPipeClosed)
+			c.end(tunnel.EndPipeClosed)
 		}
 	}()
 }

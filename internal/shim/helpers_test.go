@@ -24,6 +24,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/mcpbridge/operator/internal/proc"
+	"github.com/mcpbridge/operator/internal/shim/tunnel"
 )
 
 const (
@@ -38,7 +39,7 @@ const (
 // The test key pair, issued once for the whole package as the manager
 // issues one per server.
 var testCertPEM, testKeyPEM = func() ([]byte, []byte) {
-	c, k, err := NewKeyPair("shim test")
+	c, k, err := tunnel.NewKeyPair("shim test")
 	if err != nil {
 		panic(err)
 	}
@@ -46,7 +47,7 @@ var testCertPEM, testKeyPEM = func() ([]byte, []byte) {
 }()
 
 // creds are the test credentials with token tok.
-func creds(tok string) Credentials { return Credentials{Token: tok, Cert: testCertPEM} }
+func creds(tok string) tunnel.Credentials { return tunnel.Credentials{Token: tok, Cert: testCertPEM} }
 
 // testCertificate is the test key pair as the shim serves it.
 func testCertificate() *tls.Certificate {
@@ -157,11 +158,11 @@ func (p *shimProc) stop(t testing.TB) {
 func (p *shimProc) pid() int { return p.cmd.Process.Pid }
 
 // dialOK opens a tunnel that must open; it is aborted when the test ends.
-func dialOK(t *testing.T, addr string) *Tunnel {
+func dialOK(t *testing.T, addr string) *tunnel.Tunnel {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), eventually)
 	defer cancel()
-	tun, err := Dial(ctx, addr, creds(testToken))
+	tun, err := tunnel.Dial(ctx, addr, creds(testToken))
 	if err != nil {
 		t.Fatalf("dial: %v", err)
 	}
@@ -173,7 +174,7 @@ func dialOK(t *testing.T, addr string) *Tunnel {
 }
 
 // connect runs an MCP client session over the tunnel.
-func connect(t *testing.T, tun *Tunnel) *mcp.ClientSession {
+func connect(t *testing.T, tun *tunnel.Tunnel) *mcp.ClientSession {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), eventually)
 	defer cancel()
@@ -219,7 +220,7 @@ func fixturePID(t *testing.T, cs *mcp.ClientSession) int {
 }
 
 // waitDone waits for the tunnel's end and returns its error.
-func waitDone(t *testing.T, tun *Tunnel, within time.Duration) error {
+func waitDone(t *testing.T, tun *tunnel.Tunnel, within time.Duration) error {
 	t.Helper()
 	select {
 	case <-tun.Done():
@@ -231,11 +232,11 @@ func waitDone(t *testing.T, tun *Tunnel, within time.Duration) error {
 }
 
 // exitError asserts a confirmed end and returns it.
-func exitError(t *testing.T, err error) *ExitError {
+func exitError(t *testing.T, err error) *tunnel.ExitError {
 	t.Helper()
-	var ee *ExitError
+	var ee *tunnel.ExitError
 	if !errors.As(err, &ee) {
-		t.Fatalf("want a confirmed end (*ExitError), got %v", err)
+		t.Fatalf("want a confirmed end (*tunnel.ExitError), got %v", err)
 	}
 	return ee
 }

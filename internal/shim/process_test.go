@@ -16,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	. "github.com/onsi/gomega"
 
+	"github.com/mcpbridge/operator/internal/shim/tunnel"
 	"github.com/mcpbridge/operator/test/fixture"
 )
 
@@ -54,7 +55,7 @@ func TestFixtureToolsThroughTheTunnel(t *testing.T) {
 	g.Expect(cs.Close()).To(Succeed())
 	ee := exitError(t, waitDone(t, tun, eventually))
 	g.Expect(ee.Code).To(Equal(0))
-	g.Expect(ee.Reason).To(Equal(EndStdinClosed))
+	g.Expect(ee.Reason).To(Equal(tunnel.EndStdinClosed))
 	g.Expect(gone(pid)).To(BeTrue(), "confirmed, yet the child is still there")
 }
 
@@ -111,7 +112,7 @@ func TestChildExitEndsTheTunnelWithItsStatus(t *testing.T) {
 			}
 			ee := exitError(t, waitDone(t, tun, eventually))
 			g.Expect(ee.Code).To(Equal(tc.code))
-			g.Expect(ee.Reason).To(Equal(EndExited))
+			g.Expect(ee.Reason).To(Equal(tunnel.EndExited))
 			_ = cs.Wait() // returns: the session ended with the tunnel
 		})
 	}
@@ -156,10 +157,10 @@ func TestSecondTunnelPreemptsAndWaitsForTheReap(t *testing.T) {
 	firstPID := fixturePID(t, firstCS)
 
 	second := dialOK(t, shim.addr)
-	// Dial returned: the first child and its group have been reaped.
+	// tunnel.Dial returned: the first child and its group have been reaped.
 	g.Expect(gone(firstPID)).To(BeTrue())
 	ee := exitError(t, waitDone(t, first, eventually))
-	g.Expect(ee.Reason).To(Equal(EndPreempted))
+	g.Expect(ee.Reason).To(Equal(tunnel.EndPreempted))
 	g.Expect(ee.Error()).To(ContainSubstring("after a newer tunnel pre-empted this one"))
 
 	secondCS := connect(t, second)
@@ -185,8 +186,8 @@ func TestWrongTokenRefusedByTheBinary(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), eventually)
 	defer cancel()
 	for range 20 {
-		_, err := Dial(ctx, shim.addr, creds("not-the-token-at-all"))
-		g.Expect(err).To(MatchError(ErrUnauthorized))
+		_, err := tunnel.Dial(ctx, shim.addr, creds("not-the-token-at-all"))
+		g.Expect(err).To(MatchError(tunnel.ErrUnauthorized))
 	}
 	g.Expect(childrenOf(shim.pid())).To(BeEmpty())
 	// Logged, rate-limited (20 refusals well within a second or two), and
@@ -251,19 +252,19 @@ func TestProbesOfTheBinary(t *testing.T) {
 	// A child that ignores SIGTERM keeps the shim stopping for a while:
 	// readiness fails meanwhile, health does not.
 	shim := startShim(t, 2*time.Second, "sh", "-c", `trap "" TERM; exec sleep 3600`)
-	for _, path := range []string{HealthzPath, ReadyzPath} {
+	for _, path := range []string{tunnel.HealthzPath, tunnel.ReadyzPath} {
 		code, _ := get(t, "https://"+shim.addr+path)
 		g.Expect(code).To(Equal(http.StatusOK), path)
 	}
 	tun := dialOK(t, shim.addr)
 	shim.child(t, "sleep") // the trap is set
 	g.Expect(shim.cmd.Process.Signal(syscall.SIGTERM)).To(Succeed())
-	g.Eventually(func() int { return probe("https://" + shim.addr + ReadyzPath) }).
+	g.Eventually(func() int { return probe("https://" + shim.addr + tunnel.ReadyzPath) }).
 		WithTimeout(eventually).Should(Equal(http.StatusServiceUnavailable))
-	code, _ := get(t, "https://"+shim.addr+HealthzPath)
+	code, _ := get(t, "https://"+shim.addr+tunnel.HealthzPath)
 	g.Expect(code).To(Equal(http.StatusOK))
 	ee := exitError(t, waitDone(t, tun, eventually))
-	g.Expect(ee.Reason).To(Equal(EndShutdown))
+	g.Expect(ee.Reason).To(Equal(tunnel.EndShutdown))
 	g.Expect(ee.Signal).To(Equal(syscall.SIGKILL))
 }
 
@@ -288,7 +289,7 @@ func TestShimSIGTERMEndsTheChildAndExits(t *testing.T) {
 	g.Expect(shim.cmd.Process.Signal(syscall.SIGTERM)).To(Succeed())
 	ee := exitError(t, waitDone(t, tun, eventually))
 	g.Expect(ee.Signal).To(Equal(syscall.SIGTERM))
-	g.Expect(ee.Reason).To(Equal(EndShutdown))
+	g.Expect(ee.Reason).To(Equal(tunnel.EndShutdown))
 	select {
 	case <-shim.exited:
 	case <-time.After(eventually):
@@ -304,7 +305,7 @@ func TestShimSIGTERMEndsTheChildAndExits(t *testing.T) {
 func TestDialGivesUpWhileThePreviousChildIsReaped(t *testing.T) {
 	g := NewWithT(t)
 	// The first child ignores stdin EOF and SIGTERM: with a 2 s grace, the
-	// shim needs 4 s to reap it. A Dial bounded to 300 ms returns before
+	// shim needs 4 s to reap it. A tunnel.Dial bounded to 300 ms returns before
 	// that: the first tunnel has not ended when it does.
 	shim := startShim(t, 2*time.Second, "sh", "-c", `trap "" TERM; exec sleep 3600`)
 	first := dialOK(t, shim.addr)
@@ -313,7 +314,7 @@ func TestDialGivesUpWhileThePreviousChildIsReaped(t *testing.T) {
 	defer cancel()
 	dialed := make(chan error, 1)
 	go func() {
-		_, err := Dial(ctx, shim.addr, creds(testToken))
+		_, err := tunnel.Dial(ctx, shim.addr, creds(testToken))
 		dialed <- err
 	}()
 	select {
@@ -340,7 +341,7 @@ func TestStubbornChildGoneWithinTheCloseBarrier(t *testing.T) {
 	ee := exitError(t, waitDone(t, tun, barrier))
 	t.Logf("confirmed %v after stdin close", time.Since(began))
 	g.Expect(ee.Signal).To(Equal(syscall.SIGKILL))
-	g.Expect(ee.Reason).To(Equal(EndStdinClosed))
+	g.Expect(ee.Reason).To(Equal(tunnel.EndStdinClosed))
 	g.Expect(gone(pid)).To(BeTrue())
 }
 
@@ -391,7 +392,7 @@ func TestMisbehavingChildrenDoNotHurtTheShim(t *testing.T) {
 				if tc.code >= 0 {
 					g.Expect(ee.Code).To(Equal(tc.code))
 				}
-				code, _ := get(t, "https://"+shim.addr+HealthzPath)
+				code, _ := get(t, "https://"+shim.addr+tunnel.HealthzPath)
 				g.Expect(code).To(Equal(http.StatusOK))
 				// No file descriptors pile up from tunnel to tunnel. The shim
 				// closes the probe's and the tunnel's connections on its own
@@ -432,7 +433,7 @@ func TestOrphansAreReapedWithoutStealingTheChildsStatus(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	ee := exitError(t, waitDone(t, tun, eventually))
 	g.Expect(ee.Code).To(Equal(7))
-	g.Expect(ee.Reason).To(Equal(EndExited))
+	g.Expect(ee.Reason).To(Equal(tunnel.EndExited))
 	g.Expect(childrenOf(shim.pid())).To(BeEmpty())
 }
 

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/mcpbridge/operator/internal/shim/tunnel"
 )
 
 // Config builds a Server.
@@ -101,7 +103,7 @@ func NewServer(cfg Config) (*Server, error) {
 	s := &Server{
 		argv:        cfg.Command,
 		tokenDigest: sha256.Sum256(cfg.Token),
-		tls:         serverTLS(*cfg.Certificate),
+		tls:         tunnel.ServerTLS(*cfg.Certificate),
 		grace:       cfg.TerminateGrace,
 		stderr:      cfg.Stderr,
 		log:         cfg.Log,
@@ -207,11 +209,11 @@ func (s *Server) stop() <-chan struct{} {
 
 func (s *Server) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST "+TunnelPath, s.serveTunnel)
-	mux.HandleFunc("GET "+HealthzPath, func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("POST "+tunnel.TunnelPath, s.serveTunnel)
+	mux.HandleFunc("GET "+tunnel.HealthzPath, func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	mux.HandleFunc("GET "+ReadyzPath, func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET "+tunnel.ReadyzPath, func(w http.ResponseWriter, _ *http.Request) {
 		if s.isStopping() {
 			http.Error(w, "shutting down", http.StatusServiceUnavailable)
 			return
@@ -260,7 +262,7 @@ func (s *Server) acquire(ctx context.Context) (*slot, error) {
 			return sl, nil
 		}
 		if old.child != nil {
-			old.child.end(EndPreempted)
+			old.child.end(tunnel.EndPreempted)
 		} else {
 			old.preempted = true
 		}

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+
+	"github.com/mcpbridge/operator/internal/shim/tunnel"
 )
 
 // Tests of the shim in this process; process-level behaviour (reaping as
@@ -46,7 +48,7 @@ func TestTunnelCarriesBytesUnchanged(t *testing.T) {
 	g.Expect(tun.Stdin().Close()).To(Succeed())
 	ee := exitError(t, waitDone(t, tun, eventually))
 	g.Expect(ee.Code).To(Equal(0))
-	g.Expect(ee.Reason).To(Equal(EndStdinClosed))
+	g.Expect(ee.Reason).To(Equal(tunnel.EndStdinClosed))
 	rest, err := io.ReadAll(tun.Stdout())
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(rest).To(BeEmpty())
@@ -60,14 +62,14 @@ func TestTunnelRefusesWrongOrMissingToken(t *testing.T) {
 	addr := serveInProcess(t, Config{Command: []string{"sh", "-c", "echo > " + marker + "; exec cat"}})
 	for _, tok := range []string{"", "wrong-token-of-some-length", testToken + "x", testToken[:len(testToken)-1], "Bearer " + testToken} {
 		ctx, cancel := context.WithTimeout(context.Background(), eventually)
-		tun, err := Dial(ctx, addr, creds(tok))
+		tun, err := tunnel.Dial(ctx, addr, creds(tok))
 		cancel()
 		g.Expect(tun).To(BeNil())
-		g.Expect(err).To(MatchError(ErrUnauthorized), "token %q", tok)
+		g.Expect(err).To(MatchError(tunnel.ErrUnauthorized), "token %q", tok)
 	}
 	// No Authorization header at all, and another scheme.
 	for _, h := range []string{"", "Basic " + testToken} {
-		req, _ := http.NewRequest(http.MethodPost, "https://"+addr+TunnelPath, strings.NewReader(""))
+		req, _ := http.NewRequest(http.MethodPost, "https://"+addr+tunnel.TunnelPath, strings.NewReader(""))
 		if h != "" {
 			req.Header.Set("Authorization", h)
 		}
@@ -87,12 +89,12 @@ func TestTunnelRefusesWrongOrMissingToken(t *testing.T) {
 func TestProbesAndMethods(t *testing.T) {
 	g := NewWithT(t)
 	addr := serveInProcess(t, Config{Command: []string{"cat"}})
-	for _, path := range []string{HealthzPath, ReadyzPath} {
+	for _, path := range []string{tunnel.HealthzPath, tunnel.ReadyzPath} {
 		code, body := get(t, "https://"+addr+path)
 		g.Expect(code).To(Equal(http.StatusOK), path)
 		g.Expect(body).To(Equal("ok\n"))
 	}
-	code, _ := get(t, "https://"+addr+TunnelPath)
+	code, _ := get(t, "https://"+addr+tunnel.TunnelPath)
 	g.Expect(code).To(Equal(http.StatusMethodNotAllowed))
 }
 
@@ -119,15 +121,15 @@ func TestStartFailuresAreClearErrors(t *testing.T) {
 			addr := serveInProcess(t, Config{Command: []string{tc.command}})
 			ctx, cancel := context.WithTimeout(context.Background(), eventually)
 			defer cancel()
-			tun, err := Dial(ctx, addr, creds(testToken))
+			tun, err := tunnel.Dial(ctx, addr, creds(testToken))
 			g.Expect(tun).To(BeNil())
-			var se *StartError
+			var se *tunnel.StartError
 			g.Expect(errors.As(err, &se)).To(BeTrue(), "got %v", err)
 			g.Expect(se.Error()).To(ContainSubstring("the shim could not start the server process"))
 			g.Expect(se.Message).To(ContainSubstring(tc.want))
 
 			// The failure freed the slot: the next tunnel gets the same answer.
-			_, err = Dial(ctx, addr, creds(testToken))
+			_, err = tunnel.Dial(ctx, addr, creds(testToken))
 			g.Expect(errors.As(err, &se)).To(BeTrue(), "got %v", err)
 		})
 	}
@@ -139,7 +141,7 @@ func TestCommandThatExitsAtOnceEndsTheTunnel(t *testing.T) {
 	tun := dialOK(t, addr)
 	ee := exitError(t, waitDone(t, tun, eventually))
 	g.Expect(ee.Code).To(Equal(7))
-	g.Expect(ee.Reason).To(Equal(EndExited))
+	g.Expect(ee.Reason).To(Equal(tunnel.EndExited))
 	g.Expect(ee.Error()).To(Equal("the server process exited: exit status 7"))
 	_, err := io.ReadAll(tun.Stdout())
 	g.Expect(err).NotTo(HaveOccurred(), "a confirmed end reads as EOF")
@@ -149,7 +151,7 @@ func TestDialHonoursItsContextOnlyWhileOpening(t *testing.T) {
 	g := NewWithT(t)
 	addr := serveInProcess(t, Config{Command: []string{"cat"}})
 	ctx, cancel := context.WithCancel(context.Background())
-	tun, err := Dial(ctx, addr, creds(testToken))
+	tun, err := tunnel.Dial(ctx, addr, creds(testToken))
 	g.Expect(err).NotTo(HaveOccurred())
 	cancel() // the tunnel outlives the context it was opened with
 	_, err = tun.Stdin().Write([]byte("still here\n"))
@@ -163,7 +165,7 @@ func TestDialHonoursItsContextOnlyWhileOpening(t *testing.T) {
 
 	done, cancelDone := context.WithCancel(context.Background())
 	cancelDone()
-	_, err = Dial(done, addr, creds(testToken))
+	_, err = tunnel.Dial(done, addr, creds(testToken))
 	g.Expect(err).To(MatchError(context.Canceled))
 }
 
@@ -173,8 +175,8 @@ func TestCloseAbortsWithoutConfirmation(t *testing.T) {
 	tun := dialOK(t, addr)
 	tun.Close()
 	err := waitDone(t, tun, eventually)
-	g.Expect(err).To(MatchError(ErrUnconfirmed))
-	var ee *ExitError
+	g.Expect(err).To(MatchError(tunnel.ErrUnconfirmed))
+	var ee *tunnel.ExitError
 	g.Expect(errors.As(err, &ee)).To(BeFalse())
 	_, err = io.ReadAll(tun.Stdout())
 	g.Expect(err).To(HaveOccurred())
@@ -198,7 +200,7 @@ func TestStdoutCloseStillWaitsForTheConfirmation(t *testing.T) {
 	g.Expect(tun.Stdin().Close()).To(Succeed())
 	ee := exitError(t, waitDone(t, tun, eventually))
 	g.Expect(ee.Signal.String()).To(Equal("terminated"))
-	g.Expect(ee.Reason).To(Equal(EndStdinClosed))
+	g.Expect(ee.Reason).To(Equal(tunnel.EndStdinClosed))
 }
 
 func TestNewServerAndReadTokenRefuseBadInput(t *testing.T) {
@@ -246,7 +248,7 @@ func TestNewServerAndReadTokenRefuseBadInput(t *testing.T) {
 func TestTunnelIsPinnedToTheIssuedCertificate(t *testing.T) {
 	g := NewWithT(t)
 	marker := filepath.Join(t.TempDir(), "started")
-	otherCert, otherKey, err := NewKeyPair("shim test")
+	otherCert, otherKey, err := tunnel.NewKeyPair("shim test")
 	g.Expect(err).NotTo(HaveOccurred())
 	other, err := tls.X509KeyPair(otherCert, otherKey)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -254,19 +256,19 @@ func TestTunnelIsPinnedToTheIssuedCertificate(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), eventually)
 	defer cancel()
-	tun, err := Dial(ctx, addr, creds(testToken))
+	tun, err := tunnel.Dial(ctx, addr, creds(testToken))
 	g.Expect(tun).To(BeNil())
-	g.Expect(err).To(MatchError(ErrPinMismatch))
+	g.Expect(err).To(MatchError(tunnel.ErrPinMismatch))
 	g.Expect(marker).NotTo(BeAnExistingFile())
 
 	// The same shim, pinned right, opens.
-	tun, err = Dial(ctx, addr, Credentials{Token: testToken, Cert: otherCert})
+	tun, err = tunnel.Dial(ctx, addr, tunnel.Credentials{Token: testToken, Cert: otherCert})
 	g.Expect(err).NotTo(HaveOccurred())
 	tun.Close()
 	<-tun.Done()
 
 	// Without a certificate to pin, nothing is dialled in the clear.
-	_, err = Dial(ctx, addr, Credentials{Token: testToken})
+	_, err = tunnel.Dial(ctx, addr, tunnel.Credentials{Token: testToken})
 	g.Expect(err).To(MatchError(ContainSubstring("no pinned certificate")))
 }
 
@@ -274,7 +276,7 @@ func TestTunnelIsPinnedToTheIssuedCertificate(t *testing.T) {
 func TestShimServesOnlyTLS(t *testing.T) {
 	g := NewWithT(t)
 	addr := serveInProcess(t, Config{Command: []string{"cat"}})
-	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+TunnelPath, strings.NewReader(""))
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+tunnel.TunnelPath, strings.NewReader(""))
 	req.Header.Set("Authorization", "Bearer "+testToken)
 	resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Do(req)
 	g.Expect(err).NotTo(HaveOccurred())

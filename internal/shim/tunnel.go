@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"os"
 	"time"
+
+	"github.com/mcpbridge/operator/internal/shim/tunnel"
 )
 
 // serveTunnel runs one tunnel: a fresh child whose stdin is the request
@@ -39,7 +41,7 @@ func (s *Server) serveTunnel(w http.ResponseWriter, r *http.Request) {
 		}
 		msg := startMessage(s.argv[0], err)
 		s.log.Error("cannot start the server process", "error", msg)
-		w.Header().Set(headerError, errorStart)
+		w.Header().Set(tunnel.HeaderError, tunnel.ErrorStart)
 		refuse(w, rc, http.StatusInternalServerError, msg)
 		return
 	}
@@ -65,10 +67,10 @@ func refuse(w http.ResponseWriter, rc *http.ResponseController, code int, msg st
 func relay(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, c *child) {
 	h := w.Header()
 	h.Set("Content-Type", "application/octet-stream")
-	h.Set("Trailer", trailerExit+", "+trailerReason)
+	h.Set("Trailer", tunnel.TrailerExit+", "+tunnel.TrailerReason)
 	w.WriteHeader(http.StatusOK)
 	if err := rc.Flush(); err != nil {
-		c.end(EndClientGone)
+		c.end(tunnel.EndClientGone)
 	}
 	fed := make(chan struct{})
 	go func() {
@@ -90,8 +92,8 @@ func relay(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, 
 	_ = rc.SetReadDeadline(time.Now()) // ends feed's read of a stdin still open
 	<-fed
 	closeAll(c.stdout)
-	h.Set(trailerExit, encodeExit(c.ws))
-	h.Set(trailerReason, string(c.reason))
+	h.Set(tunnel.TrailerExit, tunnel.EncodeExit(c.ws))
+	h.Set(tunnel.TrailerReason, string(c.reason))
 }
 
 // feed copies the request body to the child's stdin. The body's end is the
@@ -113,10 +115,10 @@ func (c *child) feed(body io.Reader) {
 		}
 		switch {
 		case errors.Is(err, io.EOF):
-			c.end(EndStdinClosed)
+			c.end(tunnel.EndStdinClosed)
 			return
 		case err != nil:
-			c.end(EndClientGone)
+			c.end(tunnel.EndClientGone)
 			return
 		}
 	}
@@ -138,7 +140,7 @@ func (c *child) copyStdout(w io.Writer, rc *http.ResponseController) {
 			}
 			if werr != nil {
 				writable = false
-				c.end(EndClientGone)
+				c.end(tunnel.EndClientGone)
 			}
 		}
 		if errors.Is(err, io.EOF) {

@@ -9,6 +9,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpbridge/operator/internal/proc"
+	"github.com/mcpbridge/operator/internal/shim/tunnel"
 	"github.com/mcpbridge/operator/internal/testenv"
 )
 
@@ -105,7 +106,7 @@ func tunnelBenchDirect(b *testing.B, ctx context.Context) *benchSession {
 // tunnelBenchTunnel opens a tunnel through the shim at addr.
 func tunnelBenchTunnel(b *testing.B, ctx context.Context, addr string) *benchSession {
 	b.Helper()
-	tun, err := Dial(ctx, addr, creds(testToken))
+	tun, err := tunnel.Dial(ctx, addr, creds(testToken))
 	if err != nil {
 		b.Fatalf("dial: %v", err)
 	}

@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
-	"github.com/mcpbridge/operator/internal/bridge"
+	"github.com/mcpbridge/operator/internal/registry"
 	"github.com/mcpbridge/operator/test/fixture"
 )
 
@@ -132,8 +132,8 @@ const initializeRequest = `{"jsonrpc":"2.0","id":1,"method":"initialize","params
 func sessionlessCall(id int, tool, args string) (string, map[string]string) {
 	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":%q,"arguments":%s,`+
 		`"_meta":{"io.modelcontextprotocol/protocolVersion":%q,"io.modelcontextprotocol/clientCapabilities":{},`+
-		`"io.modelcontextprotocol/clientInfo":{"name":"raw","version":"0"}}}}`, id, tool, args, bridge.SessionlessProtocol)
-	return body, map[string]string{"Mcp-Protocol-Version": bridge.SessionlessProtocol, "Mcp-Method": "tools/call", "Mcp-Name": tool}
+		`"io.modelcontextprotocol/clientInfo":{"name":"raw","version":"0"}}}}`, id, tool, args, registry.SessionlessProtocol)
+	return body, map[string]string{"Mcp-Protocol-Version": registry.SessionlessProtocol, "Mcp-Method": "tools/call", "Mcp-Name": tool}
 }
 
 // post sends an MCP POST and returns the response with its body unread.

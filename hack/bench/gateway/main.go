@@ -61,6 +61,7 @@ import (
 	"github.com/mcpbridge/operator/internal/policy"
 	"github.com/mcpbridge/operator/internal/proc"
 	"github.com/mcpbridge/operator/internal/testenv"
+	"github.com/mcpbridge/operator/internal/registry"
 )
 
 const (
@@ -265,9 +266,9 @@ func (b *bench) protocol(proto string, callers []int) error {
 	}
 	targets := []target{{mode: "direct", url: fx.url, tool: fixtureEcho}}
 	for _, m := range b.modes {
-		targets = append(targets, target{mode: m, url: gw.urls[m], tool: bridge.PublicName(serverName(0), fixtureEcho), token: b.auth.token(m)})
+		targets = append(targets, target{mode: m, url: gw.urls[m], tool: registry.PublicName(serverName(0), fixtureEcho), token: b.auth.token(m)})
 		if traced != nil {
-			targets = append(targets, target{mode: m + tracedSuffix, url: traced.urls[m], tool: bridge.PublicName(serverName(0), fixtureEcho),
+			targets = append(targets, target{mode: m + tracedSuffix, url: traced.urls[m], tool: registry.PublicName(serverName(0), fixtureEcho),
 				token: b.auth.token(m), tracing: traced.tracing})
 		}
 	}
@@ -346,7 +347,7 @@ type gatewayEnv struct {
 // loopback port each; it returns once every supervisor is Ready. tr, if not
 // nil, traces the supervisors and the gateways.
 func (b *bench) startGateway(proto, upstream string, tr *benchTracing) (*gatewayEnv, error) {
-	reg := bridge.NewRegistry()
+	reg := registry.New()
 	ctx, cancel := context.WithCancel(context.Background())
 	env := &gatewayEnv{cancel: cancel, urls: map[string]string{}, tracing: tr}
 	var tp trace.TracerProvider // nil: off
@@ -405,7 +406,7 @@ func waitReady(s *bridge.Supervisor, limit time.Duration) error {
 	deadline := time.After(limit)
 	for {
 		sn := s.Snapshot()
-		if sn.Phase == bridge.PhaseReady {
+		if sn.Phase == v1alpha1.PhaseReady {
 			return nil
 		}
 		select {

@@ -54,6 +54,7 @@ import (
 	"github.com/mcpbridge/operator/internal/gateway"
 	"github.com/mcpbridge/operator/internal/policy"
 	"github.com/mcpbridge/operator/internal/testenv"
+	"github.com/mcpbridge/operator/internal/registry"
 )
 
 var (
@@ -159,7 +160,7 @@ func (fx *fixtureProc) stop() {
 // serves the gateway with the default budgets on a loopback port; it
 // returns once every server is Ready.
 func startGateway(ctx context.Context, upstreams map[string]string) (string, func(), error) {
-	reg := bridge.NewRegistry()
+	reg := registry.New()
 	var sups []*bridge.Supervisor
 	for ns, url := range upstreams {
 		p := &policy.Policy{ServerName: "tools", Transport: v1alpha1.TransportStreamableHTTP, HTTP: &policy.HTTP{URL: url},
@@ -188,7 +189,7 @@ func startGateway(ctx context.Context, upstreams map[string]string) (string, fun
 	}
 	for _, s := range sups {
 		deadline := time.Now().Add(30 * time.Second)
-		for s.Snapshot().Phase != bridge.PhaseReady {
+		for s.Snapshot().Phase != v1alpha1.PhaseReady {
 			if time.Now().After(deadline) {
 				stop()
 				return "", nil, fmt.Errorf("a supervisor is not Ready: %+v", s.Snapshot().LastError)
@@ -268,11 +269,11 @@ func call(hc *http.Client, url string, id int, tool, args string) (string, error
 func callBody(id int, tool, args string) string {
 	return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"mcp__tools__%s","arguments":%s,`+
 		`"_meta":{"io.modelcontextprotocol/protocolVersion":%q,"io.modelcontextprotocol/clientCapabilities":{},`+
-		`"io.modelcontextprotocol/clientInfo":{"name":"bench","version":"0"}}}}`, id, tool, args, bridge.SessionlessProtocol)
+		`"io.modelcontextprotocol/clientInfo":{"name":"bench","version":"0"}}}}`, id, tool, args, registry.SessionlessProtocol)
 }
 
 func callHeaders(tool string) map[string]string {
-	return map[string]string{"Mcp-Protocol-Version": bridge.SessionlessProtocol, "Mcp-Method": "tools/call",
+	return map[string]string{"Mcp-Protocol-Version": registry.SessionlessProtocol, "Mcp-Method": "tools/call",
 		"Mcp-Name": "mcp__tools__" + tool}
 }
 

@@ -49,6 +49,7 @@ import (
 	"github.com/mcpbridge/operator/internal/podruntime"
 	"github.com/mcpbridge/operator/internal/policy"
 	"github.com/mcpbridge/operator/internal/proc"
+	"github.com/mcpbridge/operator/internal/registry"
 	"github.com/mcpbridge/operator/internal/testcluster"
 )
 
@@ -265,16 +266,16 @@ func localPolicy(fixture string) *policy.Policy {
 
 // startSupervisor starts a supervisor and waits until it is Ready.
 func startSupervisor(ctx context.Context, p *policy.Policy, pod *bridge.PodTunnel) (*bridge.Supervisor, error) {
-	s := bridge.New(bridge.Options{Namespace: "bench", Name: "fx", Policy: p, Registry: bridge.NewRegistry(),
+	s := bridge.New(bridge.Options{Namespace: "bench", Name: "fx", Policy: p, Registry: registry.New(),
 		Log: logr.Discard(), Pod: pod})
 	s.Start(ctx)
 	deadline := time.After(timeout)
 	for {
 		sn := s.Snapshot()
 		switch sn.Phase {
-		case bridge.PhaseReady:
+		case v1alpha1.PhaseReady:
 			return s, nil
-		case bridge.PhaseFailed:
+		case v1alpha1.PhaseFailed:
 			_ = dispose(s)
 			return nil, fmt.Errorf("supervisor failed: %s", sn.Message)
 		}

@@ -1,16 +1,11 @@
-package bridge
+package registry
 
 import (
 	"errors"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	. "github.com/onsi/gomega"
-
-	"github.com/mcpbridge/operator/test/fixture"
 )
 
 // paddedTools are n tools of about size bytes of JSON each.
@@ -29,7 +24,7 @@ func paddedTools(prefix string, n, size int) []*mcp.Tool {
 // namespaces have budgets of their own, a set that shrinks is always
 // taken, and room made by another server lets the refused set in.
 func TestSwapRefusesASetOverTheNamespaceToolBudget(t *testing.T) {
-	reg := NewRegistry()
+	reg := New()
 	reg.MaxToolBytesPerNamespace = 100 << 10
 	c := &registryTestCaller{id: "c"}
 	if _, err := reg.Swap("ns", "ns/a", "a", paddedTools("t", 6, 10<<10), c); err != nil { // ~60 KiB
@@ -64,7 +59,7 @@ func TestSwapRefusesASetOverTheNamespaceToolBudget(t *testing.T) {
 // that the gateway's views re-add only that one; x-mcp-header parameters
 // are found at publish.
 func TestSwapKeepsTheEntriesOfUnchangedTools(t *testing.T) {
-	reg := NewRegistry()
+	reg := New()
 	c := &registryTestCaller{id: "c"}
 	tools := registryTestTools("a", "b")
 	if _, err := reg.Swap("ns", "ns/s", "s", tools, c); err != nil {
@@ -88,52 +83,4 @@ func TestSwapKeepsTheEntriesOfUnchangedTools(t *testing.T) {
 	if after[0].ParamHeaders || !after[1].ParamHeaders {
 		t.Errorf("ParamHeaders = %v, %v; want false, true", after[0].ParamHeaders, after[1].ParamHeaders)
 	}
-}
-
-// syncCounter counts the supervisor's tool syncs.
-type syncCounter struct {
-	mu sync.Mutex
-	n  int
-}
-
-func (c *syncCounter) ToolCall(string, time.Duration) {}
-func (c *syncCounter) ToolSync(bool, time.Duration) {
-	c.mu.Lock()
-	c.n++
-	c.mu.Unlock()
-}
-
-func (c *syncCounter) count() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n
-}
-
-// A storm of list_changed costs at most one re-sync per ResyncInterval, and
-// the change it announces is still synced.
-func TestListChangedStormIsCoalescedToOneResyncPerInterval(t *testing.T) {
-	const interval = 100 * time.Millisecond
-	up := httpServe(t, httpFixture(t, fixture.Options{}))
-	obs := &syncCounter{}
-	s, _ := startSupervisor(t, httpTestPolicy(up.URL()), func(o *Options) { o.Observer = obs; o.ResyncInterval = interval })
-	waitFor(t, s, "Ready", isReady)
-	s.mu.Lock()
-	g := s.live
-	s.mu.Unlock()
-	before := obs.count()
-
-	start := time.Now()
-	storm := time.NewTicker(time.Millisecond)
-	for range 400 {
-		<-storm.C
-		kick(g.resync)
-	}
-	storm.Stop()
-	elapsed := time.Since(start)
-	got := obs.count() - before
-	// One sync may have started before the storm's last interval ended.
-	if limit := int(elapsed/interval) + 2; got > limit {
-		t.Fatalf("%d re-syncs in %v of list_changed, want at most %d (one per %v)", got, elapsed, limit, interval)
-	}
-	NewWithT(t).Eventually(obs.count, eventually).Should(BeNumerically(">", before), "the storm was never synced")
 }

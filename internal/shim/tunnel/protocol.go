@@ -1,4 +1,4 @@
-package shim
+package tunnel
 
 import (
 	"errors"
@@ -21,17 +21,17 @@ const (
 	// DefaultPort is the shim's port when --listen is not given.
 	DefaultPort = 7420
 
-	// headerError marks an error answer whose body says why the server
+	// HeaderError marks an error answer whose body says why the server
 	// process could not be started.
-	headerError = "Shim-Error"
-	errorStart  = "start"
+	HeaderError = "Shim-Error"
+	ErrorStart  = "start"
 
-	// trailerExit says how the child ended: "code=N" or "signal=N". Its
+	// TrailerExit says how the child ended: "code=N" or "signal=N". Its
 	// presence at the end of the response is the shim's confirmation that
 	// the child and its process group have been reaped.
-	trailerExit = "Shim-Exit"
-	// trailerReason says what ended the tunnel first (an EndReason).
-	trailerReason = "Shim-Reason"
+	TrailerExit = "Shim-Exit"
+	// TrailerReason says what ended the tunnel first (an EndReason).
+	TrailerReason = "Shim-Reason"
 )
 
 // EndReason is what ended a tunnel first; the child may have been killed
@@ -93,8 +93,8 @@ func (e *ExitError) Error() string {
 	return msg
 }
 
-// encodeExit is the trailerExit value for a wait status.
-func encodeExit(ws syscall.WaitStatus) string {
+// EncodeExit is the TrailerExit value for a wait status.
+func EncodeExit(ws syscall.WaitStatus) string {
 	if ws.Signaled() {
 		return "signal=" + strconv.Itoa(int(ws.Signal()))
 	}
@@ -106,7 +106,7 @@ func decodeExit(exit, reason string) (*ExitError, error) {
 	key, val, ok := strings.Cut(exit, "=")
 	n, err := strconv.Atoi(val)
 	if !ok || err != nil {
-		return nil, fmt.Errorf("malformed %s trailer %q", trailerExit, exit)
+		return nil, fmt.Errorf("malformed %s trailer %q", TrailerExit, exit)
 	}
 	e := &ExitError{Code: n, Reason: EndReason(reason)}
 	switch key {
@@ -114,7 +114,7 @@ func decodeExit(exit, reason string) (*ExitError, error) {
 	case "signal":
 		e.Code, e.Signal = -1, syscall.Signal(n)
 	default:
-		return nil, fmt.Errorf("malformed %s trailer %q", trailerExit, exit)
+		return nil, fmt.Errorf("malformed %s trailer %q", TrailerExit, exit)
 	}
 	return e, nil
 }

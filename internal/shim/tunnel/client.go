@@ -1,4 +1,4 @@
-package shim
+package tunnel
 
 import (
 	"context"
@@ -124,7 +124,7 @@ func answerError(resp *http.Response) error {
 	switch {
 	case resp.StatusCode == http.StatusUnauthorized:
 		return ErrUnauthorized
-	case resp.Header.Get(headerError) == errorStart:
+	case resp.Header.Get(HeaderError) == ErrorStart:
 		return &StartError{Message: msg}
 	}
 	return fmt.Errorf("the shim refused the tunnel: %s: %s", resp.Status, msg)
@@ -169,11 +169,11 @@ func endError(readErr error, trailer http.Header) error {
 	if !errors.Is(readErr, io.EOF) {
 		return &unconfirmedError{cause: readErr}
 	}
-	exit := trailer.Get(trailerExit)
+	exit := trailer.Get(TrailerExit)
 	if exit == "" {
 		return &unconfirmedError{cause: errors.New("the response ended without the shim's exit trailer")}
 	}
-	e, err := decodeExit(exit, trailer.Get(trailerReason))
+	e, err := decodeExit(exit, trailer.Get(TrailerReason))
 	if err != nil {
 		return &unconfirmedError{cause: err}
 	}

@@ -1,4 +1,4 @@
-package bridge
+package registry
 
 import (
 	"context"
@@ -71,7 +71,7 @@ func registryTestPending(s *Subscription) bool {
 }
 
 func TestRegistrySwapReplacesTheWholeSet(t *testing.T) {
-	r := NewRegistry()
+	r := New()
 	c1, c2 := &registryTestCaller{"1"}, &registryTestCaller{"2"}
 	if !registryTestMustSwap(t, r, "agents", "agents/gh", "gh", registryTestTools("a", "b", "c"), c1) {
 		t.Fatal("first Swap reported no change")
@@ -103,7 +103,7 @@ func TestRegistrySwapReplacesTheWholeSet(t *testing.T) {
 // TestRegistrySwapIsAtomic alternates an owner between two sets while readers
 // check that they only ever see one whole set, never a mix or an empty set.
 func TestRegistrySwapIsAtomic(t *testing.T) {
-	r := NewRegistry()
+	r := New()
 	setA := []string{"mcp__s__a1", "mcp__s__a2", "mcp__s__a3"}
 	setB := []string{"mcp__s__a3", "mcp__s__b1", "mcp__s__b2", "mcp__s__b3"}
 	registryTestMustSwap(t, r, "ns", "ns/s", "s", registryTestTools("a1", "a2", "a3"), nil)
@@ -152,7 +152,7 @@ func TestRegistrySwapIsAtomic(t *testing.T) {
 }
 
 func TestRegistryUnchangedSwapSignalsNothing(t *testing.T) {
-	r := NewRegistry()
+	r := New()
 	sub := r.Subscribe()
 	defer sub.Close()
 	c1, c2 := &registryTestCaller{"1"}, &registryTestCaller{"2"}
@@ -219,7 +219,7 @@ func TestRegistrySwapDetectsEveryPublishedDifference(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := NewRegistry()
+			r := New()
 			sub := r.Subscribe()
 			defer sub.Close()
 			registryTestMustSwap(t, r, "ns", "ns/s", "s", registryTestTools("a", "b"), nil)
@@ -249,7 +249,7 @@ func TestRegistrySwapDetectsEveryPublishedDifference(t *testing.T) {
 // "Tool registry and names": serverName a__b with tool c, then serverName a
 // with tool b__c.
 func TestRegistryConflictRefusesNewOwner(t *testing.T) {
-	r := NewRegistry()
+	r := New()
 	sub := r.Subscribe()
 	defer sub.Close()
 	first := &registryTestCaller{"first"}
@@ -288,7 +288,7 @@ func TestRegistryConflictRefusesNewOwner(t *testing.T) {
 }
 
 func TestRegistryConflictOnResyncKeepsPreviousSet(t *testing.T) {
-	r := NewRegistry()
+	r := New()
 	sub := r.Subscribe()
 	defer sub.Close()
 	holder, old, newer := &registryTestCaller{"holder"}, &registryTestCaller{"old"}, &registryTestCaller{"new"}
@@ -346,7 +346,7 @@ func TestRegistryRefusesInvalidSets(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := NewRegistry()
+			r := New()
 			sub := r.Subscribe()
 			defer sub.Close()
 			c := &registryTestCaller{"prev"}
@@ -390,7 +390,7 @@ func TestRegistryRefusesInvalidSets(t *testing.T) {
 }
 
 func TestRegistryNamespacesAreIsolated(t *testing.T) {
-	r := NewRegistry()
+	r := New()
 	sub := r.Subscribe()
 	defer sub.Close()
 	ca, cb := &registryTestCaller{"a"}, &registryTestCaller{"b"}
@@ -430,7 +430,7 @@ func TestRegistryNamespacesAreIsolated(t *testing.T) {
 }
 
 func TestRegistryRemove(t *testing.T) {
-	r := NewRegistry()
+	r := New()
 	sub := r.Subscribe()
 	defer sub.Close()
 	registryTestMustSwap(t, r, "ns", "ns/a", "a", registryTestTools("x", "y"), nil)
@@ -465,7 +465,7 @@ func TestRegistryRemove(t *testing.T) {
 }
 
 func TestRegistryEmptySet(t *testing.T) {
-	r := NewRegistry()
+	r := New()
 	sub := r.Subscribe()
 	defer sub.Close()
 	if changed := registryTestMustSwap(t, r, "ns", "ns/empty", "e", nil, nil); changed {
@@ -491,7 +491,7 @@ func TestRegistryEmptySet(t *testing.T) {
 }
 
 func TestRegistryToolsSortedByPublicName(t *testing.T) {
-	r := NewRegistry()
+	r := New()
 	registryTestMustSwap(t, r, "ns", "ns/zeta", "zeta", registryTestTools("b", "a"), nil)
 	registryTestMustSwap(t, r, "ns", "ns/alpha", "alpha", registryTestTools("z", "with space", "Upper", "m"), nil)
 	registryTestMustSwap(t, r, "ns", "ns/mid", "mid", registryTestTools("k"), nil)
@@ -520,7 +520,7 @@ func TestRegistryToolsSortedByPublicName(t *testing.T) {
 // before a Swap keeps its contents, and mutating the tools handed to Swap does
 // not reach the published entries.
 func TestRegistrySnapshotsAreImmutable(t *testing.T) {
-	r := NewRegistry()
+	r := New()
 	in := registryTestTools("a", "b")
 	registryTestMustSwap(t, r, "ns", "ns/s", "s", in, nil)
 	snap := r.Tools("ns")
@@ -556,7 +556,7 @@ func TestRegistrySnapshotsAreImmutable(t *testing.T) {
 }
 
 func TestRegistryPublishedToolMatchesUpstream(t *testing.T) {
-	r := NewRegistry()
+	r := New()
 	ro := true
 	in := &mcp.Tool{
 		Name:         "get.issue",
@@ -606,7 +606,7 @@ func TestRegistryConflictErrorMessage(t *testing.T) {
 }
 
 func TestRegistrySubscriptionCoalesces(t *testing.T) {
-	r := NewRegistry()
+	r := New()
 	sub := r.Subscribe()
 	defer sub.Close()
 	for i := range 100 {
@@ -641,7 +641,7 @@ func TestRegistrySubscriptionCoalesces(t *testing.T) {
 }
 
 func TestRegistrySubscriptionsAreIndependent(t *testing.T) {
-	r := NewRegistry()
+	r := New()
 	s1, s2 := r.Subscribe(), r.Subscribe()
 	defer s1.Close()
 	defer s2.Close()
@@ -658,7 +658,7 @@ func TestRegistrySubscriptionsAreIndependent(t *testing.T) {
 }
 
 func TestRegistrySubscriptionCloseStopsDelivery(t *testing.T) {
-	r := NewRegistry()
+	r := New()
 	closed, open := r.Subscribe(), r.Subscribe()
 	defer open.Close()
 	registryTestMustSwap(t, r, "ns", "ns/s", "s", registryTestTools("a"), nil)
@@ -690,7 +690,7 @@ func TestRegistrySubscriptionCloseStopsDelivery(t *testing.T) {
 // subscribers concurrently (meant for -race) and checks every snapshot is
 // sorted and consistent.
 func TestRegistryConcurrentStress(t *testing.T) {
-	r := NewRegistry()
+	r := New()
 	const (
 		writers    = 4
 		readers    = 4

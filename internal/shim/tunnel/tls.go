@@ -1,4 +1,4 @@
-package shim
+package tunnel
 
 import (
 	"bytes"
@@ -59,9 +59,9 @@ func NewKeyPair(commonName string) (certPEM, keyPEM []byte, err error) {
 		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), nil
 }
 
-// serverTLS is the shim's TLS configuration: TLS 1.3 only and HTTP/1.1
+// ServerTLS is the shim's TLS configuration: TLS 1.3 only and HTTP/1.1
 // only (the tunnel is full-duplex HTTP/1.1; see the package doc).
-func serverTLS(cert tls.Certificate) *tls.Config {
+func ServerTLS(cert tls.Certificate) *tls.Config {
 	return &tls.Config{
 		Certificates: []tls.Certificate{cert},
 		MinVersion:   tls.VersionTLS13,

@@ -1,8 +1,7 @@
-package bridge
+package registry
 
 import (
 	"cmp"
-	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
@@ -11,11 +10,6 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
-
-// Caller forwards a tools/call to the upstream that owns a tool.
-type Caller interface {
-	CallTool(ctx context.Context, rawName string, args any) (*mcp.CallToolResult, error)
-}
 
 // Tool is one published tool.
 //
@@ -89,8 +83,8 @@ type regSlot struct {
 	idx   int
 }
 
-// NewRegistry returns an empty registry.
-func NewRegistry() *Registry {
+// New returns an empty registry.
+func New() *Registry {
 	return &Registry{
 		namespaces: make(map[string]*regNamespace),
 		subs:       make(map[*Subscription]struct{}),
@@ -469,7 +463,10 @@ func (r *Registry) notifyLocked(ns string) {
 		// Close deregisters under r.mu, so s is open here.
 		s.mu.Lock()
 		s.pending[ns] = struct{}{}
-		kick(s.c) // a signal may be pending already
+		select {
+		case s.c <- struct{}{}:
+		default: // a signal is pending already
+		}
 		s.mu.Unlock()
 	}
 }

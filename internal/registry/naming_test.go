@@ -1,4 +1,4 @@
-package bridge
+package registry
 
 import (
 	"crypto/sha256"

@@ -1,0 +1,59 @@
+package bridge
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/mcpbridge/operator/test/fixture"
+)
+
+// syncCounter counts the supervisor's tool syncs.
+type syncCounter struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (c *syncCounter) ToolCall(string, time.Duration) {}
+func (c *syncCounter) ToolSync(bool, time.Duration) {
+	c.mu.Lock()
+	c.n++
+	c.mu.Unlock()
+}
+
+func (c *syncCounter) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+// A storm of list_changed costs at most one re-sync per ResyncInterval, and
+// the change it announces is still synced.
+func TestListChangedStormIsCoalescedToOneResyncPerInterval(t *testing.T) {
+	const interval = 100 * time.Millisecond
+	up := httpServe(t, httpFixture(t, fixture.Options{}))
+	obs := &syncCounter{}
+	s, _ := startSupervisor(t, httpPolicy(up.URL()), func(o *Options) { o.Observer = obs; o.ResyncInterval = interval })
+	waitFor(t, s, "Ready", isReady)
+	s.mu.Lock()
+	g := s.live
+	s.mu.Unlock()
+	before := obs.count()
+
+	start := time.Now()
+	storm := time.NewTicker(time.Millisecond)
+	for range 400 {
+		<-storm.C
+		kick(g.resync)
+	}
+	storm.Stop()
+	elapsed := time.Since(start)
+	got := obs.count() - before
+	// One sync may have started before the storm's last interval ended.
+	if limit := int(elapsed/interval) + 2; got > limit {
+		t.Fatalf("%d re-syncs in %v of list_changed, want at most %d (one per %v)", got, elapsed, limit, interval)
+	}
+	NewWithT(t).Eventually(obs.count, eventually).Should(BeNumerically(">", before), "the storm was never synced")
+}

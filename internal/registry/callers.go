@@ -1,0 +1,57 @@
+package registry
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Caller forwards a tools/call to the upstream that owns a tool. A tool set
+// is published with the Caller that reaches its server: the registry knows
+// nothing else about where a server runs.
+type Caller interface {
+	CallTool(ctx context.Context, rawName string, args any) (*mcp.CallToolResult, error)
+}
+
+// JSONCaller forwards a tools/call whose arguments and result stay JSON, so
+// that a proxy (the gateway) never decodes what it only passes on. A Caller
+// may implement it; the gateway's fast path then uses it.
+//
+// The tool must not declare x-mcp-header parameters: the Mcp-Param-* headers
+// they need are set by the SDK only, so such tools go through CallTool.
+type JSONCaller interface {
+	CallToolJSON(ctx context.Context, rawName string, args json.RawMessage) (result json.RawMessage, isError bool, err error)
+}
+
+// ResultBytes counts the bytes of tool results the manager holds while it
+// reads them, so that the gateway can bound them per namespace: a call's
+// result is read into memory once (its body), and the body is what is
+// counted. See docs/design.md, "Budgets".
+type ResultBytes interface {
+	// Take counts n more bytes held, or reports false (and counts
+	// nothing) when that would pass the budget.
+	Take(n int64) bool
+	// Return gives back n bytes no longer held.
+	Return(n int64)
+}
+
+// ErrResultBudget fails a call whose result would pass its ResultBytes
+// budget. It is the caller's budget, not the server's failure: the
+// connection is left alone.
+var ErrResultBudget = errors.New("the budget of result bytes held in memory is spent")
+
+type resultBytesKey struct{}
+
+// WithResultBytes makes a JSONCaller under ctx count the result it reads
+// into rb.
+func WithResultBytes(ctx context.Context, rb ResultBytes) context.Context {
+	return context.WithValue(ctx, resultBytesKey{}, rb)
+}
+
+// ResultBytesFrom is the budget WithResultBytes put into ctx, or nil.
+func ResultBytesFrom(ctx context.Context) ResultBytes {
+	rb, _ := ctx.Value(resultBytesKey{}).(ResultBytes)
+	return rb
+}
