@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -60,7 +61,7 @@ const (
 var (
 	flagWakes        = flag.Int("wakes", 20, "sleeping servers woken one after another by a first call through the gateway (as many Pod starts and cold starts of a standalone Deployment, interleaved)")
 	flagIdleServers  = flag.Int("idle-servers", 100, "McpServers with spec.idle that all go to sleep, for the idle row")
-	flagIdleWave     = flag.Int("idle-wave", 25, "the idle servers are created in waves of this many, each wave once the previous one is Ready, so that the node starts at most this many Pods at once")
+	flagIdleWave     = flag.Int("idle-wave", 25, "the idle servers are created in waves of this many, each wave once the previous one is Idle, so that the node runs at most this many of their Pods at once")
 	flagSuspendAfter = flag.Duration("suspend-after", time.Minute, "spec.idle.suspendAfterMs of the idle servers (the API refuses less than 1m)")
 )
 
@@ -70,8 +71,12 @@ type idleResults struct {
 	pods                int           // Pods of the idle servers once all were Idle
 	allIdle             time.Duration // from the last creation to all Idle and their Pods gone
 	rssBefore, rssAfter int64
-	podStarts, colds    []time.Duration // standalone Deployment: 0→1 to Pod Ready; tunnel → Ready
-	wakes               []time.Duration // first call through the gateway to a sleeping server
+	rssErr              string // why rssAfter is missing
+	// The manager container's restarts before the idle row and after the
+	// wake row: a restart connects every server, sleeping ones too.
+	restartsBefore, restartsAfter int32
+	podStarts, colds              []time.Duration // standalone Deployment: 0→1 to Pod Ready; tunnel → Ready
+	wakes                         []time.Duration // first call through the gateway to a sleeping server
 }
 
 func idleName(i int) string { return fmt.Sprintf("%s%03d", idlePrefix, i) }
@@ -89,6 +94,9 @@ func (b *bench) idle(ctx context.Context) error {
 		return err
 	}
 	r := &b.res.idle
+	if r.restartsBefore, err = managerRestarts(ctx, b.cluster.Client); err != nil {
+		return err
+	}
 	if r.rssBefore, err = settledRSS(mgr); err != nil {
 		return err
 	}
@@ -102,8 +110,25 @@ func (b *bench) idle(ctx context.Context) error {
 	if r.pods, err = b.idlePods(ctx); err != nil {
 		return err
 	}
-	r.rssAfter, err = settledRSS(mgr)
-	return err
+	// The manager may restart under load (a lost leader lease): its RSS is
+	// then not comparable, and the row says so rather than ending the run.
+	if r.rssAfter, err = settledRSS(mgr); err != nil {
+		r.rssErr = fmt.Sprintf("not measured: the manager process ended (%v)", err)
+	}
+	return nil
+}
+
+// managerRestarts is the restart count of the manager Pod's containers.
+func managerRestarts(ctx context.Context, c client.Client) (int32, error) {
+	p, err := managerPod(ctx, c)
+	if err != nil {
+		return 0, err
+	}
+	var n int32
+	for _, cs := range p.Status.ContainerStatuses {
+		n += cs.RestartCount
+	}
+	return n, nil
 }
 
 // countIdle counts the idle servers in phase Idle.
@@ -123,8 +148,8 @@ func (b *bench) countIdle(ctx context.Context) (int, error) {
 
 // sleepingFleet makes sure that idle servers 0..n-1 exist and sleep: it
 // creates the missing ones in waves of -idle-wave, each once the previous
-// wave is Ready (or already Idle), then waits until all n are Idle and
-// none of their Pods is left.
+// wave is Idle, then waits until all n are Idle and none of their Pods is
+// left.
 func (b *bench) sleepingFleet(ctx context.Context, n int) error {
 	c := b.cluster.Client
 	names := make([]string, n)
@@ -148,7 +173,13 @@ func (b *bench) sleepingFleet(ctx context.Context, n int) error {
 			continue
 		}
 		last = time.Now()
-		if err := b.waitServers(ctx, wave, "Ready or Idle", readyOrIdle, timeout); err != nil {
+		if err := b.waitServers(ctx, wave, "Ready or Idle", readyOrIdle, 2*timeout); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "bench: %d idle servers from %s Ready %s after their creation\n", len(wave), wave[0], time.Since(last).Round(time.Second))
+		// Their Pods go before the next wave's start: on 2 cores, Pods
+		// stopping beside Pods starting starved both.
+		if err := b.waitServers(ctx, wave, "Idle", isIdle, *flagSuspendAfter+2*timeout); err != nil {
 			return err
 		}
 	}
@@ -264,6 +295,11 @@ func (b *bench) wakes(ctx context.Context) error {
 			return err
 		}
 		r.wakes = append(r.wakes, took)
+		if r.restartsAfter, err = managerRestarts(ctx, b.cluster.Client); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "bench: Pod start %s, cold start %s; %s woken by its first call in %s\n",
+			podStart.Round(time.Millisecond), cold.Round(time.Millisecond), idleName(i), took.Round(time.Millisecond))
 	}
 	return deleteNamespace(ctx, b.cluster, podStartNS)
 }
@@ -440,8 +476,12 @@ func (b *bench) printIdle() {
 		r.servers, flagSuspendAfter.Milliseconds(), cmp.Or(*flagFleetCPU, "50m"), *flagIdleWave, r.asleep, r.pods,
 		report.YesNo(r.servers > 0 && r.asleep == r.servers && r.pods == 0))
 	fmt.Printf("| of which: from the last creation to all Idle and their Pods gone | | %.1f s | | | |\n", r.allIdle.Seconds())
-	fmt.Printf("| manager RSS: %s before, %s with the %d idle servers | | %s per idle server | | | |\n",
-		mb(r.rssBefore), mb(r.rssAfter), r.servers, mb(perServer))
+	if r.rssErr != "" {
+		fmt.Printf("| manager RSS: %s before, %s with the %d idle servers | | | | | |\n", mb(r.rssBefore), r.rssErr, r.servers)
+	} else {
+		fmt.Printf("| manager RSS: %s before, %s with the %d idle servers | | %s per idle server | | | |\n",
+			mb(r.rssBefore), mb(r.rssAfter), r.servers, mb(perServer))
+	}
 }
 
 func (b *bench) printWakes() {
@@ -456,4 +496,5 @@ func (b *bench) printWakes() {
 		len(r.colds), ms(p50(r.colds)), ms(p90(r.colds)))
 	fmt.Printf("| first tools/call through the gateway to a sleeping server → its answer | %d | %s | %s | p50 ≤ %s (Pod start + cold start + 100 ms) | %s |\n",
 		len(r.wakes), ms(p50(r.wakes)), ms(p90(r.wakes)), ms(goal), report.YesNo(len(r.wakes) > 0 && p50(r.wakes) <= goal))
+	fmt.Printf("| manager container restarts: %d before the idle row, %d after the last wake | | | | | |\n", r.restartsBefore, r.restartsAfter)
 }
