@@ -3,8 +3,10 @@ package controller_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -158,6 +160,36 @@ var _ = Describe("Idle servers", func() {
 		Eventually(hasEvent(ns, "idle-fx", v1alpha1.ReasonWoken, "Woke for a tool call in"), eventuallyTimeout, poll).Should(BeTrue())
 		Eventually(func() float64 { v, _ := metricValue("mcpbridge_wakes_total", ns, "idle-fx"); return v }, eventuallyTimeout, poll).Should(BeEquivalentTo(1))
 		Eventually(func() bool { _, ok := idleServersIn(ns); return ok }, eventuallyTimeout, poll).Should(BeFalse())
+	})
+
+	It("send agents list_changed when the woken server lists other tools than the one that went to sleep", func(ctx SpecContext) {
+		ns := newNamespace()
+		dir := GinkgoT().TempDir()
+		args := filepath.Join(dir, "args")
+		Expect(os.WriteFile(args, nil, 0o600)).To(Succeed())
+		// The server reads its arguments at every start, so that the woken
+		// process can list a tool the sleeping one did not.
+		script := filepath.Join(dir, "fixture.sh")
+		Expect(os.WriteFile(script, []byte("#!/bin/sh\nexec "+fixtureBin+" $(cat "+args+")\n"), 0o700)).To(Succeed())
+		obj := withIdle(stdioServer(ns, "idle-fx"))
+		obj.Spec.Stdio.Command = script
+		Expect(k8s.Create(ctx, obj)).To(Succeed())
+		readyAt(ns, "idle-fx", 1)
+		var changes atomic.Int32
+		agent := connectAgent(ns, saToken(ns, "agent", ns), &changes)
+		added := toolregistry.PublicName("idle-fx", fixture.GeneratedToolName(0))
+		Expect(listToolNames(agent)).NotTo(ContainElement(added))
+		suspended(ns, "idle-fx")
+		Expect(os.WriteFile(args, []byte("--tools=1"), 0o600)).To(Succeed())
+		Expect(changes.Load()).To(BeZero(), "the suspend changed the listed tools")
+
+		text, isErr, err := callEcho(agent, toolregistry.PublicName("idle-fx", fixture.ToolEcho), "wake up")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(isErr).To(BeFalse(), text)
+		Expect(text).To(Equal("wake up"))
+		Eventually(changes.Load, eventuallyTimeout, poll).Should(BeNumerically(">=", 1), "no list_changed after a wake with other tools")
+		Expect(listToolNames(agent)).To(ContainElement(added))
+		Expect(toolNames(readyAt(ns, "idle-fx", 2))).To(ContainElement(added))
 	})
 
 	It("apply a new suspendAfterMs in place while idle, and wake for any other spec edit", func(ctx SpecContext) {

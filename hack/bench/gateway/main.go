@@ -60,8 +60,8 @@ import (
 	"github.com/mcpbridge/operator/internal/gateway"
 	"github.com/mcpbridge/operator/internal/policy"
 	"github.com/mcpbridge/operator/internal/proc"
-	"github.com/mcpbridge/operator/internal/testenv"
 	"github.com/mcpbridge/operator/internal/registry"
+	"github.com/mcpbridge/operator/internal/testenv"
 )
 
 const (

@@ -53,8 +53,8 @@ import (
 	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/gateway"
 	"github.com/mcpbridge/operator/internal/policy"
-	"github.com/mcpbridge/operator/internal/testenv"
 	"github.com/mcpbridge/operator/internal/registry"
+	"github.com/mcpbridge/operator/internal/testenv"
 )
 
 var (

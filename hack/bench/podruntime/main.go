@@ -9,12 +9,16 @@
 //   - a tools/call through the tunnel to a Pod IP adds ≤ 0.3 ms at p50 over
 //     the Local runtime (a child's pipes);
 //   - 50 Pod-runtime McpServers all Ready ≤ 60 s, the manager's RSS growing
-//     ≤ 1 MB per server.
+//     ≤ 1 MB per server;
+//   - idle servers (idle.go): a sleeping server's first call through the
+//     gateway answered at p50 ≤ the node's Pod start + the server's cold
+//     start + 100 ms, both measured in the same run; 100 idle servers hold
+//     0 Pods, and the manager's RSS per idle server.
 //
 // It runs only inside hack/e2e-sandbox.sh, like the e2e suite; the script
 // builds and starts it:
 //
-//	hack/bench-podruntime.sh [-kills=20] [-deletes=10] [-servers=50] [-calls=2000]
+//	hack/bench-podruntime.sh [-kills=20] [-deletes=10] [-servers=50] [-calls=2000] [-idle-servers=100] [-wakes=20]
 //
 // The operator is deployed from config/default through test/e2e/config, as
 // the e2e suite does. It is a benchmark, not a test: it asserts nothing and
@@ -84,7 +88,7 @@ var (
 	flagFixture      = flag.String("fixture", "bin/mcp-fixture", "the fixture binary, for the Local runtime's rows")
 	// With the default request of 50m, a 2-core node schedules 38 servers
 	// beside the manager; the fleet row is about the manager, not the node.
-	flagSteps    = flag.String("steps", "cold,calls,kills,deletes,fleet", "which rows to measure (the operator is deployed for kills, deletes and fleet)")
+	flagSteps    = flag.String("steps", "cold,calls,kills,deletes,idle,wake,fleet", "which rows to measure (the operator is deployed for kills, deletes, idle, wake and fleet)")
 	flagFleetCPU = flag.String("fleet-cpu-request", "10m", "spec.stdio.resources.requests.cpu of the fleet's servers (empty: the default, 50m)")
 )
 
@@ -103,6 +107,7 @@ type results struct {
 	fleetReady, fleetPodsReady time.Duration
 	fleetReadyN                int
 	rssBefore, rssAfter        int64
+	idle                       idleResults
 }
 
 type bench struct {
@@ -147,6 +152,8 @@ func run() error {
 		{"", "deploy the operator", b.deploy},
 		{"kills", "kills inside the Pod", b.killsInPod},
 		{"deletes", "deleted Pods", b.deletedPods},
+		{"idle", "idle servers", b.idle},
+		{"wake", "wakes", b.wakes},
 		{"fleet", "fleet", b.fleet},
 		{"", "undeploy", b.undeploy},
 	}
@@ -193,31 +200,11 @@ func (b *bench) calls(ctx context.Context) error {
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: tunnelNS}}); err != nil {
 		return err
 	}
-	obj := &v1alpha1.McpServer{ObjectMeta: metav1.ObjectMeta{Namespace: tunnelNS, Name: "tunnel", UID: "bench"},
-		Spec: v1alpha1.McpServerSpec{Transport: v1alpha1.TransportStdio, Stdio: &v1alpha1.StdioTransport{
-			Command: fixtureInImage, Image: fixtureImage, ImagePullPolicy: corev1.PullNever}}}
-	p, err := policy.Resolve(tunnelNS, obj.Name, &obj.Spec, policy.Values{}, policy.RuntimeConfig{})
+	p, creds, err := createStandalone(ctx, c, tunnelNS, "tunnel", 1)
 	if err != nil {
 		return err
 	}
-	creds, err := podruntime.NewCredentials(obj)
-	if err != nil {
-		return err
-	}
-	d, err := podruntime.Deployment(obj, p, creds.Token, podruntime.Options{ShimImage: managerImage})
-	if err != nil {
-		return err
-	}
-	secret := podruntime.TokenSecret(obj, creds, d.Spec.Template.Annotations[podruntime.TemplateHashAnnotation])
-	// No McpServer owns them here: the garbage collector would delete them.
-	secret.OwnerReferences, d.OwnerReferences = nil, nil
-	if err := c.Create(ctx, secret); err != nil {
-		return err
-	}
-	if err := c.Create(ctx, d); err != nil {
-		return err
-	}
-	pod, err := b.readyPod(ctx, tunnelNS, obj.Name)
+	pod, err := b.readyPod(ctx, tunnelNS, "tunnel")
 	if err != nil {
 		return err
 	}
@@ -248,6 +235,36 @@ func (b *bench) calls(ctx context.Context) error {
 		b.res.localCalls, b.res.podCalls = append(b.res.localCalls, l...), append(b.res.podCalls, r...)
 	}
 	return deleteNamespace(ctx, b.cluster, tunnelNS)
+}
+
+// createStandalone creates the fixture's Deployment and token Secret in ns,
+// rendered by podruntime as the manager renders them but with replicas
+// Pods and no McpServer, and returns the policy and credentials a
+// supervisor in this program needs to reach the shim.
+func createStandalone(ctx context.Context, c client.Client, ns, name string, replicas int32) (*policy.Policy, podruntime.Credentials, error) {
+	obj := &v1alpha1.McpServer{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: "bench"},
+		Spec: v1alpha1.McpServerSpec{Transport: v1alpha1.TransportStdio, Stdio: &v1alpha1.StdioTransport{
+			Command: fixtureInImage, Image: fixtureImage, ImagePullPolicy: corev1.PullNever}}}
+	p, err := policy.Resolve(ns, obj.Name, &obj.Spec, policy.Values{}, policy.RuntimeConfig{})
+	if err != nil {
+		return nil, podruntime.Credentials{}, err
+	}
+	creds, err := podruntime.NewCredentials(obj)
+	if err != nil {
+		return nil, podruntime.Credentials{}, err
+	}
+	d, err := podruntime.Deployment(obj, p, creds.Token, podruntime.Options{ShimImage: managerImage})
+	if err != nil {
+		return nil, podruntime.Credentials{}, err
+	}
+	d.Spec.Replicas = &replicas
+	secret := podruntime.TokenSecret(obj, creds, d.Spec.Template.Annotations[podruntime.TemplateHashAnnotation])
+	// No McpServer owns them here: the garbage collector would delete them.
+	secret.OwnerReferences, d.OwnerReferences = nil, nil
+	if err := c.Create(ctx, secret); err != nil {
+		return nil, podruntime.Credentials{}, err
+	}
+	return p, creds, c.Create(ctx, d)
 }
 
 // staticPod is the PodSource of a Pod that stays.
@@ -376,6 +393,16 @@ func server(name string) *v1alpha1.McpServer {
 			Reconnect: &v1alpha1.ReconnectPolicy{InitialDelayMs: &initial, MaxDelayMs: ptr(2 * initial), MaxAttempts: ptr(int32(1000))},
 		},
 	}
+}
+
+// withFleetCPU sets -fleet-cpu-request on a server of the fleet or idle
+// rows.
+func withFleetCPU(s *v1alpha1.McpServer) *v1alpha1.McpServer {
+	if *flagFleetCPU != "" {
+		s.Spec.Stdio.Resources = &corev1.ResourceRequirements{Requests: corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse(*flagFleetCPU)}}
+	}
+	return s
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -513,11 +540,7 @@ func (b *bench) fleet(ctx context.Context) error {
 	errs := make(chan error, *flagServers)
 	for i := range *flagServers {
 		wg.Go(func() {
-			s := server(fmt.Sprintf("s-%02d", i))
-			if *flagFleetCPU != "" {
-				s.Spec.Stdio.Resources = &corev1.ResourceRequirements{Requests: corev1.ResourceList{
-					corev1.ResourceCPU: resource.MustParse(*flagFleetCPU)}}
-			}
+			s := withFleetCPU(server(fmt.Sprintf("s-%02d", i)))
 			if err := b.cluster.Client.Create(ctx, s); err != nil {
 				errs <- err
 			}
@@ -581,16 +604,25 @@ func serverPID(ctx context.Context, c *testcluster.Cluster, s *v1alpha1.McpServe
 }
 
 func managerPID(ctx context.Context, c *testcluster.Cluster) (int, error) {
-	var pods corev1.PodList
-	if err := c.Client.List(ctx, &pods, client.InNamespace(systemNS), client.MatchingLabels{"app.kubernetes.io/component": "manager"}); err != nil {
+	p, err := managerPod(ctx, c.Client)
+	if err != nil {
 		return 0, err
 	}
-	for _, p := range pods.Items {
+	return podProcess(p, "manager")
+}
+
+// managerPod is the operator's Ready manager Pod.
+func managerPod(ctx context.Context, c client.Client) (*corev1.Pod, error) {
+	var pods corev1.PodList
+	if err := c.List(ctx, &pods, client.InNamespace(systemNS), client.MatchingLabels{"app.kubernetes.io/component": "manager"}); err != nil {
+		return nil, err
+	}
+	for i, p := range pods.Items {
 		if p.DeletionTimestamp == nil && podReady(&p) {
-			return podProcess(&p, "manager")
+			return &pods.Items[i], nil
 		}
 	}
-	return 0, errors.New("no Ready manager Pod")
+	return nil, errors.New("no Ready manager Pod")
 }
 
 // podProcess finds the process named comm in the Pod's cgroup.
@@ -696,5 +728,16 @@ func (b *bench) print(started time.Time, loadBefore string) {
 	if ran("fleet") {
 		fmt.Printf("| manager RSS: %s before, %s with the %d servers | | %s per server | | ≤ 1 MB per server | %s |\n",
 			mb(r.rssBefore), mb(r.rssAfter), *flagServers, mb(perServer), report.YesNo(r.rssAfter > 0 && perServer <= goalRSS))
+	}
+	if ran("idle") || ran("wake") {
+		fmt.Println()
+		fmt.Println("| Idle servers | n | p50 | p90 | Goal | Met |")
+		fmt.Println("|---|--:|--:|--:|---|---|")
+	}
+	if ran("idle") {
+		b.printIdle()
+	}
+	if ran("wake") {
+		b.printWakes()
 	}
 }
