@@ -30,8 +30,9 @@
 //
 // Budgets (budgets.go) bound what one identity and one namespace may hold:
 // sessions, calls in flight, and the bytes of arguments and results, which
-// the fast path reads once and writes from where it read them. Beyond a
-// budget the request is refused at once.
+// the fast path reads once and writes from where it read them, and the SDK
+// path counts once its tool handler has the result. Beyond a budget the
+// request is refused at once.
 //
 // See docs/design.md, "The gateway".
 package gateway
