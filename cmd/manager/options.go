@@ -48,6 +48,7 @@ type options struct {
 	clusterCIDRs            []netip.Prefix
 	limits                  policy.Limits
 	budgets                 budgetOptions
+	authLimits              authLimitOptions
 	zap                     zap.Options
 	// tracerProvider comes from the OTEL_* environment, not from a flag.
 	tracerProvider trace.TracerProvider
@@ -122,6 +123,7 @@ func parseOptions(fs *flag.FlagSet, args []string) (*options, error) {
 	localStdio, managerLabels := o.stdio.bindFlags(fs)
 	bindLimitFlags(fs, &o.limits)
 	o.budgets.bindFlags(fs)
+	o.authLimits.bindFlags(fs)
 	o.zap.BindFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n\nRuns the mcp-bridge operator: the McpServer controller, "+
@@ -275,6 +277,9 @@ func (o *options) validate() error {
 		return err
 	}
 	if err := o.budgets.validate(); err != nil {
+		return err
+	}
+	if err := o.authLimits.validate(); err != nil {
 		return err
 	}
 	return o.stdio.validate()

@@ -7,7 +7,8 @@
 // TokenReviews and authorizes them for verb "use" on
 // mcpservers.mcpbridge.dev: namespace-wide first, and only when that is
 // denied, per McpServer (RBAC resourceNames), at most
-// DefaultMaxServerReviewsPerRequest of them per request. The reviews, their
+// DefaultMaxServerReviewsPerRequest of them per request unless
+// WithMaxServerReviewsPerRequest sets another bound. The reviews, their
 // caches and rate limits are internal/kubeauth's; a refusal by a limit is
 // counted in mcpbridge_gateway_refusals_total (metrics.go). Strings an agent
 // chose reach logs and spans cut to 128 bytes (agentstrings.go).
