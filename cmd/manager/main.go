@@ -111,7 +111,9 @@ func run(args []string) error {
 		"managerPodLabels", opts.stdio.managerPodLabels, "managerNamespace", opts.stdio.managerNamespace, "limits", opts.limits,
 		"gatewayBudgets", opts.budgets.gateway, "maxToolBytesPerNamespace", opts.budgets.toolBytes,
 		"replica", opts.replicas.name, "replicaAdvertiseAddress", opts.replicas.advertiseAddress,
-		"replicaLeaseNamespace", opts.replicas.namespace, "replicaLeaseDuration", opts.replicas.leaseDuration)
+		"replicaLeaseNamespace", opts.replicas.namespace, "replicaLeaseDuration", opts.replicas.leaseDuration,
+
+		"reviewLimits", opts.authLimits)
 	err = mgr.Start(ctrl.SetupSignalHandler())
 	// No stdio server may outlive the manager, however it stopped.
 	sups.DisposeAll()
@@ -154,10 +156,10 @@ func setupGateway(mgr ctrl.Manager, opts *options, reg *registry.Registry) error
 	if opts.gatewayAuth == gatewayAuthToken {
 		c := mgr.GetClient() // creates go to the apiserver, never to the cache
 		gw.Auth = gateway.NewAccess(
-			kubeauth.NewAuthenticator(c, kubeauth.Options{Audiences: opts.gatewayAudiences}),
-			kubeauth.NewAuthorizer(c, kubeauth.Options{}),
+			kubeauth.NewAuthenticator(c, opts.authLimits.authn(opts.gatewayAudiences)),
+			kubeauth.NewAuthorizer(c, opts.authLimits.authz()),
 			gateway.CachedServerNames(mgr.GetCache(), opts.watchNamespaces),
-			kubeauth.Options{})
+			kubeauth.Options{}).WithMaxServerReviewsPerRequest(opts.authLimits.AccessReviewsPerRequest)
 	}
 	if opts.gatewayCertDir != "" {
 		w, err := certwatcher.New(filepath.Join(opts.gatewayCertDir, "tls.crt"), filepath.Join(opts.gatewayCertDir, "tls.key"))

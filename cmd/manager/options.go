@@ -49,6 +49,7 @@ type options struct {
 	limits                  policy.Limits
 	budgets                 budgetOptions
 	replicas                replicaOptions
+	authLimits              authLimitOptions
 	zap                     zap.Options
 	// tracerProvider comes from the OTEL_* environment, not from a flag.
 	tracerProvider trace.TracerProvider
@@ -124,6 +125,7 @@ func parseOptions(fs *flag.FlagSet, args []string) (*options, error) {
 	bindLimitFlags(fs, &o.limits)
 	o.budgets.bindFlags(fs)
 	o.replicas.bindFlags(fs)
+	o.authLimits.bindFlags(fs)
 	o.zap.BindFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n\nRuns the mcp-bridge operator: the McpServer controller, "+
@@ -280,6 +282,9 @@ func (o *options) validate() error {
 		return err
 	}
 	if err := o.budgets.validate(); err != nil {
+		return err
+	}
+	if err := o.authLimits.validate(); err != nil {
 		return err
 	}
 	return o.stdio.validate()

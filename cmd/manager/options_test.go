@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -17,6 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 
 	"github.com/mcpbridge/operator/internal/egress"
+	"github.com/mcpbridge/operator/internal/gateway"
+	"github.com/mcpbridge/operator/internal/kubeauth"
 	"github.com/mcpbridge/operator/internal/policy"
 )
 
@@ -35,6 +38,9 @@ func TestEveryOperationsFlagIsDefined(t *testing.T) {
 		"gateway-max-sessions-per-identity", "gateway-max-inflight-calls-per-identity",
 		"gateway-max-inflight-calls-per-namespace", "gateway-max-result-bytes-per-namespace", "max-tool-bytes-per-namespace",
 		"replica-name", "replica-lease-duration", "replica-bind-address", "replica-advertise-address",
+		"gateway-token-review-qps", "gateway-token-review-burst", "gateway-token-review-qps-per-source",
+		"gateway-token-review-burst-per-source", "gateway-access-review-qps-per-identity",
+		"gateway-access-review-burst-per-identity", "gateway-max-access-reviews-per-request",
 		"zap-devel", "zap-encoder", "zap-log-level", "zap-stacktrace-level", "zap-time-encoding",
 	} {
 		if fs.Lookup(name) == nil {
@@ -72,6 +78,15 @@ func TestOptionsThatCannotWorkAreRefused(t *testing.T) {
 		{[]string{"--gateway-max-result-bytes-per-namespace=1Gi", "--max-tool-bytes-per-namespace=100Mi"}, ""},
 		{[]string{"--gateway-max-result-bytes-per-namespace=lots"}, "quantity"},
 		{[]string{"--max-tool-bytes-per-namespace=0"}, "must be positive"},
+		{[]string{"--gateway-token-review-qps=0.5", "--gateway-token-review-burst=1", "--gateway-max-access-reviews-per-request=1"}, ""},
+		{[]string{"--gateway-token-review-qps=0"}, "--gateway-token-review-qps must be a positive number"},
+		{[]string{"--gateway-token-review-qps=NaN"}, "--gateway-token-review-qps must be a positive number"},
+		{[]string{"--gateway-token-review-qps-per-source=+Inf"}, "--gateway-token-review-qps-per-source must be a positive number"},
+		{[]string{"--gateway-token-review-burst-per-source=0"}, "--gateway-token-review-burst-per-source must be a positive number"},
+		{[]string{"--gateway-access-review-qps-per-identity=-1"}, "--gateway-access-review-qps-per-identity must be a positive number"},
+		{[]string{"--gateway-access-review-burst-per-identity=0"}, "--gateway-access-review-burst-per-identity must be a positive number"},
+		{[]string{"--gateway-max-access-reviews-per-request=0"}, "--gateway-max-access-reviews-per-request must be a positive number"},
+		{[]string{"--gateway-token-review-burst=lots"}, "gateway-token-review-burst"},
 		{[]string{"--shim-image=registry.example.com/mcpbridge/operator@sha256:" + strings.Repeat("ab", 32)}, ""},
 		{[]string{"--shim-image="}, "--shim-image"},
 		{[]string{"--node-image=Not An Image"}, "--node-image"},
@@ -153,6 +168,47 @@ func TestLimitFlagsReachTheResolveStep(t *testing.T) {
 	}
 }
 
+// TestReviewLimitFlagsReachKubeauth: the gateway's Authenticator and
+// Authorizer get kubeauth's defaults unless the flags say otherwise.
+func TestReviewLimitFlagsReachKubeauth(t *testing.T) {
+	for _, tc := range []struct {
+		args       []string
+		authn      kubeauth.Options
+		authz      kubeauth.Options
+		perRequest int
+	}{
+		{nil,
+			kubeauth.Options{Audiences: []string{"mcpbridge.dev"}, ReviewsPerSecond: kubeauth.DefaultReviewsPerSecond,
+				ReviewBurst: kubeauth.DefaultReviewBurst, ReviewsPerSourcePerSecond: kubeauth.DefaultReviewsPerSourcePerSecond,
+				ReviewSourceBurst: kubeauth.DefaultReviewSourceBurst},
+			kubeauth.Options{AccessReviewsPerSecond: kubeauth.DefaultAccessReviewsPerSecond, AccessReviewBurst: kubeauth.DefaultAccessReviewBurst},
+			gateway.DefaultMaxServerReviewsPerRequest},
+		{[]string{"--gateway-token-review-qps=40", "--gateway-token-review-burst=80", "--gateway-token-review-qps-per-source=2.5",
+			"--gateway-token-review-burst-per-source=4", "--gateway-access-review-qps-per-identity=1",
+			"--gateway-access-review-burst-per-identity=20", "--gateway-max-access-reviews-per-request=8"},
+			kubeauth.Options{Audiences: []string{"mcpbridge.dev"}, ReviewsPerSecond: 40, ReviewBurst: 80,
+				ReviewsPerSourcePerSecond: 2.5, ReviewSourceBurst: 4},
+			kubeauth.Options{AccessReviewsPerSecond: 1, AccessReviewBurst: 20},
+			8},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			o, err := parseOptions(flag.NewFlagSet("manager", flag.ContinueOnError), tc.args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := o.authLimits.authn(o.gatewayAudiences); !reflect.DeepEqual(got, tc.authn) {
+				t.Errorf("authn options %+v, want %+v", got, tc.authn)
+			}
+			if got := o.authLimits.authz(); !reflect.DeepEqual(got, tc.authz) {
+				t.Errorf("authz options %+v, want %+v", got, tc.authz)
+			}
+			if got := o.authLimits.AccessReviewsPerRequest; got != tc.perRequest {
+				t.Errorf("per-request bound %d, want %d", got, tc.perRequest)
+			}
+		})
+	}
+}
+
 func TestWatchNamespacesSplitsAndTrims(t *testing.T) {
 	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
 	o, err := parseOptions(fs, []string{"--watch-namespaces= a, b ,,c"})
@@ -201,6 +257,14 @@ func TestDefaultsAreKubebuilders(t *testing.T) {
 		"replica-lease-duration":    "10s",
 		"replica-bind-address":      ":8091",
 		"replica-advertise-address": "",
+		// The review budgets (docs/design.md, "Authentication and authorization").
+		"gateway-token-review-qps":                 "20",
+		"gateway-token-review-burst":               "50",
+		"gateway-token-review-qps-per-source":      "5",
+		"gateway-token-review-burst-per-source":    "10",
+		"gateway-access-review-qps-per-identity":   "10",
+		"gateway-access-review-burst-per-identity": "100",
+		"gateway-max-access-reviews-per-request":   "32",
 	} {
 		if got := fs.Lookup(name).DefValue; got != want {
 			t.Errorf("--%s defaults to %q, want %q", name, got, want)

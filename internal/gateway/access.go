@@ -87,6 +87,16 @@ func NewAccess(authn *kubeauth.Authenticator, authz *kubeauth.Authorizer, server
 		maxServerReviews: DefaultMaxServerReviewsPerRequest}
 }
 
+// WithMaxServerReviewsPerRequest sets the bound of per-server reviews in
+// one request (--gateway-max-access-reviews-per-request); 0 keeps
+// DefaultMaxServerReviewsPerRequest.
+func (a *Access) WithMaxServerReviewsPerRequest(n int) *Access {
+	if n > 0 {
+		a.maxServerReviews = n
+	}
+	return a
+}
+
 // grant is what one caller may use in one namespace, as of one request.
 type grant struct {
 	user *kubeauth.User // nil without authentication

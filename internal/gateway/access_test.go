@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -35,27 +36,35 @@ func (c *countingReviewer) Create(_ context.Context, obj client.Object, _ ...cli
 }
 
 // A caller denied namespace-wide asks at most the per-request bound of
-// per-server reviews in one request; the next request goes on where the
-// cached denials end, until it finds its server or none.
+// per-server reviews in one request (the default, or the one set); the
+// next request goes on where the cached denials end, until it finds its
+// server or none.
 func TestServerReviewsAreBoundedPerRequest(t *testing.T) {
 	names := make([]string, 100)
 	for i := range names {
 		names[i] = fmt.Sprintf("srv%03d", i)
 	}
 	servers := func(context.Context, string) ([]string, error) { return names, nil }
-	api := &countingReviewer{}
-	o := kubeauth.Options{Audiences: []string{"mcpbridge.dev"}, AccessReviewBurst: 1000}
-	a := NewAccess(kubeauth.NewAuthenticator(api, o), kubeauth.NewAuthorizer(api, o), servers, o)
 	ctx := context.Background()
 
 	for _, tc := range []struct {
 		agent string
+		bound int     // 0: the default
 		want  []error // of each request in turn
 	}{
-		{"srv070", []error{errReviewBound, errReviewBound, nil}},
-		{"nobody", []error{errReviewBound, errReviewBound, errReviewBound, errForbidden}},
+		{"srv070", 0, []error{errReviewBound, errReviewBound, nil}},
+		{"nobody", 0, []error{errReviewBound, errReviewBound, errReviewBound, errForbidden}},
+		{"srv070", 50, []error{errReviewBound, nil}},
+		{"nobody", 50, []error{errReviewBound, errForbidden}},
+		{"nobody", 10, []error{errReviewBound, errReviewBound, errReviewBound, errReviewBound, errReviewBound,
+			errReviewBound, errReviewBound, errReviewBound, errReviewBound, errForbidden}},
 	} {
-		t.Run(tc.agent, func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s bound %d", tc.agent, tc.bound), func(t *testing.T) {
+			api := &countingReviewer{}
+			o := kubeauth.Options{Audiences: []string{"mcpbridge.dev"}, AccessReviewBurst: 1000}
+			a := NewAccess(kubeauth.NewAuthenticator(api, o), kubeauth.NewAuthorizer(api, o), servers, o).
+				WithMaxServerReviewsPerRequest(tc.bound)
+			bound := cmp.Or(tc.bound, DefaultMaxServerReviewsPerRequest)
 			for i, want := range tc.want {
 				before := api.reviews.Load()
 				_, err := a.grant(ctx, agentToken(tc.agent), "", "agents")
@@ -63,7 +72,7 @@ func TestServerReviewsAreBoundedPerRequest(t *testing.T) {
 					t.Fatalf("request %d: %v, want %v", i+1, err, want)
 				}
 				// One namespace-wide review, then at most the bound.
-				if n := api.reviews.Load() - before; n > 1+DefaultMaxServerReviewsPerRequest {
+				if n := api.reviews.Load() - before; n > int64(1+bound) {
 					t.Fatalf("request %d asked %d reviews", i+1, n)
 				}
 				if want == errReviewBound && (limitOf(err) != LimitAccessReviewsPerRequest || authStatus(err) != 429 ||

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/mcpbridge/operator/internal/bridge"
 	"github.com/mcpbridge/operator/internal/registry"
+	"github.com/mcpbridge/operator/test/fixture"
 )
 
 // The budgets (budgets.go) against a real gateway on loopback, real go-sdk
@@ -268,4 +270,49 @@ func TestArgumentsCountAgainstTheNamespaceBytes(t *testing.T) {
 	_, res := fastAnswer(t, http.Header{"Content-Type": {"application/json"}}, <-out)
 	g.Expect(textOf(&res)).To(Equal("fast"))
 	g.Eventually(e.view().e.results.held.Load, waitLimit).Should(BeZero())
+}
+
+// TestSDKPathResultsCountAgainstTheNamespaceBytes: a call the SDK serves
+// (here one with a fractional id, which the fast path leaves to it) to the
+// real fixture is held to the namespace's result bytes as a fast call is: a
+// result that would pass the budget is refused with the flag's name instead
+// of being written, a small one passes, and its bytes are given back.
+func TestSDKPathResultsCountAgainstTheNamespaceBytes(t *testing.T) {
+	g := NewWithT(t)
+	e := newUpstreamEnv(t, upstreamOptions{budgets: Budgets{ResultBytesPerNamespace: 1 << 20},
+		fixture: fixture.Options{BigResult: 2 << 20}})
+	callThroughSDK := func(tool, args string) (contentType, body string) {
+		call, hdr := sessionlessCall(1, tool, args)
+		call = strings.Replace(call, `"id":1,`, `"id":1.0,`, 1)
+		req, err := http.NewRequest(http.MethodPost, e.url, strings.NewReader(call))
+		g.Expect(err).NotTo(HaveOccurred())
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := e.hc.Do(req)
+		g.Expect(err).NotTo(HaveOccurred())
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(resp.StatusCode).To(Equal(http.StatusOK), "%.300s", b)
+		return resp.Header.Get("Content-Type"), string(b)
+	}
+	before := refusalCount(t, testNS, limitResultBytes)
+
+	ct, body := callThroughSDK(registry.PublicName("fx", fixture.ToolBig), `{}`)
+	g.Expect(ct).To(HavePrefix("text/event-stream"), "not the SDK's answer: %.300s", body)
+	g.Expect(len(body)).To(BeNumerically("<", 1<<20), "the result was written")
+	g.Expect(body).To(ContainSubstring(`"code":%d`, codeBudget))
+	g.Expect(body).To(ContainSubstring(FlagMaxResultBytesPerNamespace))
+	g.Expect(refusalCount(t, testNS, limitResultBytes)).To(Equal(before + 1))
+
+	ct, body = callThroughSDK(fxEcho, `{"text":"small enough"}`)
+	g.Expect(ct).To(HavePrefix("text/event-stream"))
+	g.Expect(body).To(ContainSubstring("small enough"))
+	v, release, err := e.g.view(context.Background(), testNS, grant{all: true})
+	g.Expect(err).NotTo(HaveOccurred())
+	release()
+	g.Eventually(v.e.results.held.Load, waitLimit).Should(BeZero())
 }

@@ -8,7 +8,8 @@
 // TokenReviews and authorizes them for verb "use" on
 // mcpservers.mcpbridge.dev: namespace-wide first, and only when that is
 // denied, per McpServer (RBAC resourceNames), at most
-// DefaultMaxServerReviewsPerRequest of them per request. The reviews, their
+// DefaultMaxServerReviewsPerRequest of them per request unless
+// WithMaxServerReviewsPerRequest sets another bound. The reviews, their
 // caches and rate limits are internal/kubeauth's; a refusal by a limit is
 // counted in mcpbridge_gateway_refusals_total (metrics.go). Strings an agent
 // chose reach logs and spans cut to 128 bytes (agentstrings.go).
@@ -31,8 +32,9 @@
 //
 // Budgets (budgets.go) bound what one identity and one namespace may hold:
 // sessions, calls in flight, and the bytes of arguments and results, which
-// the fast path reads once and writes from where it read them. Beyond a
-// budget the request is refused at once.
+// the fast path reads once and writes from where it read them, and the SDK
+// path counts once its tool handler has the result. Beyond a budget the
+// request is refused at once.
 //
 // See docs/design.md, "The gateway".
 package gateway

@@ -88,6 +88,7 @@ func (u *recordingUpstream) calls() []upstreamRecord {
 // HTTP fixture, both traced to exp when tp is not nil.
 type tracedEnv struct {
 	t        *testing.T
+	g        *Gateway
 	upstream *recordingUpstream
 	url      string
 	hc       *http.Client
@@ -102,7 +103,23 @@ var fxEcho = registry.PublicName("fx", fixture.ToolEcho)
 
 func newTracedEnv(t *testing.T, tp trace.TracerProvider, auth *Access) *tracedEnv {
 	t.Helper()
-	fx, err := fixture.NewHTTPHandler(fixture.Options{})
+	return newUpstreamEnv(t, upstreamOptions{tracing: tp, auth: auth})
+}
+
+// upstreamOptions are those of a gateway in front of the real fixture.
+type upstreamOptions struct {
+	tracing trace.TracerProvider
+	auth    *Access
+	budgets Budgets
+	fixture fixture.Options
+}
+
+// newUpstreamEnv is newTracedEnv with the fixture's options and the
+// gateway's budgets.
+func newUpstreamEnv(t *testing.T, o upstreamOptions) *tracedEnv {
+	t.Helper()
+	tp := o.tracing
+	fx, err := fixture.NewHTTPHandler(o.fixture)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,14 +133,14 @@ func newTracedEnv(t *testing.T, tp trace.TracerProvider, auth *Access) *tracedEn
 			Reconnect: policy.Reconnect{Enabled: true, InitialDelay: 20 * time.Millisecond, MaxDelay: 200 * time.Millisecond, MaxAttempts: 5}}})
 	ctx, cancel := context.WithCancel(context.Background())
 	sup.Start(ctx)
-	g := &Gateway{Registry: reg, Auth: auth, Log: testr.New(t), TracerProvider: tp}
+	g := &Gateway{Registry: reg, Auth: o.auth, Log: testr.New(t), TracerProvider: tp, Budgets: o.budgets}
 	srv := httptest.NewServer(g.Handler())
 	started := make(chan struct{})
 	go func() {
 		defer close(started)
 		_ = g.Start(ctx)
 	}()
-	env := &tracedEnv{t: t, upstream: up, url: srv.URL + "/namespaces/" + testNS + "/mcp"}
+	env := &tracedEnv{t: t, g: g, upstream: up, url: srv.URL + "/namespaces/" + testNS + "/mcp"}
 	env.hc = &http.Client{Transport: headerTransport{env: env, next: &http.Transport{}}}
 	t.Cleanup(func() {
 		cancel()

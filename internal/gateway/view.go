@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -245,8 +247,29 @@ func (v *view) call(public string) mcp.ToolHandler {
 		if err != nil {
 			return errorResult(err.Error()), nil
 		}
+		if !countResult(ctx, res) {
+			return nil, registry.ErrResultBudget // sdkCall answers with the budget's error
+		}
 		return res, nil
 	}
+}
+
+// countResult takes res's size as JSON (what the SDK will write) from the
+// call's share of the namespace's result bytes, if ctx carries one, and
+// reports false when that would pass the budget. The upstream's session
+// has read and decoded the result already; what the budget prevents is
+// that the gateway goes on to hold and write it, as callToolAsJSON does for
+// stdio results on the fast path. See docs/design.md, "Budgets".
+func countResult(ctx context.Context, res *mcp.CallToolResult) bool {
+	rb := registry.ResultBytesFrom(ctx)
+	if rb == nil {
+		return true
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		return true // the SDK fails to encode it too, and says so
+	}
+	return rb.Take(int64(len(b)))
 }
 
 // receive is the view's receiving middleware: it refreshes the view before
@@ -306,14 +329,7 @@ func (v *view) receiveCall(ctx context.Context, next mcp.MethodHandler, req mcp.
 		case !allowed:
 			err, outcome = unknownTool(name), "denied"
 		default:
-			release, refusal := v.admitCall()
-			if refusal != nil {
-				err, outcome = refusal, "refused"
-				break
-			}
-			res, err = next(ctx, "tools/call", req)
-			release()
-			outcome = outcomeOf(res, err)
+			res, outcome, err = v.sdkCall(ctx, next, req)
 		}
 	}
 	d := time.Since(start)
@@ -324,6 +340,33 @@ func (v *view) receiveCall(ctx context.Context, next mcp.MethodHandler, req mcp.
 		endMethod(span, sdkVersion(req), tool, outcome, err)
 	}
 	return res, err
+}
+
+// sdkCall serves a tools/call through the SDK within the identity's and
+// the namespace's budgets: its calls in flight, and its bytes held as on the
+// fast path (twice the arguments; the result, which the tool handler counts
+// once the upstream's session has decoded it, see countResult). The bytes
+// are given back when the SDK takes the result to write it.
+func (v *view) sdkCall(ctx context.Context, next mcp.MethodHandler, req mcp.Request) (mcp.Result, string, error) {
+	release, refusal := v.admitCall()
+	if refusal != nil {
+		return nil, "refused", refusal
+	}
+	defer release()
+	held := &lease{pool: &v.e.results}
+	defer held.close()
+	var args int64
+	if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok {
+		args = int64(len(p.Arguments))
+	}
+	if !held.Take(2 * args) {
+		return nil, "refused", v.e.resultBudgetError()
+	}
+	res, err := next(registry.WithResultBytes(ctx, held), "tools/call", req)
+	if errors.Is(err, registry.ErrResultBudget) {
+		return nil, "refused", v.e.resultBudgetError()
+	}
+	return res, outcomeOf(res, err), err
 }
 
 // unknownTool is the SDK's answer to a tools/call of a tool its server does

@@ -75,6 +75,10 @@ func TestValuesReachTheManager(t *testing.T) {
 			"--gateway-max-sessions-per-identity=8", "--gateway-max-inflight-calls-per-identity=4",
 			"--gateway-max-inflight-calls-per-namespace=40", "--gateway-max-result-bytes-per-namespace=128Mi",
 			"--max-tool-bytes-per-namespace=32Mi",
+			"--gateway-token-review-qps=40", "--gateway-token-review-burst=80",
+			"--gateway-token-review-qps-per-source=2.5", "--gateway-token-review-burst-per-source=4",
+			"--gateway-access-review-qps-per-identity=0.5", "--gateway-access-review-burst-per-identity=20",
+			"--gateway-max-access-reviews-per-request=8",
 			"--watch-namespaces=agents,tools",
 			"--local-stdio-namespaces=agents,dev",
 			"--shim-image=registry.example.com/mcpbridge/operator:shim",
@@ -172,6 +176,10 @@ func TestValuesReachTheManager(t *testing.T) {
 			"--gateway-max-sessions-per-identity=64", "--gateway-max-inflight-calls-per-identity=32",
 			"--gateway-max-inflight-calls-per-namespace=256", "--gateway-max-result-bytes-per-namespace=64Mi",
 			"--max-tool-bytes-per-namespace=64Mi",
+			"--gateway-token-review-qps=20", "--gateway-token-review-burst=50",
+			"--gateway-token-review-qps-per-source=5", "--gateway-token-review-burst-per-source=10",
+			"--gateway-access-review-qps-per-identity=10", "--gateway-access-review-burst-per-identity=100",
+			"--gateway-max-access-reviews-per-request=32",
 			"--shim-image=ghcr.io/mcpbridge/operator:" + loadChart(t).Metadata.AppVersion,
 		}))
 		g.Expect(c.Ports).NotTo(ContainElement(HaveField("Name", "metrics")))

@@ -119,6 +119,13 @@ values.schema.json); manager.extraArgs comes last, so it can override.
 - --gateway-max-inflight-calls-per-namespace={{ .inflightCallsPerNamespace }}
 - --gateway-max-result-bytes-per-namespace={{ .resultBytesPerNamespace }}
 - --max-tool-bytes-per-namespace={{ .toolBytesPerNamespace }}
+- --gateway-token-review-qps={{ .tokenReviews.qps }}
+- --gateway-token-review-burst={{ .tokenReviews.burst }}
+- --gateway-token-review-qps-per-source={{ .tokenReviewsPerSource.qps }}
+- --gateway-token-review-burst-per-source={{ .tokenReviewsPerSource.burst }}
+- --gateway-access-review-qps-per-identity={{ .accessReviewsPerIdentity.qps }}
+- --gateway-access-review-burst-per-identity={{ .accessReviewsPerIdentity.burst }}
+- --gateway-max-access-reviews-per-request={{ .accessReviewsPerRequest }}
 {{- end }}
 {{- /* reconciler */}}
 {{- with .Values.manager.watchNamespaces }}
