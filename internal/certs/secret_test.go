@@ -94,4 +94,6 @@ func TestCASecretThatIsNoCAIsAnError(t *testing.T) {
 	}
 }
 
-func caMeta() metav1.ObjectMeta { return metav1.ObjectMeta{Namespace: caKey.Namespace, Name: caKey.Name} }
+func caMeta() metav1.ObjectMeta {
+	return metav1.ObjectMeta{Namespace: caKey.Namespace, Name: caKey.Name}
+}

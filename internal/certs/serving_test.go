@@ -54,7 +54,7 @@ func TestServingCertRotatesBeforeExpiry(t *testing.T) {
 	var heard []string
 	s := &ServingCert{Load: src.load, RenewBefore: 9 * time.Second, RetryDelay: 10 * time.Millisecond,
 		Request: Request{CommonName: "gw", DNSNames: []string{"gw"}, Validity: 10 * time.Second},
-		OnCA: func(ca *CA) { mu.Lock(); heard = append(heard, ca.Cert.Subject.CommonName); mu.Unlock() }}
+		OnCA:    func(ca *CA) { mu.Lock(); heard = append(heard, ca.Cert.Subject.CommonName); mu.Unlock() }}
 	_, err = s.GetCertificate(nil)
 	g.Expect(err).To(MatchError(ErrNotIssued))
 
