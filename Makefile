@@ -84,8 +84,8 @@ build: ## Build the manager and the shim (static, as in the image).
 	CGO_ENABLED=0 go build -o $(BIN)/shim ./cmd/shim
 
 .PHONY: run
-run: ## Run the manager against the cluster in $KUBECONFIG (stdio servers as its children: every namespace may run Local).
-	go run ./cmd/manager --local-stdio-namespaces='*' $(RUN_ARGS)
+run: ## Run the manager against the cluster in $KUBECONFIG (stdio servers as its children: every namespace may run Local; the gateway's CA Secret in namespace default).
+	go run ./cmd/manager --local-stdio-namespaces='*' --manager-namespace=default $(RUN_ARGS)
 
 .PHONY: demo
 demo: ## Run the operator on a local control plane with sample servers (Ctrl-C stops it).

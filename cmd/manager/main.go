@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -17,7 +16,6 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -105,7 +103,7 @@ func run(args []string) error {
 	}
 
 	log.Info("starting manager", "gatewayBindAddress", opts.gatewayAddr, "gatewayAuth", opts.gatewayAuth,
-		"gatewayTokenAudiences", opts.gatewayAudiences, "gatewayTLS", opts.gatewayCertDir != "",
+		"gatewayTokenAudiences", opts.gatewayAudiences, "gatewayTLS", opts.gatewayTLS.enabled, "gatewayCertDir", opts.gatewayTLS.certDir, "gatewayDNSNames", opts.gatewayTLS.dnsNames,
 		"watchNamespaces", opts.watchNamespaces, "upstreamAllowCIDRs", opts.upstreamAllowCIDRs, "clusterCIDRs", opts.clusterCIDRs, "metricsBindAddress", opts.metricsAddr, "metricsSecure", opts.metricsSecure,
 		"localStdioNamespaces", opts.stdio.localNamespaces, "shimImage", opts.stdio.shimImage,
 		"managerPodLabels", opts.stdio.managerPodLabels, "managerNamespace", opts.stdio.managerNamespace, "limits", opts.limits,
@@ -148,8 +146,8 @@ func setupControllers(mgr ctrl.Manager, opts *options) (*controller.Supervisors,
 
 // setupGateway serves the registry's tools: with token authentication
 // (audience-bound TokenReviews, "use" reviews namespace-wide then per
-// McpServer) unless --gateway-auth=none, and over TLS from
-// --gateway-cert-dir if given. See docs/design.md, "The gateway".
+// McpServer) unless --gateway-auth=none, and over TLS unless
+// --gateway-tls=false (gatewaytls.go). See docs/design.md, "The gateway".
 func setupGateway(mgr ctrl.Manager, opts *options, reg *registry.Registry) error {
 	gw := &gateway.Gateway{Registry: reg, Log: ctrl.Log.WithName("gateway"), TracerProvider: opts.tracerProvider,
 		Budgets: opts.budgets.gateway}
@@ -161,15 +159,12 @@ func setupGateway(mgr ctrl.Manager, opts *options, reg *registry.Registry) error
 			gateway.CachedServerNames(mgr.GetCache(), opts.watchNamespaces),
 			kubeauth.Options{}).WithMaxServerReviewsPerRequest(opts.authLimits.AccessReviewsPerRequest)
 	}
-	if opts.gatewayCertDir != "" {
-		w, err := certwatcher.New(filepath.Join(opts.gatewayCertDir, "tls.crt"), filepath.Join(opts.gatewayCertDir, "tls.key"))
-		if err != nil {
-			return fmt.Errorf("load the gateway certificate from --gateway-cert-dir=%s: %w", opts.gatewayCertDir, err)
-		}
-		if err := mgr.Add(w); err != nil {
-			return fmt.Errorf("watch the gateway certificate: %w", err)
-		}
-		gw.TLS = gateway.TLSConfig(w.GetCertificate)
+	getCertificate, err := gatewayCertificate(mgr, opts)
+	if err != nil {
+		return err
+	}
+	if getCertificate != nil {
+		gw.TLS = gateway.TLSConfig(getCertificate)
 	}
 	return gw.AddToManager(mgr, gateway.ListenWhenServing(opts.gatewayAddr))
 }

@@ -41,7 +41,6 @@ type options struct {
 	gatewayAddr             string
 	gatewayAuth             string
 	gatewayAudiences        []string
-	gatewayCertDir          string
 	watchNamespaces         []string
 	stdio                   stdioOptions
 	upstreamAllowCIDRs      []netip.Prefix
@@ -50,6 +49,7 @@ type options struct {
 	budgets                 budgetOptions
 	replicas                replicaOptions
 	authLimits              authLimitOptions
+	gatewayTLS              gatewayTLSOptions
 	zap                     zap.Options
 	// tracerProvider comes from the OTEL_* environment, not from a flag.
 	tracerProvider trace.TracerProvider
@@ -109,9 +109,6 @@ func parseOptions(fs *flag.FlagSet, args []string) (*options, error) {
 	fs.StringVar(&audiences, "gateway-token-audiences", defaultGatewayAudience,
 		"Comma-separated audiences a gateway token must be valid for (kubectl create token SA --audience "+defaultGatewayAudience+
 			"); a token made for the apiserver is refused, so that tokens that work against the apiserver do not work here and the other way round.")
-	fs.StringVar(&o.gatewayCertDir, "gateway-cert-dir", "",
-		"Directory with the gateway's tls.crt and tls.key (e.g. a cert-manager Secret), reloaded when they change; "+
-			"empty serves plain HTTP.")
 	fs.StringVar(&namespaces, "watch-namespaces", "",
 		"Comma-separated namespaces to watch; empty watches all namespaces.")
 	fs.StringVar(&allowCIDRs, strings.TrimPrefix(egress.AllowFlag, "--"), "",
@@ -126,6 +123,8 @@ func parseOptions(fs *flag.FlagSet, args []string) (*options, error) {
 	o.budgets.bindFlags(fs)
 	o.replicas.bindFlags(fs)
 	o.authLimits.bindFlags(fs)
+	// The gateway's TLS (gatewaytls.go).
+	gatewayDNSNames := o.gatewayTLS.bindFlags(fs)
 	o.zap.BindFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n\nRuns the mcp-bridge operator: the McpServer controller, "+
@@ -156,6 +155,9 @@ func parseOptions(fs *flag.FlagSet, args []string) (*options, error) {
 	}
 	if o.clusterCIDRs, err = egress.ParseCIDRs(clusterCIDRs); err != nil {
 		return nil, fmt.Errorf("%s: %w", egress.ClusterFlag, err)
+	}
+	if err := o.gatewayTLS.resolve(splitList(*gatewayDNSNames), o.stdio.managerNamespace); err != nil {
+		return nil, err
 	}
 	return o, o.validate()
 }

@@ -31,7 +31,7 @@ func TestEveryOperationsFlagIsDefined(t *testing.T) {
 	for _, name := range []string{
 		"kubeconfig", "metrics-bind-address", "metrics-secure", "metrics-cert-path", "metrics-cert-name",
 		"metrics-cert-key", "enable-http2", "health-probe-bind-address", "leader-elect", "leader-election-namespace",
-		"gateway-bind-address", "gateway-auth", "gateway-token-audiences", "gateway-cert-dir", "watch-namespaces", "upstream-allow-cidrs",
+		"gateway-bind-address", "gateway-auth", "gateway-token-audiences", "gateway-cert-dir", "gateway-tls", "gateway-dns-names", "gateway-cert-validity", "gateway-cert-renew-before", "watch-namespaces", "upstream-allow-cidrs",
 		"cluster-cidrs", "manager-pod-labels", "manager-namespace",
 		"local-stdio-namespaces", "shim-image", "node-image", "python-image",
 		"min-reconnect-delay", "min-health-check-interval", "max-tool-call-timeout", "max-connection-timeout",
@@ -102,6 +102,14 @@ func TestOptionsThatCannotWorkAreRefused(t *testing.T) {
 		{[]string{"--manager-pod-labels=app=mcpbridge,tier=manager", "--manager-namespace=ops"}, ""},
 		{[]string{"--manager-pod-labels="}, "--manager-pod-labels"},
 		{[]string{"--manager-pod-labels=app in (a,b)"}, "--manager-pod-labels"},
+		{[]string{"--gateway-tls=false"}, ""},
+		{[]string{"--gateway-cert-dir=/certs"}, ""},
+		{[]string{"--gateway-tls=false", "--gateway-cert-dir=/certs"}, "needs --gateway-tls"},
+		{[]string{"--gateway-cert-validity=1h", "--gateway-cert-renew-before=59m"}, ""},
+		{[]string{"--gateway-cert-validity=1h", "--gateway-cert-renew-before=1h"}, "less than --gateway-cert-validity"},
+		{[]string{"--gateway-cert-renew-before=0s"}, "must be positive"},
+		// A certificate from a directory is renewed by whoever writes it.
+		{[]string{"--gateway-cert-dir=/certs", "--gateway-cert-renew-before=0s"}, ""},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -241,6 +249,10 @@ func TestDefaultsAreKubebuilders(t *testing.T) {
 		"gateway-token-audiences": "mcpbridge.dev",
 		"gateway-auth":            "token",
 		"gateway-cert-dir":        "",
+		// Ours: TLS by default, with a certificate of the manager's own CA.
+		"gateway-tls":               "true",
+		"gateway-cert-validity":     "2160h0m0s",
+		"gateway-cert-renew-before": "720h0m0s",
 		// The floors and ceilings (docs/design.md, "Limits").
 		"min-reconnect-delay":       "100ms",
 		"min-health-check-interval": "1s",
@@ -402,6 +414,31 @@ func TestReplicaFlags(t *testing.T) {
 				if c.want != "" && c.got != c.want {
 					t.Errorf("%s = %q, want %q", c.what, c.got, c.want)
 				}
+			}
+		})
+	}
+}
+
+// TestGatewayCertificateNames: the issued certificate names the gateway's
+// Service in the manager's namespace unless --gateway-dns-names says others.
+func TestGatewayCertificateNames(t *testing.T) {
+	cases := []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--manager-namespace=ops"}, []string{"mcpbridge-gateway", "mcpbridge-gateway.ops", "mcpbridge-gateway.ops.svc", "mcpbridge-gateway.ops.svc.cluster.local"}},
+		{[]string{"--manager-namespace=ops", "--gateway-dns-names=gw.example.com, mcp-bridge-gateway.ops.svc"}, []string{"gw.example.com", "mcp-bridge-gateway.ops.svc"}},
+		{[]string{"--manager-namespace=ops", "--gateway-cert-dir=/certs", "--gateway-dns-names=ignored"}, nil},
+		{[]string{"--manager-namespace=ops", "--gateway-tls=false"}, nil},
+	}
+	for _, tc := range cases {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			o, err := parseOptions(flag.NewFlagSet("manager", flag.ContinueOnError), tc.args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(o.gatewayTLS.dnsNames, tc.want) {
+				t.Errorf("DNS names %q, want %q", o.gatewayTLS.dnsNames, tc.want)
 			}
 		})
 	}

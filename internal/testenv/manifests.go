@@ -142,6 +142,7 @@ func ManagerPodProblems(d *appsv1.Deployment) []string {
 
 	check(BoolArg(c.Args, "--leader-elect", false), "the manager runs without --leader-elect")
 	check(!HasArg(c.Args, "--gateway-auth=none"), "the gateway runs without authentication")
+	check(BoolArg(c.Args, "--gateway-tls", true), "the gateway serves plain HTTP")
 	check(BoolArg(c.Args, "--metrics-secure", true), "the metrics are served without authentication")
 	for _, p := range []struct {
 		name  string

@@ -70,6 +70,7 @@ var _ = Describe("Admission confines the manager's writes to its McpServers' obj
 			rbacv1.PolicyRule{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"get", "create", "update"}},
 			rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "create", "update"}},
 			rbacv1.PolicyRule{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"networkpolicies"}, Verbs: []string{"get", "create", "update"}},
+			rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "create", "update"}},
 		)
 		probe := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: "default"}}
 		Eventually(func(ctx context.Context) error {
@@ -178,5 +179,24 @@ var _ = Describe("Admission confines the manager's writes to its McpServers' obj
 		d, _ := rendered(obj, "token")
 		np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "allow-all", Namespace: ns, Labels: d.Labels}}
 		expectManagerRefused(ctx, np, "an McpServer controls")
+	})
+
+	It("lets the manager write its gateway's CA Secret in its own namespace and the CA ConfigMaps, nothing like them elsewhere", func(ctx SpecContext) {
+		mgr := clientAs(managerUser)
+		own := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "mcpbridge-system"}}
+		Expect(client.IgnoreAlreadyExists(k8sClient.Create(ctx, own))).To(Succeed())
+		caSecret := func(ns string) *corev1.Secret {
+			return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "mcpbridge-gateway-ca", Namespace: ns}, Type: corev1.SecretTypeOpaque,
+				Data: map[string][]byte{"tls.crt": []byte("cert"), "tls.key": []byte("key")}}
+		}
+		caConfigMap := func(ns, name string) *corev1.ConfigMap {
+			return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Data: map[string]string{"ca.crt": "cert"}}
+		}
+		Expect(mgr.Create(ctx, caSecret(own.Name), client.DryRunAll)).To(Succeed())
+		Expect(mgr.Create(ctx, caConfigMap(ns, "mcpbridge-gateway-ca"), client.DryRunAll)).To(Succeed())
+
+		expectManagerRefused(ctx, caSecret(ns), "labelled app.kubernetes.io/managed-by=mcpbridge")
+		expectManagerRefused(ctx, caConfigMap(ns, "kube-root-ca.crt"), "only the ConfigMaps mcpbridge-gateway-ca")
+		expectManagerRefused(ctx, caConfigMap(own.Name, "settings"), "only the ConfigMaps mcpbridge-gateway-ca")
 	})
 })

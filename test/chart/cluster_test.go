@@ -27,6 +27,7 @@ import (
 // namespace's restricted level.
 func TestEveryObjectPassesServerDryRun(t *testing.T) {
 	installMonitoringCRDs(t)
+	installSchemalessCRD(t, "cert-manager.io", "Certificate")
 	// The minimal set uses a ServiceAccount that exists before the chart.
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "preexisting", Namespace: releaseNamespace}}
 	if err := env.Client.Create(ctx(t), sa); err != nil && !apierrors.IsAlreadyExists(err) {

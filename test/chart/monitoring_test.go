@@ -321,7 +321,7 @@ func liveMetricNames(t *testing.T) map[string]bool {
 	g.Expect(testenv.Build(fixture, "./test/fixture/cmd/mcp-fixture")).To(Succeed())
 	metrics, gateway, probes := freeAddr(t), freeAddr(t), freeAddr(t)
 	runManager(t, manager, nil, "--kubeconfig="+env.KubeconfigPath, "--metrics-secure=false", "--metrics-bind-address="+metrics,
-		"--gateway-auth=none", "--gateway-bind-address="+gateway, "--health-probe-bind-address="+probes,
+		"--gateway-auth=none", "--gateway-tls=false", "--gateway-bind-address="+gateway, "--health-probe-bind-address="+probes,
 		"--local-stdio-namespaces=*", "--min-reconnect-delay=0") // the failing server retries fast
 
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "metrics-"}}

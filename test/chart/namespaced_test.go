@@ -61,6 +61,15 @@ func TestNamespacedRender(t *testing.T) {
 		}
 	}
 	g.Expect(roles).To(ConsistOf(watched))
+	// The gateway's CA Secret, in the release's namespace only: create, and
+	// read that one Secret.
+	var ca rbacv1.Role
+	fromObj(t, find(t, objs, "Role", "mcp-bridge-gateway-ca"), &ca)
+	g.Expect(ca.Namespace).To(Equal(releaseNamespace))
+	g.Expect(ca.Rules).To(ConsistOf(
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"mcpbridge-gateway-ca"}, Verbs: []string{"get"}}))
+	find(t, objs, "RoleBinding", "mcp-bridge-gateway-ca")
 }
 
 // TestNamespacedInstallRunsTheManager installs the chart with two watched
@@ -127,6 +136,21 @@ func TestNamespacedInstallRunsTheManager(t *testing.T) {
 		c := d.Spec.Template.Spec.Containers[0] // the shim, then -- and the server's command and args
 		g.Expect(append(c.Command, c.Args...)).To(ContainElement("--server-version=2.0.0"))
 	}, time.Minute, 100*time.Millisecond).Should(Succeed(), "the manager rolled the Deployment in %s", watched[0])
+	// The gateway's CA: kept in the release's namespace, published in the
+	// watched namespaces only.
+	var caSecret corev1.Secret
+	g.Eventually(func() error {
+		return env.Client.Get(ctx(t), types.NamespacedName{Namespace: releaseNamespace, Name: "mcpbridge-gateway-ca"}, &caSecret)
+	}, time.Minute, 100*time.Millisecond).Should(Succeed(), "the gateway's CA Secret")
+	for _, ns := range watched {
+		g.Eventually(func(g Gomega) {
+			var cm corev1.ConfigMap
+			g.Expect(env.Client.Get(ctx(t), types.NamespacedName{Namespace: ns, Name: "mcpbridge-gateway-ca"}, &cm)).To(Succeed())
+			g.Expect(cm.Data).To(HaveKeyWithValue("ca.crt", string(caSecret.Data["tls.crt"])))
+		}, time.Minute, 100*time.Millisecond).Should(Succeed(), "the gateway's CA published in %s", ns)
+	}
+	g.Expect(env.Client.Get(ctx(t), types.NamespacedName{Namespace: unwatched, Name: "mcpbridge-gateway-ca"}, &corev1.ConfigMap{})).
+		To(MatchError(ContainSubstring("not found")))
 	// Both watched namespaces are done; the third was never looked at.
 	c := &v1alpha1.McpServer{}
 	g.Expect(env.Client.Get(ctx(t), types.NamespacedName{Namespace: unwatched, Name: "fixture"}, c)).To(Succeed())
@@ -168,7 +192,7 @@ func runReleaseManager(t *testing.T, d *appsv1.Deployment, sa string) string {
 		args = append(args, a)
 	}
 	// Out of a cluster the manager cannot know its namespace.
-	args = append(args, "--leader-election-namespace="+releaseNamespace, "--kubeconfig="+tokenKubeconfig(t, releaseNamespace, sa))
+	args = append(args, "--leader-election-namespace="+releaseNamespace, "--manager-namespace="+releaseNamespace, "--kubeconfig="+tokenKubeconfig(t, releaseNamespace, sa))
 
 	logPath, exited := runManager(t, bin, []string{"KUBECONFIG=" + filepath.Join(dir, "no-such-kubeconfig"), "HOME=" + dir}, args...)
 	hc := &http.Client{Timeout: time.Second}

@@ -173,6 +173,7 @@ func TestValuesReachTheManager(t *testing.T) {
 			"--metrics-bind-address=0", "--metrics-secure",
 			"--health-probe-bind-address=:8081",
 			"--gateway-bind-address=127.0.0.1:8090", "--gateway-auth=none",
+			"--gateway-dns-names=mcp-bridge-gateway,mcp-bridge-gateway.mcpbridge-system,mcp-bridge-gateway.mcpbridge-system.svc,mcp-bridge-gateway.mcpbridge-system.svc.cluster.local",
 			"--gateway-max-sessions-per-identity=64", "--gateway-max-inflight-calls-per-identity=32",
 			"--gateway-max-inflight-calls-per-namespace=256", "--gateway-max-result-bytes-per-namespace=64Mi",
 			"--max-tool-bytes-per-namespace=64Mi",
@@ -197,6 +198,74 @@ func TestValuesReachTheManager(t *testing.T) {
 		g.Expect(ep.TLSConfig).To(BeNil())
 		g.Expect(notes).To(ContainSubstring("plain HTTP"))
 	})
+}
+
+// TestGatewayTLSValues: by default the manager issues the gateway's
+// certificate for the gateway Service's names; with certManager a
+// Certificate for the same names fills the Secret mounted as
+// --gateway-cert-dir; with enabled false the gateway serves plain HTTP.
+func TestGatewayTLSValues(t *testing.T) {
+	svcNames := []string{"mcp-bridge-gateway", "mcp-bridge-gateway.mcpbridge-system", "mcp-bridge-gateway.mcpbridge-system.svc",
+		"mcp-bridge-gateway.mcpbridge-system.svc.cluster.local"}
+	t.Run("issued by the manager", func(t *testing.T) {
+		g := NewWithT(t)
+		objs, _ := render(t, nil)
+		pod := managerOf(t, objs).Spec.Template.Spec
+		g.Expect(pod.Containers[0].Args).To(ContainElement("--gateway-dns-names=" + strings.Join(svcNames, ",")))
+		g.Expect(pod.Containers[0].Args).NotTo(ContainElement(HavePrefix("--gateway-cert-dir")))
+		g.Expect(pod.Volumes).NotTo(ContainElement(HaveField("Name", "gateway-certs")))
+		g.Expect(kindNames(objs)).NotTo(ContainElement(HavePrefix("Certificate/")))
+	})
+	t.Run("cert-manager", func(t *testing.T) {
+		g := NewWithT(t)
+		objs, notes := render(t, valueSets["cert-manager"])
+		pod := managerOf(t, objs).Spec.Template.Spec
+		g.Expect(pod.Containers[0].Args).To(ContainElement("--gateway-cert-dir=/etc/mcpbridge/gateway-certs"))
+		g.Expect(pod.Containers[0].Args).NotTo(ContainElement(HavePrefix("--gateway-dns-names")))
+		g.Expect(pod.Volumes).To(ContainElement(corev1.Volume{Name: "gateway-certs",
+			VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "mcp-bridge-gateway-tls"}}}))
+		g.Expect(pod.Containers[0].VolumeMounts).To(ContainElement(corev1.VolumeMount{Name: "gateway-certs",
+			MountPath: "/etc/mcpbridge/gateway-certs", ReadOnly: true}))
+		cert := find(t, objs, "Certificate", "mcp-bridge-gateway")
+		g.Expect(cert.GetAPIVersion()).To(Equal("cert-manager.io/v1"))
+		g.Expect(cert.GetNamespace()).To(Equal(releaseNamespace))
+		g.Expect(cert.Object["spec"]).To(Equal(map[string]any{
+			"secretName": "mcp-bridge-gateway-tls",
+			"dnsNames":   append(toAny(svcNames), "mcp.example.com"),
+			"usages":     []any{"server auth", "digital signature"},
+			"privateKey": map[string]any{"algorithm": "ECDSA", "size": float64(256), "rotationPolicy": "Always"},
+			"duration":   "720h", "renewBefore": "240h",
+			"issuerRef": map[string]any{"name": "cluster-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"},
+		}))
+		g.Expect(notes).To(ContainSubstring("https://mcp-bridge-gateway.mcpbridge-system.svc:8090/namespaces/<namespace>/mcp"))
+		g.Expect(notes).NotTo(ContainSubstring("ConfigMap mcpbridge-gateway-ca"))
+	})
+	t.Run("into a Secret of one's own", func(t *testing.T) {
+		g := NewWithT(t)
+		objs, _ := render(t, map[string]any{"gateway": map[string]any{"tls": map[string]any{"secretName": "gw",
+			"certManager": map[string]any{"enabled": true, "issuerRef": map[string]any{"name": "ca"}}}}})
+		g.Expect(find(t, objs, "Certificate", "mcp-bridge-gateway").Object["spec"]).To(And(
+			HaveKeyWithValue("secretName", "gw"),
+			HaveKeyWithValue("issuerRef", map[string]any{"name": "ca", "kind": "Issuer", "group": "cert-manager.io"})))
+		g.Expect(managerOf(t, objs).Spec.Template.Spec.Volumes).To(ContainElement(corev1.Volume{Name: "gateway-certs",
+			VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "gw"}}}))
+	})
+	t.Run("plain HTTP", func(t *testing.T) {
+		g := NewWithT(t)
+		objs, notes := render(t, map[string]any{"gateway": map[string]any{"tls": map[string]any{"enabled": false}}})
+		args := managerOf(t, objs).Spec.Template.Spec.Containers[0].Args
+		g.Expect(args).To(ContainElement("--gateway-tls=false"))
+		g.Expect(args).NotTo(ContainElement(HavePrefix("--gateway-dns-names")))
+		g.Expect(notes).To(ContainSubstring("http://mcp-bridge-gateway.mcpbridge-system.svc:8090/namespaces/<namespace>/mcp"))
+	})
+}
+
+func toAny(s []string) []any {
+	out := make([]any, len(s))
+	for i, v := range s {
+		out[i] = v
+	}
+	return out
 }
 
 // TestTracingValuesReachTheManager: the tracing values become the OTEL_*
@@ -238,7 +307,8 @@ func TestNotesTellHowToUseTheGateway(t *testing.T) {
 	_, notes := render(t, nil)
 	t.Log(notes)
 	for _, want := range []string{
-		"http://mcp-bridge-gateway.mcpbridge-system.svc:8090/namespaces/<namespace>/mcp",
+		"https://mcp-bridge-gateway.mcpbridge-system.svc:8090/namespaces/<namespace>/mcp",
+		"ConfigMap mcpbridge-gateway-ca",
 		"--clusterrole=mcp-bridge-gateway-user --serviceaccount=agents:my-agent",
 		"kubectl -n agents create token my-agent --audience mcpbridge.dev",
 		"port-forward service/mcp-bridge-gateway 8090:8090",

@@ -75,6 +75,11 @@ var valueSets = map[string]map[string]any{
 	"plain-metrics": {
 		"metrics": map[string]any{"secure": false, "serviceMonitor": map[string]any{"enabled": true}},
 	},
+	"cert-manager": {
+		"gateway": map[string]any{"tls": map[string]any{"certManager": map[string]any{"enabled": true,
+			"issuerRef": map[string]any{"name": "cluster-ca", "kind": "ClusterIssuer"}, "duration": "720h", "renewBefore": "240h"},
+			"extraDNSNames": []any{"mcp.example.com"}}},
+	},
 }
 
 // TestLint runs `helm lint` on the chart with every value set: nothing
@@ -139,6 +144,13 @@ func TestBadValuesAreRefused(t *testing.T) {
 			"metrics.certSecret needs metrics.secure"},
 		{"no ServiceAccount", map[string]any{"serviceAccount": map[string]any{"create": false}},
 			"serviceAccount.name is required"},
+		{"gateway certificate on plain HTTP", map[string]any{"gateway": map[string]any{"tls": map[string]any{"enabled": false, "secretName": "tls"}}},
+			"need gateway.tls.enabled"},
+		{"cert-manager on plain HTTP", map[string]any{"gateway": map[string]any{"tls": map[string]any{"enabled": false,
+			"certManager": map[string]any{"enabled": true, "issuerRef": map[string]any{"name": "ca"}}}}}, "need gateway.tls.enabled"},
+		{"cert-manager without an issuer", map[string]any{"gateway": map[string]any{"tls": map[string]any{
+			"certManager": map[string]any{"enabled": true}}}}, "needs gateway.tls.certManager.issuerRef.name"},
+		{"unknown TLS value", map[string]any{"gateway": map[string]any{"tls": map[string]any{"selfSigned": true}}}, "selfSigned"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

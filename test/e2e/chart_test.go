@@ -108,7 +108,7 @@ var _ = Describe("The operator installed with the Helm chart", Ordered, func() {
 		// gateway.tokenAudiences is what accepts it.
 		mgr := readyManagerPodIn(ctx, chartNS)
 		expectGatewayServes(ctx, mgr, chartToolsNS, roleToken(ctx, chartToolsNS, "agent", chartUserRole, tokenAudience))
-		expectGatewayRefuses(ctx, mgr, chartToolsNS, bearerClient(roleToken(ctx, chartToolsNS, "agent", chartUserRole, apiAudience)))
+		expectGatewayRefuses(ctx, mgr, chartToolsNS, roleToken(ctx, chartToolsNS, "agent", chartUserRole, apiAudience))
 		expectGatewayRefusesAnonymous(ctx, mgr, chartToolsNS)
 
 		Expect(cluster.Kubectl(ctx, "delete", "namespace", chartToolsNS, "--wait=true", "--timeout=3m")).Error().NotTo(HaveOccurred())
@@ -161,7 +161,12 @@ func chartValues() map[string]any {
 
 // chartValuesFile writes chartValues as JSON (which is YAML) for -values.
 func chartValuesFile() string {
-	b, err := json.Marshal(chartValues())
+	return valuesFile(chartValues())
+}
+
+// valuesFile writes values as JSON (which is YAML) for -values.
+func valuesFile(values map[string]any) string {
+	b, err := json.Marshal(values)
 	Expect(err).NotTo(HaveOccurred())
 	path := filepath.Join(GinkgoT().TempDir(), "values.json")
 	Expect(os.WriteFile(path, b, 0o644)).To(Succeed())
@@ -173,9 +178,15 @@ func chartReleaseBin() string { return filepath.Join(cluster.Root(), "bin", "cha
 // chartReleaseRun runs bin/chart-release COMMAND [ARGS] for the release's
 // namespace as the admin and returns its standard output.
 func chartReleaseRun(ctx context.Context, command string, args ...string) string {
+	return chartReleaseRunIn(ctx, chartNS, command, args...)
+}
+
+// chartReleaseRunIn runs bin/chart-release COMMAND [ARGS] for a release in
+// namespace ns.
+func chartReleaseRunIn(ctx context.Context, ns, command string, args ...string) string {
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, chartReleaseBin(),
-		append([]string{command, "-kubeconfig", cluster.KubeconfigPath, "-namespace", chartNS}, args...)...)
+		append([]string{command, "-kubeconfig", cluster.KubeconfigPath, "-namespace", ns}, args...)...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	Expect(cmd.Run()).To(Succeed(), "chart-release %s: %s", command, stderr.String())
 	return stdout.String()

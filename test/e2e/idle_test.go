@@ -104,9 +104,10 @@ func agentSession(ctx context.Context, ns, token string) *mcp.ClientSession {
 	GinkgoHelper()
 	agent := mcp.NewClient(&mcp.Implementation{Name: "e2e-agent", Version: "test"}, nil)
 	mgr := readyManagerPod(ctx)
+	hc := gatewayClient(ctx, mgr, ns, token)
 	var sess *mcp.ClientSession
 	Eventually(func(ctx context.Context) (err error) {
-		sess, err = agent.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: gatewayEndpoint(mgr, ns), HTTPClient: bearerClient(token)}, nil)
+		sess, err = agent.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: gatewayEndpoint(mgr, ns), HTTPClient: hc}, nil)
 		return err
 	}).WithContext(ctx).Within(timeout).ProbeEvery(poll).Should(Succeed())
 	DeferCleanup(sess.Close)

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"net/http"
@@ -131,19 +133,48 @@ func roleToken(ctx context.Context, ns, name, role string, audiences ...string) 
 }
 
 func gatewayEndpoint(mgr *corev1.Pod, ns string) string {
-	return fmt.Sprintf("http://%s/namespaces/%s/mcp", net.JoinHostPort(mgr.Status.PodIP, fmt.Sprint(gatewayPort)), ns)
+	return fmt.Sprintf("https://%s/namespaces/%s/mcp", net.JoinHostPort(mgr.Status.PodIP, fmt.Sprint(gatewayPort)), ns)
+}
+
+// gatewayCAConfigMap is where the manager publishes its gateway's CA in
+// each watched namespace.
+const gatewayCAConfigMap = "mcpbridge-gateway-ca"
+
+// gatewayClient is an agent's HTTP client for the gateway of manager Pod
+// mgr, as an agent in ns is told to make it: it trusts only the CA the
+// manager published in ns and checks the certificate for the gateway
+// Service's name (config/default's or a Helm release's), while it dials the
+// Pod's IP; with a token, it sends it.
+func gatewayClient(ctx context.Context, mgr *corev1.Pod, ns, token string) *http.Client {
+	GinkgoHelper()
+	pool := x509.NewCertPool()
+	Eventually(func(g Gomega, ctx context.Context) {
+		var cm corev1.ConfigMap
+		g.Expect(cluster.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: gatewayCAConfigMap}, &cm)).To(Succeed())
+		g.Expect(pool.AppendCertsFromPEM([]byte(cm.Data["ca.crt"]))).To(BeTrue(), "ca.crt of ConfigMap %s/%s", ns, gatewayCAConfigMap)
+	}).WithContext(ctx).Within(timeout).ProbeEvery(poll).Should(Succeed(), "the manager publishes its gateway CA in %s", ns)
+	service := "mcpbridge-gateway"
+	if release := mgr.Labels["app.kubernetes.io/instance"]; release != "" { // a Helm release's
+		service = release + "-gateway"
+	}
+	var rt http.RoundTripper = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: service + "." + mgr.Namespace + ".svc"}}
+	if token != "" {
+		rt = transport.NewBearerAuthRoundTripper(token, rt)
+	}
+	return &http.Client{Transport: rt}
 }
 
 // expectGatewayServes lists the namespace's tools at the manager Pod's
 // gateway as an agent with token and calls the fixture's echo tool.
 func expectGatewayServes(ctx context.Context, mgr *corev1.Pod, ns, token string) {
+	hc := gatewayClient(ctx, mgr, ns, token)
 	agent := mcp.NewClient(&mcp.Implementation{Name: "e2e-agent", Version: "test"}, nil)
 	var sess *mcp.ClientSession
 	// The gateway starts with leadership, a moment after the Pod is Ready.
 	Eventually(func(ctx context.Context) (err error) {
 		sess, err = agent.Connect(ctx, &mcp.StreamableClientTransport{
 			Endpoint:   gatewayEndpoint(mgr, ns),
-			HTTPClient: bearerClient(token),
+			HTTPClient: hc,
 		}, nil)
 		return err
 	}).WithContext(ctx).Within(timeout).ProbeEvery(poll).Should(Succeed())
@@ -172,16 +203,14 @@ func expectGatewayServes(ctx context.Context, mgr *corev1.Pod, ns, token string)
 // expectGatewayRefusesAnonymous connects without a token: the gateway
 // answers 401, which the SDK reports as Unauthorized.
 func expectGatewayRefusesAnonymous(ctx context.Context, mgr *corev1.Pod, ns string) {
-	expectGatewayRefuses(ctx, mgr, ns, http.DefaultClient)
+	expectGatewayRefuses(ctx, mgr, ns, "")
 }
 
-// expectGatewayRefuses connects with hc: the gateway answers 401.
-func expectGatewayRefuses(ctx context.Context, mgr *corev1.Pod, ns string, hc *http.Client) {
+// expectGatewayRefuses connects with token (none if empty): the gateway
+// answers 401.
+func expectGatewayRefuses(ctx context.Context, mgr *corev1.Pod, ns, token string) {
 	agent := mcp.NewClient(&mcp.Implementation{Name: "refused", Version: "test"}, nil)
-	_, err := agent.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: gatewayEndpoint(mgr, ns), HTTPClient: hc, MaxRetries: -1}, nil)
+	_, err := agent.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: gatewayEndpoint(mgr, ns),
+		HTTPClient: gatewayClient(ctx, mgr, ns, token), MaxRetries: -1}, nil)
 	Expect(err).To(MatchError(ContainSubstring("Unauthorized")))
-}
-
-func bearerClient(token string) *http.Client {
-	return &http.Client{Transport: transport.NewBearerAuthRoundTripper(token, http.DefaultTransport)}
 }

@@ -62,7 +62,7 @@ func TestUpstreamAllowCIDRs(t *testing.T) {
 	t.Run("refused by default", func(t *testing.T) {
 		probes := freeAddr(t)
 		startManager(t, probes, "--kubeconfig="+env.KubeconfigPath, "--metrics-bind-address=0",
-			"--gateway-bind-address="+freeAddr(t), "--health-probe-bind-address="+probes)
+			"--gateway-bind-address="+freeAddr(t), "--gateway-tls=false", "--health-probe-bind-address="+probes)
 		NewWithT(t).Eventually(func(g Gomega) {
 			st := status()
 			g.Expect(st.LastError).To(Equal(&v1alpha1.LastError{Stage: "transport-start",
@@ -75,7 +75,7 @@ func TestUpstreamAllowCIDRs(t *testing.T) {
 	t.Run("connects with --upstream-allow-cidrs=127.0.0.0/8", func(t *testing.T) {
 		probes := freeAddr(t)
 		startManager(t, probes, "--kubeconfig="+env.KubeconfigPath, "--metrics-bind-address=0",
-			"--gateway-bind-address="+freeAddr(t), "--health-probe-bind-address="+probes,
+			"--gateway-bind-address="+freeAddr(t), "--gateway-tls=false", "--health-probe-bind-address="+probes,
 			"--upstream-allow-cidrs=127.0.0.0/8")
 		NewWithT(t).Eventually(func(g Gomega) {
 			st := status()

@@ -45,7 +45,7 @@ func TestOneTenantCannotTakeTheManagerFromAnother(t *testing.T) {
 
 	probes, metrics, gw := freeAddr(t), freeAddr(t), freeAddr(t)
 	startManager(t, probes, "--kubeconfig="+env.KubeconfigPath, "--health-probe-bind-address="+probes,
-		"--metrics-bind-address="+metrics, "--metrics-secure=false", "--gateway-bind-address="+gw, "--gateway-auth=none",
+		"--metrics-bind-address="+metrics, "--metrics-secure=false", "--gateway-bind-address="+gw, "--gateway-auth=none", "--gateway-tls=false",
 		"--upstream-allow-cidrs=127.0.0.0/8",
 		"--gateway-max-sessions-per-identity=4", "--gateway-max-inflight-calls-per-identity=14",
 		"--gateway-max-inflight-calls-per-namespace=14", "--gateway-max-result-bytes-per-namespace=16Mi",

@@ -72,36 +72,9 @@ func runTests(m *testing.M) int {
 // lead, and serve /metrics only to a token whose user may GET it.
 func TestMetricsAsDeployed(t *testing.T) {
 	g := NewWithT(t)
-	root, err := testenv.ModuleRoot()
-	g.Expect(err).NotTo(HaveOccurred())
-	objs, err := env.Kustomize(ctx(t), filepath.Join(root, "config", "default"))
-	g.Expect(err).NotTo(HaveOccurred())
-	d, err := testenv.ManagerDeployment(objs)
-	g.Expect(err).NotTo(HaveOccurred())
-	for _, o := range objs {
-		if o.GetKind() != "Deployment" { // no kubelet would run it
-			_, err := env.Apply(ctx(t), o, "--server-side")
-			g.Expect(err).NotTo(HaveOccurred())
-		}
-	}
-	ns, sa := d.Namespace, d.Spec.Template.Spec.ServiceAccountName
-
 	metrics, probes := freeAddr(t), freeAddr(t)
-	var args []string
-	for _, a := range d.Spec.Template.Spec.Containers[0].Args {
-		switch {
-		case strings.HasPrefix(a, "--metrics-bind-address="):
-			a = "--metrics-bind-address=" + metrics
-		case strings.HasPrefix(a, "--health-probe-bind-address="):
-			a = "--health-probe-bind-address=" + probes
-		case strings.HasPrefix(a, "--gateway-bind-address="):
-			a = "--gateway-bind-address=" + freeAddr(t)
-		}
-		args = append(args, a)
-	}
-	// Out of a cluster the manager cannot know its namespace.
-	args = append(args, "--leader-election-namespace="+ns, "--kubeconfig="+tokenKubeconfig(t, ns, sa),
-		"--replica-name=manager-as-deployed")
+	objs, ns, args := deployedManager(t, metrics, probes, freeAddr(t))
+	args = append(args, "--replica-name=manager-as-deployed")
 	logPath := startManager(t, probes, args...)
 
 	// Every replica keeps a Lease of its own, with nothing but
@@ -130,7 +103,7 @@ func TestMetricsAsDeployed(t *testing.T) {
 		_, _, err := env.Kubectl(ctx(t), "-n", ns, "create", "serviceaccount", name)
 		g.Expect(err).NotTo(HaveOccurred())
 	}
-	_, _, err = env.Kubectl(ctx(t), "create", "clusterrolebinding", "scraper-metrics",
+	_, _, err := env.Kubectl(ctx(t), "create", "clusterrolebinding", "scraper-metrics",
 		"--clusterrole="+reader, "--serviceaccount="+ns+":scraper")
 	g.Expect(err).NotTo(HaveOccurred())
 
@@ -185,7 +158,7 @@ func TestMetricsCertificateRotates(t *testing.T) {
 	metrics, probes := freeAddr(t), freeAddr(t)
 	startManager(t, probes, "--kubeconfig="+env.KubeconfigPath, "--metrics-bind-address="+metrics,
 		"--metrics-cert-path="+dir, "--metrics-cert-name=cert.pem", "--metrics-cert-key=key.pem",
-		"--gateway-bind-address="+freeAddr(t), "--health-probe-bind-address="+probes)
+		"--gateway-bind-address="+freeAddr(t), "--gateway-tls=false", "--health-probe-bind-address="+probes)
 
 	served := servedSerial(metrics, roots)
 	g.Eventually(served, 30*time.Second, 100*time.Millisecond).Should(Equal(first))
@@ -248,12 +221,48 @@ func TestPlainMetrics(t *testing.T) {
 	g := NewWithT(t)
 	metrics, probes := freeAddr(t), freeAddr(t)
 	startManager(t, probes, "--kubeconfig="+env.KubeconfigPath, "--metrics-secure=false",
-		"--metrics-bind-address="+metrics, "--gateway-bind-address="+freeAddr(t), "--health-probe-bind-address="+probes)
+		"--metrics-bind-address="+metrics, "--gateway-bind-address="+freeAddr(t), "--gateway-tls=false", "--health-probe-bind-address="+probes)
 	hc := &http.Client{Timeout: 10 * time.Second}
 	g.Eventually(func() (int, error) {
 		code, _, _, err := get(hc, "http://"+metrics+"/metrics", "")
 		return code, err
 	}, 30*time.Second, 100*time.Millisecond).Should(Equal(http.StatusOK))
+}
+
+// deployedManager applies config/default's objects but its Deployment (no
+// kubelet would run it) and returns them, the manager's namespace and
+// config/default's arguments with loopback addresses instead of the pod's,
+// and what a Pod knows but a process outside one does not: its namespace,
+// and its ServiceAccount's token (in a kubeconfig of its own).
+func deployedManager(t *testing.T, metrics, probes, gateway string) (objs []*unstructured.Unstructured, ns string, args []string) {
+	t.Helper()
+	g := NewWithT(t)
+	root, err := testenv.ModuleRoot()
+	g.Expect(err).NotTo(HaveOccurred())
+	objs, err = env.Kustomize(ctx(t), filepath.Join(root, "config", "default"))
+	g.Expect(err).NotTo(HaveOccurred())
+	d, err := testenv.ManagerDeployment(objs)
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, o := range objs {
+		if o.GetKind() != "Deployment" {
+			_, err := env.Apply(ctx(t), o, "--server-side")
+			g.Expect(err).NotTo(HaveOccurred())
+		}
+	}
+	ns, sa := d.Namespace, d.Spec.Template.Spec.ServiceAccountName
+	for _, a := range d.Spec.Template.Spec.Containers[0].Args {
+		switch {
+		case strings.HasPrefix(a, "--metrics-bind-address="):
+			a = "--metrics-bind-address=" + metrics
+		case strings.HasPrefix(a, "--health-probe-bind-address="):
+			a = "--health-probe-bind-address=" + probes
+		case strings.HasPrefix(a, "--gateway-bind-address="):
+			a = "--gateway-bind-address=" + gateway
+		}
+		args = append(args, a)
+	}
+	args = append(args, "--leader-election-namespace="+ns, "--manager-namespace="+ns, "--kubeconfig="+tokenKubeconfig(t, ns, sa))
+	return objs, ns, args
 }
 
 // startManager runs the manager binary with args and waits for its

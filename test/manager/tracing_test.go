@@ -142,7 +142,7 @@ func TestTracesReachACollectorAndAreFlushedAtShutdown(t *testing.T) {
 		t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "600000") // only the flush at shutdown exports
 		gateway, probes := freeAddr(t), freeAddr(t)
 		startManager(t, probes, "--kubeconfig="+env.KubeconfigPath, "--metrics-bind-address=0",
-			"--gateway-bind-address="+gateway, "--health-probe-bind-address="+probes, "--upstream-allow-cidrs=127.0.0.0/8")
+			"--gateway-bind-address="+gateway, "--gateway-tls=false", "--health-probe-bind-address="+probes, "--upstream-allow-cidrs=127.0.0.0/8")
 		g.Eventually(func() v1alpha1.Phase {
 			got := &v1alpha1.McpServer{}
 			g.Expect(env.Client.Get(ctx(t), client.ObjectKeyFromObject(obj), got)).To(Succeed())

@@ -66,9 +66,29 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 /etc/mcpbridge/gateway-certs
 {{- end }}
 
-{{/* The gateway's scheme: https with gateway.tls.secretName. */}}
+{{/* The gateway's scheme: https unless gateway.tls.enabled is false. */}}
 {{- define "mcp-bridge.gatewayScheme" -}}
-{{- ternary "https" "http" (ne .Values.gateway.tls.secretName "") }}
+{{- ternary "https" "http" .Values.gateway.tls.enabled }}
+{{- end }}
+
+{{/* The Secret mounted as --gateway-cert-dir: gateway.tls.secretName, or
+cert-manager's <fullname>-gateway-tls; empty when the manager issues its own. */}}
+{{- define "mcp-bridge.gatewayCertSecret" -}}
+{{- with .Values.gateway.tls }}
+{{- if and .enabled .certManager.enabled }}
+{{- .secretName | default (printf "%s-gateway-tls" (include "mcp-bridge.fullname" $)) }}
+{{- else if .enabled }}
+{{- .secretName }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The gateway certificate's DNS names: its Service's, then extraDNSNames. */}}
+{{- define "mcp-bridge.gatewayDNSNames" -}}
+{{- $svc := printf "%s-gateway" (include "mcp-bridge.fullname" .) }}
+{{- $ns := .Release.Namespace }}
+{{- $names := list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) }}
+{{- concat $names .Values.gateway.tls.extraDNSNames | toJson }}
 {{- end }}
 
 {{/*
@@ -109,8 +129,12 @@ values.schema.json); manager.extraArgs comes last, so it can override.
 - --gateway-bind-address=:{{ .Values.gateway.port }}
 - --gateway-token-audiences={{ join "," .Values.gateway.tokenAudiences }}
 {{- end }}
-{{- if .Values.gateway.tls.secretName }}
+{{- if not .Values.gateway.tls.enabled }}
+- --gateway-tls=false
+{{- else if include "mcp-bridge.gatewayCertSecret" . }}
 - --gateway-cert-dir={{ include "mcp-bridge.gatewayCertDir" . }}
+{{- else }}
+- --gateway-dns-names={{ include "mcp-bridge.gatewayDNSNames" . | fromJsonArray | join "," }}
 {{- end }}
 {{- /* budgets */}}
 {{- with .Values.budgets }}

@@ -10,7 +10,7 @@
 // Everything is a separate process bound to 127.0.0.1: envtest's etcd and
 // kube-apiserver (internal/testenv, binaries from bin/k8s or
 // KUBEBUILDER_ASSETS), the real manager (go build ./cmd/manager) with leader
-// election off, --gateway-auth=none and --upstream-allow-cidrs=127.0.0.0/8,
+// election off, --gateway-auth=none --gateway-tls=false and --upstream-allow-cidrs=127.0.0.0/8,
 // and -upstreams fixture HTTP servers
 // (go build ./test/fixture/cmd/mcp-fixture, --http=127.0.0.1:0). This
 // process creates the resources and watches them: status writes are the
@@ -558,7 +558,7 @@ func (b *bench) startManager(ctx context.Context, bin string) error {
 	}
 	// The fixture upstreams listen on loopback, which the egress policy
 	// refuses unless allowed.
-	args := []string{"--leader-elect=false", "--gateway-bind-address=127.0.0.1:0", "--gateway-auth=none",
+	args := []string{"--leader-elect=false", "--gateway-bind-address=127.0.0.1:0", "--gateway-auth=none", "--gateway-tls=false",
 		"--metrics-bind-address=" + metrics, "--metrics-secure=false", "--health-probe-bind-address=" + probes,
 		"--upstream-allow-cidrs=127.0.0.0/8"}
 	args = append(args, strings.Fields(*flagManagerArgs)...)
@@ -1145,7 +1145,7 @@ func (b *bench) print() {
 	fmt.Printf("Date: %s. Machine: %d cores (`runtime.NumCPU`), %s %s/%s, 1-minute load average %s before and %s after the run.  \n",
 		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), runtime.Version(), runtime.GOOS, runtime.GOARCH,
 		b.loadBefore, report.LoadAvg())
-	fmt.Printf("Setup: envtest etcd + kube-apiserver; the manager binary (`go build ./cmd/manager`, `--leader-elect=false --gateway-auth=none --upstream-allow-cidrs=127.0.0.0/8`%s, "+
+	fmt.Printf("Setup: envtest etcd + kube-apiserver; the manager binary (`go build ./cmd/manager`, `--leader-elect=false --gateway-auth=none --gateway-tls=false --upstream-allow-cidrs=127.0.0.0/8`%s, "+
 		"ready %s after exec); %d fixture process(es) (`mcp-fixture --http=127.0.0.1:0`) in %s, %d tools each; "+
 		"%d McpServers (streamable-http, one serverName each, spec defaults) created by %d concurrent clients; "+
 		"negotiated protocol in status: %s.\n\n",
