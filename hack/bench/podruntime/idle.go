@@ -14,6 +14,8 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -341,11 +343,20 @@ func (b *bench) agentSession(ctx context.Context) (*mcp.ClientSession, error) {
 	if err != nil {
 		return nil, err
 	}
-	endpoint := fmt.Sprintf("http://%s/namespaces/%s/mcp", net.JoinHostPort(mgr.Status.PodIP, fmt.Sprint(gatewayPort)), benchNS)
-	httpClient := &http.Client{Transport: transport.NewBearerAuthRoundTripper(token, http.DefaultTransport)}
+	endpoint := fmt.Sprintf("https://%s/namespaces/%s/mcp", net.JoinHostPort(mgr.Status.PodIP, fmt.Sprint(gatewayPort)), benchNS)
 	agent := mcp.NewClient(&mcp.Implementation{Name: "bench-agent", Version: "bench"}, nil)
 	deadline := time.Now().Add(timeout)
 	for {
+		// The manager publishes its gateway's CA in benchNS; an agent trusts
+		// only it and checks the gateway Service's name while dialing the Pod.
+		httpClient, err := gatewayClient(ctx, b.cluster.Client, mgr.Namespace, token)
+		if err != nil {
+			if time.Now().After(deadline) {
+				return nil, err
+			}
+			time.Sleep(time.Second)
+			continue
+		}
 		// The gateway starts with leadership, a moment after the Pod is Ready.
 		sess, err := agent.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: httpClient}, nil)
 		if err == nil || time.Now().After(deadline) {
@@ -498,4 +509,20 @@ func (b *bench) printWakes() {
 	fmt.Printf("| first tools/call through the gateway to a sleeping server → its answer | %d | %s | %s | p50 ≤ %s (Pod start + cold start + 100 ms) | %s |\n",
 		len(r.wakes), ms(p50(r.wakes)), ms(p90(r.wakes)), ms(goal), report.YesNo(len(r.wakes) > 0 && p50(r.wakes) <= goal))
 	fmt.Printf("| manager container restarts: %d before the idle row, %d after the last wake | | | | | |\n", r.restartsBefore, r.restartsAfter)
+}
+
+// gatewayClient is an agent's HTTP client for config/default's gateway: it
+// trusts only the CA the manager published in benchNS's ConfigMap
+// mcpbridge-gateway-ca and sends token.
+func gatewayClient(ctx context.Context, c client.Client, managerNS, token string) (*http.Client, error) {
+	var cm corev1.ConfigMap
+	if err := c.Get(ctx, client.ObjectKey{Namespace: benchNS, Name: "mcpbridge-gateway-ca"}, &cm); err != nil {
+		return nil, fmt.Errorf("the gateway's CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM([]byte(cm.Data["ca.crt"])) {
+		return nil, errors.New("the gateway's CA ConfigMap holds no certificate")
+	}
+	tlsConfig := &tls.Config{RootCAs: pool, ServerName: "mcpbridge-gateway." + managerNS + ".svc"}
+	return &http.Client{Transport: transport.NewBearerAuthRoundTripper(token, &http.Transport{TLSClientConfig: tlsConfig})}, nil
 }
