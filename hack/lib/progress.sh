@@ -40,7 +40,9 @@ progress_step() {
       left=$((est - elapsed + after))
       echo "$progress_prefix: step $n/$total: $what, $(progress_fmt "$elapsed") so far (about $(progress_fmt "$left") left)"
     else
-      echo "$progress_prefix: step $n/$total: $what, $(progress_fmt "$elapsed") so far: past the estimate of $(progress_fmt "$est") (a busy machine is slower; then about $(progress_fmt "$after") left)"
+      left=
+      [ "$after" -eq 0 ] || left="; after it about $(progress_fmt "$after")"
+      echo "$progress_prefix: step $n/$total: $what, $(progress_fmt "$elapsed") so far: past its estimate of $(progress_fmt "$est") (a busy machine is slower)$left"
     fi
   done
   wait "$pid" || rc=$?
