@@ -54,7 +54,7 @@ verify-generated: generate manifests ## Fail when generated files differ from wh
 	fi
 
 .PHONY: envtest
-envtest: ## Build kube-apiserver, etcd and kubectl; bin/k8s links them (cold: ~9 minutes, once per machine).
+envtest: ## Build kube-apiserver, etcd and kubectl once per machine; bin/k8s links them (docs/development.md).
 	hack/build-envtest.sh
 
 .PHONY: fixtures

@@ -5,8 +5,8 @@
 #
 # progress_plan "PREFIX" SECONDS...: the estimate of every step, in order.
 # progress_step N "WHAT" COMMAND...: runs step N and reports how long it took.
-# The estimates are for 2 idle cores, measured (docs/benchmarks.md); a
-# loaded machine takes longer, and a line says so.
+# The estimates, stated by the callers, are for 2 idle cores; a busy
+# machine takes longer (docs/benchmarks.md), and a line says so.
 
 progress_plan() {
   progress_prefix=$1
