@@ -30,7 +30,9 @@ func (d *demo) build(ctx context.Context) error {
 	for i, s := range steps {
 		wg.Go(func() { errs[i] = d.runStep(ctx, s) })
 	}
-	wg.Go(func() { errs[len(steps)] = testenv.BuildContext(ctx, nil, filepath.Join(d.dir, "bin", "manager"), "./cmd/manager") })
+	wg.Go(func() {
+		errs[len(steps)] = testenv.BuildContext(ctx, nil, filepath.Join(d.dir, "bin", "manager"), "./cmd/manager")
+	})
 	wg.Wait()
 	return errors.Join(errs...)
 }
