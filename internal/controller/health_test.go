@@ -117,6 +117,14 @@ var _ = Describe("Argo CD and Flux health", func() {
 		Expect(k8s.Delete(ctx, get(ns, "conflict"))).To(Succeed())
 		Eventually(func() []string { return phaseSeries(ns, "conflict") }, eventuallyTimeout, poll).Should(BeEmpty())
 	})
+
+	It("is Healthy while idle, saying so", func(ctx SpecContext) {
+		Expect(k8s.Create(ctx, withIdle(stdioServer(ns, "idle-fx")))).To(Succeed())
+		readyAt(ns, "idle-fx", 1)
+		hs := expectHealth(suspended(ns, "idle-fx"), "idle", "Healthy", status.CurrentStatus)
+		Expect(hs.Message).To(ContainSubstring("Idle"))
+		expectPhaseSeries(ns, "idle-fx", v1alpha1.PhaseIdle)
+	})
 })
 
 // healthScript is config/argocd/health.lua, read once.
