@@ -135,7 +135,7 @@ var _ = Describe("The Pod runtime", Ordered, func() {
 		Expect(toolNames(first)).To(ContainElement("mcp__fx__echo"))
 		out, _, err := env.Kubectl(ctx, "get", "mcpservers", "-n", ns, "-o", "wide")
 		Expect(err).NotTo(HaveOccurred())
-		Expect(out).To(MatchRegexp(`RUNTIME\n.*\sPod\n`))
+		Expect(out).To(MatchRegexp(`RUNTIME\s+REPLICA\n.*\sPod\s+manager-test-0\n`))
 
 		Expect(k8s.Delete(ctx, pod)).To(Succeed())
 		Eventually(phaseOf(ns, "fx"), eventuallyTimeout, poll).Should(Equal(v1alpha1.PhaseReconnecting))
