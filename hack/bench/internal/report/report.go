@@ -4,10 +4,10 @@ package report
 
 import (
 	"math"
-	"os"
 	"slices"
-	"strings"
 	"time"
+
+	"github.com/mcpbridge/operator/internal/testenv"
 )
 
 // Percentile is the nearest-rank percentile p of xs; 0 when xs is empty.
@@ -30,13 +30,4 @@ func YesNo(ok bool) string {
 }
 
 // LoadAvg is the 1-minute load average, or "?" where /proc has none.
-func LoadAvg() string {
-	data, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	if f := strings.Fields(string(data)); len(f) > 0 {
-		return f[0]
-	}
-	return "?"
-}
+func LoadAvg() string { return testenv.LoadAvg() }
