@@ -69,7 +69,7 @@ func (c *claims) hasAudience(want []string) bool {
 	return false
 }
 
-// audience is the aud claim: one string or a list (RFC 7519 §4.1.3).
+// audience is the aud claim: one string or a list (RFC 7519, section 4.1.3).
 type audience []string
 
 func (a *audience) UnmarshalJSON(b []byte) error {
