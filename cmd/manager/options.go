@@ -188,8 +188,9 @@ func (o *stdioOptions) bindFlags(fs *flag.FlagSet) (localNamespaces, managerLabe
 // the manager's Pods.
 const defaultManagerPodLabels = "app.kubernetes.io/component=manager"
 
-// serviceAccountNamespaceFile is where a Pod finds its own namespace.
-const serviceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+// serviceAccountNamespaceFile is where a Pod finds its own namespace (a
+// variable so that tests decide whether they run in a Pod).
+var serviceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 // inClusterNamespace is the manager Pod's namespace, or "" outside a cluster.
 func inClusterNamespace() string {

@@ -52,7 +52,7 @@ func (o *replicaOptions) resolve(leaderElectionNamespace, managerNamespace strin
 		o.name = os.Getenv("POD_NAME")
 	}
 	if o.name == "" {
-		o.name, _ = os.Hostname()
+		o.name, _ = hostname()
 	}
 	if errs := validation.IsDNS1123Subdomain(membership.LeaseName(o.name)); o.name == "" || len(errs) > 0 {
 		return fmt.Errorf("--replica-name=%q cannot name a Lease (%s): set --replica-name or env POD_NAME to a lower-case DNS name",
@@ -132,3 +132,7 @@ func setupMembership(mgr ctrl.Manager, o *replicaOptions) (*membership.Membershi
 	}
 	return m, mgr.Add(m)
 }
+
+// hostname names a replica outside a Pod (a variable so that tests choose
+// the host name).
+var hostname = os.Hostname
