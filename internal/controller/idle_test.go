@@ -13,8 +13,10 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
@@ -275,6 +277,12 @@ var _ = Describe("Idle Pod-runtime servers", Ordered, func() {
 		Expect(got.Status.PodName).To(BeEmpty())
 		Eventually(replicas(ns, name), eventuallyTimeout, poll).Should(BeZero())
 		Expect(k8s.Delete(ctx, pod)).To(Succeed())
+		// The wake must not find the deleted Pod still Ready in the manager's
+		// cache: a real ReplicaSet marks it deleting first, envtest deletes
+		// it at once and the cache learns it later.
+		Eventually(func(g Gomega) {
+			g.Expect(mgrCache.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{})).To(Satisfy(apierrors.IsNotFound))
+		}, eventuallyTimeout, poll).Should(Succeed())
 		return agent
 	}
 
