@@ -109,9 +109,11 @@ func (m *Membership) recompute() (next time.Duration, stale []*coordinationv1.Le
 	}
 	changed := symmetricDifference(m.names, names)
 	m.live, m.names = live, names
+	self := slices.Contains(names, m.cfg.Name)
 	subs := slices.Clone(m.subs)
 	m.mu.Unlock()
 	liveReplicas.Set(float64(len(live)))
+	selfMember.Set(gaugeBool(self))
 	for _, name := range changed {
 		m.notify(subs, name)
 	}

@@ -101,6 +101,15 @@ func (m *Membership) Owner(uid types.UID) string {
 	return rendezvous(string(uid), m.names)
 }
 
+// Member reports whether this replica is in the live set as it sees it:
+// its own Lease renewed within its duration. A replica that is not owns
+// nothing (mcpbridge_replica_member 0).
+func (m *Membership) Member() bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return slices.Contains(m.names, m.cfg.Name)
+}
+
 // Members are the live replicas, sorted by name.
 func (m *Membership) Members() []Member {
 	m.mu.RLock()

@@ -1,17 +1,22 @@
 package membership_test
 
 import (
+	"context"
 	"fmt"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/mcpbridge/operator/internal/membership"
 )
@@ -135,7 +140,56 @@ var _ = Describe("Replica membership", func() {
 			Eventually(memberNames(r)).WithTimeout(15 * time.Second).Should(Equal([]string{"a", "slow"}))
 		}
 	})
+
+	It("shows a replica that cannot renew its Lease as no member, to itself and in mcpbridge_replica_member", func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		a := startReplica(ns, "a")
+		x := startReplica(ns, "x", withClient(leaseWriterWithoutUpdate(ctx, ns)))
+		x.joinedWithin(10 * time.Second)
+		Eventually(x.Member).WithTimeout(10 * time.Second).Should(BeTrue())
+		Eventually(memberNames(a)).WithTimeout(10 * time.Second).Should(Equal([]string{"a", "x"}))
+
+		// x's renewals are refused: after its 2 s it sees itself gone, as
+		// a does, and says so in its metric.
+		Eventually(x.Member).WithTimeout(10 * time.Second).Should(BeFalse())
+		Eventually(memberNames(a)).WithTimeout(10 * time.Second).Should(Equal([]string{"a"}))
+		Expect(a.stop()).To(Succeed())
+		Eventually(func() float64 { return gauge("mcpbridge_replica_member") }).WithTimeout(10 * time.Second).Should(BeZero())
+		Expect(x.exited).NotTo(BeClosed(), "x keeps trying to renew")
+	})
 })
+
+// leaseWriterWithoutUpdate is a client for a replica whose RBAC lets it
+// create its Lease but never renew it.
+func leaseWriterWithoutUpdate(ctx context.Context, ns string) kubernetes.Interface {
+	GinkgoHelper()
+	const user = "replica-without-update"
+	Expect(env.Client.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "leases", Namespace: ns},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
+			Verbs: []string{"get", "list", "watch", "create", "delete"}}}})).To(Succeed())
+	Expect(env.Client.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "leases", Namespace: ns},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "leases"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}})).To(Succeed())
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	c, err := kubernetes.NewForConfig(cfg)
+	Expect(err).NotTo(HaveOccurred())
+	return c
+}
+
+// gauge reads a gauge without labels from the manager's registry.
+func gauge(name string) float64 {
+	GinkgoHelper()
+	families, err := ctrlmetrics.Registry.Gather()
+	Expect(err).NotTo(HaveOccurred())
+	for _, f := range families {
+		if f.GetName() == name && len(f.GetMetric()) == 1 {
+			return f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	Fail("no gauge " + name)
+	return 0
+}
 
 // leaseOf matches a membership event about the replica's Lease.
 func leaseOf(replica string) OmegaMatcher {

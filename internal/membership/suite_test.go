@@ -56,6 +56,10 @@ func withClockOffset(d time.Duration) replicaOption {
 	return func(c *membership.Config) { c.Now = func() time.Time { return time.Now().Add(d) } }
 }
 
+func withClient(c kubernetes.Interface) replicaOption {
+	return func(cfg *membership.Config) { cfg.Client = c }
+}
+
 func withLeaseDuration(d time.Duration) replicaOption {
 	return func(c *membership.Config) { c.LeaseDuration = d }
 }

@@ -89,7 +89,7 @@ func TestPrometheusRulePassesPrometheus(t *testing.T) {
 	}
 	Expect := NewWithT(t).Expect
 	Expect(alerts).To(ConsistOf("McpBridgeServerFailed", "McpBridgeReconnectStorm", "McpBridgeGatewayErrors",
-		"McpBridgeGatewayAuthRateLimited"))
+		"McpBridgeGatewayAuthRateLimited", "McpBridgeReplicaWithoutOwnership"))
 	failed := groups.Groups[0].Rules[0]
 	Expect(failed.For).To(Equal(model.Duration(5 * time.Minute)))
 

@@ -62,7 +62,7 @@ var valueSets = map[string]map[string]any{
 		"prometheusRule": map[string]any{"enabled": true, "labels": map[string]any{"release": "prometheus"},
 			"alertLabels": map[string]any{"team": "ai"}, "serverFailedFor": "15m",
 			"reconnectStorm": map[string]any{"window": "30m", "attempts": 25},
-			"gatewayErrors":  map[string]any{"ratio": 0.2, "for": "30m"}, "authRateLimitedFor": "1m"},
+			"gatewayErrors":  map[string]any{"ratio": 0.2, "for": "30m"}, "authRateLimitedFor": "1m", "replicaWithoutOwnershipFor": "2m"},
 	},
 	"minimal": {
 		"admissionPolicies": map[string]any{"authorReferences": false, "managerWrites": false},
