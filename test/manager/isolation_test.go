@@ -44,6 +44,9 @@ func TestOneTenantCannotTakeTheManagerFromAnother(t *testing.T) {
 	createHTTPServer(t, tenant, "tools", serveFixture(t, fixture.Options{}))
 
 	probes, metrics, gw := freeAddr(t), freeAddr(t), freeAddr(t)
+	// The heap bound is about what is live, not how far the GC lets
+	// garbage grow: collect at +25% (Go's default is +100%).
+	t.Setenv("GOGC", "25")
 	startManager(t, probes, "--kubeconfig="+env.KubeconfigPath, "--health-probe-bind-address="+probes,
 		"--metrics-bind-address="+metrics, "--metrics-secure=false", "--gateway-bind-address="+gw, "--gateway-auth=none", "--gateway-tls=false",
 		"--upstream-allow-cidrs=127.0.0.0/8",
@@ -77,12 +80,22 @@ func TestOneTenantCannotTakeTheManagerFromAnother(t *testing.T) {
 		g.Expect(string(body)).To(ContainSubstring("--gateway-max-sessions-per-identity"))
 	}
 
-	// Calls and result bytes: more agents than the call budget call a tool
-	// whose 12 MiB answer arrives 1 MiB every 500 ms, while the manager's
-	// heap is watched.
+	// A 12 MiB answer fits the namespace's 16 MiB: alone, it comes through.
+	single, hdr := sessionlessCall(100, "mcp__hostile__"+fixture.ToolBig, `{}`)
+	resp, err := post(ctx(t), http.DefaultClient, attackerURL, single, hdr)
+	g.Expect(err).NotTo(HaveOccurred())
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(len(b)).To(BeNumerically(">", bigResult), "a lone 12 MiB answer: %.200s", b)
+
+	// Calls and result bytes: more agents than the call budget call that
+	// tool at once, while the manager's heap is watched. Which of them
+	// finish depends on how their bytes interleave; the others are refused
+	// naming the budget, and the heap stays far below what 14 answers
+	// held at once would take.
 	var mu sync.Mutex
 	var refusals []string
-	answered := 0
 	peak := watchHeap(t, metrics)
 	var wg sync.WaitGroup
 	callCtx := ctx(t)
@@ -100,19 +113,17 @@ func TestOneTenantCannotTakeTheManagerFromAnother(t *testing.T) {
 			switch {
 			case err != nil:
 				refusals = append(refusals, err.Error())
-			case len(b) > bigResult:
-				answered++
-			default:
+			case len(b) <= bigResult:
 				refusals = append(refusals, string(b))
 			}
 		})
 	}
 	wg.Wait()
 	maxHeap := peak()
+	t.Logf("the manager's heap in use peaked at %.1f MiB", maxHeap/(1<<20))
 	joined := strings.Join(refusals, "\n")
 	g.Expect(joined).To(ContainSubstring("--gateway-max-result-bytes-per-namespace"))
 	g.Expect(joined).To(ContainSubstring("--gateway-max-inflight-calls-per-identity"))
-	g.Expect(answered).To(BeNumerically(">", 0), "no 12 MiB answer came through")
 	g.Expect(maxHeap).To(BeNumerically("<", heapBound), "heap in use peaked at %d MiB", int(maxHeap)>>20)
 	text := scrape(t, metrics)
 	for _, limit := range []string{"sessions_per_identity", "calls_per_identity", "result_bytes_per_namespace"} {
