@@ -167,7 +167,9 @@ func (g *generation) listProbe(ctx context.Context, hl *httpLink) error {
 // roundTrip posts body, a request with this id, and returns the result of
 // its answer. The request ends with ctx until the answer is read; after it,
 // the rest of the body is drained so that the connection goes back to the
-// pool (a redial per call doubled its cost).
+// pool (a redial per call doubled its cost). The wait for that drain is
+// left to ctx's registry.AfterAnswer when it has one, so that the result
+// is passed on first (an SSE answer's stream ends after its event).
 func (g *generation) roundTrip(ctx context.Context, hl *httpLink, id, method, name string, body []byte) (json.RawMessage, error) {
 	rctx, rcancel := context.WithCancel(context.WithoutCancel(ctx))
 	detach := context.AfterFunc(ctx, rcancel)
@@ -179,7 +181,12 @@ func (g *generation) roundTrip(ctx context.Context, hl *httpLink, id, method, na
 	}
 	res, err := g.readResponse(rctx, hl, resp, id)
 	if detach() && ctx.Err() == nil {
-		hl.drain(resp.Body, rcancel)
+		wait := hl.drain(resp.Body, rcancel)
+		if after := registry.AfterAnswerFrom(ctx); after != nil {
+			after.Defer(wait)
+		} else {
+			wait()
+		}
 	} else {
 		resp.Body.Close()
 		rcancel()
@@ -245,22 +252,25 @@ func withMethod(method string, err error) error {
 	return err
 }
 
-// drain reads what follows the answer and then releases the request. The
-// caller waits up to drainWait, so that the connection is back in the pool
-// before its next call; a server that keeps its stream open is drained
-// behind it, for at most drainGrace.
-func (l *httpLink) drain(body io.ReadCloser, release context.CancelFunc) {
+// drain reads what follows the answer and then releases the request, in
+// the background. The caller runs wait, which returns once that is done or
+// after drainWait, so that the connection is back in the pool before its
+// next call; a server that keeps its stream open is drained behind it, for
+// at most drainGrace.
+func (l *httpLink) drain(body io.ReadCloser, release context.CancelFunc) (wait func()) {
 	drained := make(chan struct{})
 	if !l.spawn(func() { drainBody(body, release); close(drained) }) {
 		body.Close()
 		release()
-		return
+		return func() {}
 	}
-	t := time.NewTimer(drainWait)
-	defer t.Stop()
-	select {
-	case <-drained:
-	case <-t.C:
+	return func() {
+		t := time.NewTimer(drainWait)
+		defer t.Stop()
+		select {
+		case <-drained:
+		case <-t.C:
+		}
 	}
 }
 

@@ -140,6 +140,12 @@ func (v *view) fastCall(w http.ResponseWriter, r *http.Request, msg *message) bo
 	if allowed, err := v.e.access.mayUse(r.Context(), grantFrom(r.Context()), v.e.ns, serverOf(tool)); err != nil || !allowed {
 		return false
 	}
+	// What the caller leaves until the answer is written (the drain of the
+	// upstream's response) runs last, once the call is answered and its
+	// budgets are given back; the agent's next request on this connection
+	// is read only after it, and finds the upstream connection pooled.
+	var after registry.AfterAnswer
+	defer after.Run()
 	ctx, done, ok := v.track(r.Context(), sid, msg.ID)
 	if !ok {
 		return false // the same id is in flight on this session: the SDK decides
@@ -165,7 +171,8 @@ func (v *view) fastCall(w http.ResponseWriter, r *http.Request, msg *message) bo
 	// The arguments are held twice while the call runs: in the agent's
 	// request and in the one posted upstream.
 	if held.Take(2 * int64(len(msg.Params.Arguments))) {
-		res, isError, err = jc.CallToolJSON(registry.WithResultBytes(ctx, held), tool.RawName, msg.Params.Arguments)
+		cctx := registry.WithAfterAnswer(registry.WithResultBytes(ctx, held), &after)
+		res, isError, err = jc.CallToolJSON(cctx, tool.RawName, msg.Params.Arguments)
 	}
 	if errors.Is(err, registry.ErrResultBudget) {
 		refusal = v.e.resultBudgetError()
