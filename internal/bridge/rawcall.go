@@ -324,12 +324,28 @@ func (g *generation) newPost(ctx context.Context, hl *httpLink, body []byte, met
 	return req, nil
 }
 
-// resultIsError reads isError without decoding the content.
+// resultIsError reads isError without decoding the content, as
+// json.Unmarshal into a struct with only that field would: the last member
+// named isError in any case, true only if no such member is other than a
+// boolean or null. res is valid JSON (matchAnswer found it in a valid
+// message), and so it is read in place, in one pass.
 func resultIsError(res json.RawMessage) bool {
-	var r struct {
-		IsError bool `json:"isError"`
+	isError := false
+	for key, value := range members(res) {
+		if !fieldIs(key, "isError") {
+			continue
+		}
+		switch string(value) {
+		case "true":
+			isError = true
+		case "false":
+			isError = false
+		case "null":
+		default:
+			return false // json.Unmarshal fails
+		}
 	}
-	return json.Unmarshal(res, &r) == nil && r.IsError
+	return isError
 }
 
 // abandoned tells the server that a call it may still be running was given

@@ -105,6 +105,9 @@ func readAnswerFrom(resp *http.Response, id string, rb registry.ResultBytes) (js
 
 // matchAnswer decodes one message: the answer to id, or errNotOurs.
 func matchAnswer(data []byte, id string) (json.RawMessage, error) {
+	if res := resultFor(data, id); res != nil {
+		return res, nil
+	}
 	var a answer
 	if err := json.Unmarshal(data, &a); err != nil {
 		return nil, fmt.Errorf("invalid JSON-RPC message from the server: %w", err)
@@ -123,6 +126,35 @@ func matchAnswer(data []byte, id string) (json.RawMessage, error) {
 		return nil, errors.New("the server answered without a result")
 	}
 	return res, nil
+}
+
+// resultFor is the common case of matchAnswer read in place, in one pass
+// after json.Valid: a JSON object whose id is id, without an error, with a
+// result, which it returns. Members are matched as decoding into answer
+// and memberValue match them. Anything else is nil, for the full decode
+// to answer as it did.
+func resultFor(data []byte, id string) json.RawMessage {
+	if !json.Valid(data) {
+		return nil
+	}
+	var gotID, res []byte
+	for key, value := range members(data) {
+		switch {
+		case fieldIs(key, "id"):
+			gotID = value
+		case fieldIs(key, "error"):
+			if string(value) != "null" {
+				return nil
+			}
+		}
+		if keyIs(key, "result") {
+			res = value
+		}
+	}
+	if len(res) == 0 || len(gotID) != len(id)+2 || string(gotID) != strconv.Quote(id) {
+		return nil
+	}
+	return res
 }
 
 // readEvents reads an SSE stream up to the "message" event that answers id;
