@@ -10,6 +10,7 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
+	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -163,7 +164,9 @@ func resultFor(data []byte, id string) json.RawMessage {
 // being read are counted into rb (nil: uncounted) and given back when the
 // event is not the answer.
 func readEvents(body io.Reader, id string, rb registry.ResultBytes) (json.RawMessage, string, error) {
-	r := bufio.NewReader(body)
+	r := eventReaders.Get().(*bufio.Reader)
+	r.Reset(body)
+	defer func() { r.Reset(nil); eventReaders.Put(r) }()
 	var ev sseEvent
 	held := &heldBytes{rb: rb}
 	lastID := ""
@@ -193,6 +196,12 @@ func readEvents(body io.Reader, id string, rb registry.ResultBytes) (json.RawMes
 		}
 	}
 }
+
+// eventReaders are the buffers readEvents reads a stream through, one per
+// stream being read: every line is copied out of it (readEventLine), so a
+// buffer is free once its stream's answer is found, and a call need not
+// allocate 4 KiB for it.
+var eventReaders = sync.Pool{New: func() any { return bufio.NewReader(nil) }}
 
 // readEventLine reads one line without its line ending, at most
 // maxMessageBytes, into memory of its own.
