@@ -245,8 +245,7 @@ func (v *view) fastCall(w http.ResponseWriter, r *http.Request, msg *message) bo
 		outcome = "tool_error"
 	}
 	d := time.Since(start)
-	requests.WithLabelValues("tools/call", outcome).Inc()
-	callDuration.WithLabelValues(outcome).Observe(d.Seconds())
+	countCall(outcome, d)
 	writeResult(w, sid, msg.ID, res)
 	v.audit(msg.Params.Name, tool, outcome, d)
 	if span.IsRecording() {
@@ -384,8 +383,7 @@ const smallResult = 32 << 10
 // audits it.
 func (v *view) refuseCall(w http.ResponseWriter, sid string, msg *message, tool registry.Tool, refusal *jsonrpc.Error, start time.Time) {
 	d := time.Since(start)
-	requests.WithLabelValues("tools/call", "refused").Inc()
-	callDuration.WithLabelValues("refused").Observe(d.Seconds())
+	countCall("refused", d)
 	writeError(w, sid, msg.ID, refusal)
 	v.audit(msg.Params.Name, tool, "refused", d)
 }
