@@ -164,7 +164,15 @@ func (v *view) serveFast(w http.ResponseWriter, r *http.Request) bool {
 		r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(body), r.Body))
 		return false
 	}
+	if v.answerFast(w, r, body) {
+		return true
+	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
+	return false
+}
+
+// answerFast answers the message in body when the fast path can.
+func (v *view) answerFast(w http.ResponseWriter, r *http.Request, body []byte) bool {
 	msg, ok := decodeMessage(body)
 	switch {
 	case !ok:
