@@ -3,6 +3,7 @@ package bridge
 import (
 	"encoding/json"
 	"fmt"
+	"mime"
 	"strconv"
 	"testing"
 )
@@ -84,6 +85,18 @@ func TestResultIsErrorAgreesWithEncodingJSON(t *testing.T) {
 	} {
 		if got, want := resultIsError(json.RawMessage(res)), isErrorByDecoding(json.RawMessage(res)); got != want {
 			t.Errorf("resultIsError(%s) = %v, encoding/json gives %v", res, got, want)
+		}
+	}
+}
+
+func TestMediaTypeAgreesWithMime(t *testing.T) {
+	for _, ct := range []string{
+		"application/json", "text/event-stream", "application/json; charset=utf-8", "Text/Event-Stream",
+		" application/json", "application/json;", "text/event-stream;x", "", "text/html", "application/json; =bad", "/",
+	} {
+		want, _, _ := mime.ParseMediaType(ct)
+		if got := mediaType(ct); got != want {
+			t.Errorf("mediaType(%q) = %q, mime.ParseMediaType gives %q", ct, got, want)
 		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"mime"
 	"net"
 	"net/http"
 	"sync"
@@ -173,7 +172,7 @@ func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		t.onLost(fmt.Errorf("the server no longer knows the session (HTTP 404): %w", mcp.ErrSessionMissing))
 	}
 	body := resp.Body
-	if media, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); media != "text/event-stream" {
+	if mediaType(resp.Header.Get("Content-Type")) != "text/event-stream" {
 		// The SDK reads a JSON answer whole, with no bound (go-sdk
 		// v1.8.0); it bounds an SSE event and a stdio frame at 16 MiB, and
 		// so one answer is bounded here.

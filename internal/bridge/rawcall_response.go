@@ -78,7 +78,7 @@ func readAnswer(resp *http.Response, id string) (json.RawMessage, error) {
 // the answer is counted into rb (nil: uncounted); the result it returns
 // shares the memory of what was read, so that it is held once.
 func readAnswerFrom(resp *http.Response, id string, rb registry.ResultBytes) (json.RawMessage, string, error) {
-	media, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	media := mediaType(resp.Header.Get("Content-Type"))
 	switch media {
 	case "application/json":
 		body, err := readBody(resp.Body, resp.ContentLength, rb)
@@ -102,6 +102,19 @@ func readAnswerFrom(resp *http.Response, id string, rb registry.ResultBytes) (js
 	default:
 		return nil, "", fmt.Errorf("the server answered with content type %q", media)
 	}
+}
+
+// mediaType is the media type of a Content-Type value as
+// mime.ParseMediaType gives it; the two an MCP server answers with, written
+// plainly, are taken as they are, since ParseMediaType allocates a map of
+// parameters for every response.
+func mediaType(contentType string) string {
+	switch contentType {
+	case "application/json", "text/event-stream":
+		return contentType
+	}
+	media, _, _ := mime.ParseMediaType(contentType)
+	return media
 }
 
 // matchAnswer decodes one message: the answer to id, or errNotOurs.
