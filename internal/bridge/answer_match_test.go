@@ -100,3 +100,26 @@ func TestMediaTypeAgreesWithMime(t *testing.T) {
 		}
 	}
 }
+
+// encodeCall writes what encode writes, byte for byte.
+func TestEncodeCallAgreesWithEncode(t *testing.T) {
+	sessionless := &callMeta{requestMeta: &requestMeta{ProtocolVersion: "2026-07-28", ClientInfo: clientImpl}}
+	traced := &callMeta{requestMeta: sessionless.requestMeta, Traceparent: "00-0123456789abcdef0123456789abcdef-0123456789abcdef-01"}
+	metas := map[string]*callMeta{"none": nil, "sessionless": sessionless, "traced": traced,
+		"trace only": {Traceparent: traced.Traceparent, Tracestate: "k=v"}}
+	names := []string{"echo", "a<b>&c", `say "hi"`, `back\slash`, "café", "tab\there", "\u2028", ""}
+	args := []string{`{}`, `{"text":"hello"}`, " {\n \"a\" : [ 1 , 2 ] ,\t\"b\":\"<&>\" } ", `null`, `{"s":"\u00e9\n"}`, `[]`}
+	for metaName, meta := range metas {
+		for _, name := range names {
+			for _, a := range args {
+				msg := callRequest{JSONRPC: "2.0", ID: "mcpbridge-7", Method: "tools/call",
+					Params: callParams{Name: name, Arguments: json.RawMessage(a), Meta: meta}}
+				got, gotErr := encodeCall(msg)
+				want, wantErr := encode(msg)
+				if string(got) != string(want) || (gotErr == nil) != (wantErr == nil) {
+					t.Errorf("meta %s, name %q, arguments %s:\n encodeCall %s, %v\n encode     %s, %v", metaName, name, a, got, gotErr, want, wantErr)
+				}
+			}
+		}
+	}
+}

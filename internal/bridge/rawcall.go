@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -130,7 +131,7 @@ func (g *generation) postCall(ctx context.Context, hl *httpLink, rawName string,
 		}
 		msg.Params.Meta.Traceparent, msg.Params.Meta.Tracestate = parent, state
 	}
-	body, err := encode(msg)
+	body, err := encodeCall(msg)
 	if err != nil {
 		return nil, false, err
 	}
@@ -298,6 +299,71 @@ func encode(v any) ([]byte, error) {
 		return nil, err
 	}
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
+
+// encodeCall is encode(msg), byte for byte, written directly for the usual
+// call (plain id, method and tool name; no trace context), whose _meta is
+// encoded once per protocol version: encoding/json walked the message by
+// reflection on every call. Any other call is encoded by encode.
+func encodeCall(msg callRequest) ([]byte, error) {
+	args := msg.Params.Arguments
+	if len(args) == 0 || !plainString(msg.ID) || !plainString(msg.Method) || !plainString(msg.Params.Name) {
+		return encode(msg)
+	}
+	var meta []byte
+	if m := msg.Params.Meta; m != nil {
+		if m.Traceparent != "" || m.Tracestate != "" || m.requestMeta == nil || m.ClientInfo != clientImpl {
+			return encode(msg)
+		}
+		var err error
+		if meta, err = encodedMeta(m.ProtocolVersion); err != nil {
+			return nil, err
+		}
+	}
+	b := bytes.NewBuffer(make([]byte, 0, len(msg.ID)+len(msg.Method)+len(msg.Params.Name)+len(args)+len(meta)+80))
+	b.WriteString(`{"jsonrpc":"2.0","id":"`)
+	b.WriteString(msg.ID)
+	b.WriteString(`","method":"`)
+	b.WriteString(msg.Method)
+	b.WriteString(`","params":{"name":"`)
+	b.WriteString(msg.Params.Name)
+	b.WriteString(`","arguments":`)
+	if err := json.Compact(b, args); err != nil { // what encoding/json does with a RawMessage
+		return encode(msg) // and its error
+	}
+	if meta != nil {
+		b.WriteString(`,"_meta":`)
+		b.Write(meta)
+	}
+	b.WriteString(`}}`)
+	return b.Bytes(), nil
+}
+
+// plainString: encoding/json writes s between quotes as it is (printable
+// ASCII without quote or backslash; HTML characters are not escaped here).
+func plainString(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
+// metaByVersion caches the encoded _meta of a call without trace context,
+// per protocol version: it is the same for every call of this client.
+var metaByVersion sync.Map // version -> []byte
+
+func encodedMeta(version string) ([]byte, error) {
+	if b, ok := metaByVersion.Load(version); ok {
+		return b.([]byte), nil
+	}
+	b, err := encode(&callMeta{requestMeta: &requestMeta{ProtocolVersion: version, ClientInfo: clientImpl}})
+	if err != nil {
+		return nil, err
+	}
+	metaByVersion.Store(version, b)
+	return b, nil
 }
 
 // newPost builds a POST of body with the headers the SDK would send; name
