@@ -56,12 +56,13 @@ func checkCallResponse(resp *http.Response) error {
 // errorBodyLimit bounds what is read of a failed response.
 const errorBodyLimit = 64 << 10
 
-// answer is the part of a JSON-RPC message the call reads. It is decoded
+// answer is the part of a JSON-RPC message the call reads when the
+// message is not the plain answer resultFor reads in place. It is decoded
 // with encoding/json, not jsonrpc.DecodeMessage, whose reader allocates a
-// 32 KiB buffer per message: about 10x the time and 70x the bytes of matchAnswer
-// for a small result (BenchmarkFramingMatchAnswer*, docs/benchmarks.md).
-// The result is not decoded: json.RawMessage would copy it, and a result
-// may be 16 MiB; memberValue finds it in the message instead.
+// 32 KiB buffer per message: over 20x the time of matchAnswer for a small
+// result (BenchmarkFramingMatchAnswer*, docs/benchmarks.md). The result is
+// not decoded: json.RawMessage would copy it, and a result may be 16 MiB;
+// memberValue finds it in the message instead.
 type answer struct {
 	ID    json.RawMessage `json:"id"`
 	Error *jsonrpc.Error  `json:"error"`
