@@ -44,7 +44,7 @@ func BenchmarkFramingEncodeCallOurs(b *testing.B) {
 	for b.Loop() {
 		msg := callRequest{JSONRPC: "2.0", ID: "mcpbridge-7", Method: "tools/call", Params: callParams{Name: "echo", Arguments: args,
 			Meta: &callMeta{requestMeta: &requestMeta{ProtocolVersion: "2026-07-28", ClientInfo: clientImpl}}}}
-		if _, err := encode(msg); err != nil {
+		if _, err := encodeCall(msg); err != nil {
 			b.Fatal(err)
 		}
 	}

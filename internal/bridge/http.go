@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"mime"
 	"net"
 	"net/http"
 	"sync"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/policy"
@@ -157,10 +157,14 @@ func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	ctx, span := t.startRequest(ctx, req)
 	stop := context.AfterFunc(t.linkCtx, cancel)
 	done := func() { stop(); cancel(); span.End() }
-	req = req.Clone(ctx)
-	tracing.InjectHeader(ctx, req.Header) // before the configured headers, which win
-	for _, h := range t.headers {
-		req.Header.Set(h.Name, h.Value)
+	if len(t.headers) > 0 || trace.SpanContextFromContext(ctx).IsValid() {
+		req = req.Clone(ctx)                  // a RoundTripper must not change its caller's headers
+		tracing.InjectHeader(ctx, req.Header) // before the configured headers, which win
+		for _, h := range t.headers {
+			req.Header.Set(h.Name, h.Value)
+		}
+	} else {
+		req = req.WithContext(ctx) // no header to add: the headers need no copy
 	}
 	resp, err := t.base.RoundTrip(req)
 	endRequest(span, resp, err)
@@ -173,7 +177,7 @@ func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		t.onLost(fmt.Errorf("the server no longer knows the session (HTTP 404): %w", mcp.ErrSessionMissing))
 	}
 	body := resp.Body
-	if media, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); media != "text/event-stream" {
+	if mediaType(resp.Header.Get("Content-Type")) != "text/event-stream" {
 		// The SDK reads a JSON answer whole, with no bound (go-sdk
 		// v1.8.0); it bounds an SSE event and a stdio frame at 16 MiB, and
 		// so one answer is bounded here.

@@ -3,6 +3,7 @@ package bridge
 import (
 	"bytes"
 	"encoding/json"
+	"iter"
 )
 
 // Finding a member of a JSON object without copying it: a result is
@@ -13,33 +14,61 @@ import (
 // data, as a slice of data (the last one, as encoding/json would take it),
 // or nil. data must be valid JSON (json.Unmarshal accepted it).
 func memberValue(data []byte, name string) []byte {
-	i := skipSpace(data, 0)
-	if i >= len(data) || data[i] != '{' {
-		return nil
-	}
 	var found []byte
-	for i++; ; {
-		i = skipSpace(data, i)
-		if i >= len(data) || data[i] == '}' {
-			return found
-		}
-		if data[i] == ',' {
-			i++
-			continue
-		}
-		kEnd := skipString(data, i)
-		key := data[i:kEnd]
-		i = skipSpace(data, kEnd)
-		if i >= len(data) || data[i] != ':' {
-			return nil
-		}
-		i = skipSpace(data, i+1)
-		vEnd := skipValue(data, i)
+	for key, value := range members(data) {
 		if keyIs(key, name) {
-			found = data[i:vEnd]
+			found = value
 		}
-		i = vEnd
 	}
+	return found
+}
+
+// members yields the top-level members of the JSON object data: each key
+// as written (quoted) and its value, as slices of data. It yields nothing
+// when data is not an object. data must be valid JSON.
+func members(data []byte) iter.Seq2[[]byte, []byte] {
+	return func(yield func(key, value []byte) bool) {
+		i := skipSpace(data, 0)
+		if i >= len(data) || data[i] != '{' {
+			return
+		}
+		for i++; ; {
+			i = skipSpace(data, i)
+			if i >= len(data) || data[i] == '}' {
+				return
+			}
+			if data[i] == ',' {
+				i++
+				continue
+			}
+			kEnd := skipString(data, i)
+			key := data[i:kEnd]
+			i = skipSpace(data, kEnd)
+			if i >= len(data) || data[i] != ':' {
+				return
+			}
+			i = skipSpace(data, i+1)
+			vEnd := skipValue(data, i)
+			if !yield(key, data[i:vEnd]) {
+				return
+			}
+			i = vEnd
+		}
+	}
+}
+
+// fieldIs: the JSON string key (with its quotes) selects a struct field
+// tagged name for encoding/json, which takes an exact match or one that
+// differs in case only.
+func fieldIs(key []byte, name string) bool {
+	if len(key) < 2 {
+		return false
+	}
+	if bytes.IndexByte(key, '\\') < 0 {
+		return bytes.EqualFold(key[1:len(key)-1], []byte(name))
+	}
+	var s string
+	return json.Unmarshal(key, &s) == nil && bytes.EqualFold([]byte(s), []byte(name))
 }
 
 // keyIs: the JSON string key (with its quotes) is name.

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -130,7 +131,7 @@ func (g *generation) postCall(ctx context.Context, hl *httpLink, rawName string,
 		}
 		msg.Params.Meta.Traceparent, msg.Params.Meta.Tracestate = parent, state
 	}
-	body, err := encode(msg)
+	body, err := encodeCall(msg)
 	if err != nil {
 		return nil, false, err
 	}
@@ -167,7 +168,9 @@ func (g *generation) listProbe(ctx context.Context, hl *httpLink) error {
 // roundTrip posts body, a request with this id, and returns the result of
 // its answer. The request ends with ctx until the answer is read; after it,
 // the rest of the body is drained so that the connection goes back to the
-// pool (a redial per call doubled its cost).
+// pool (a redial per call doubled its cost). The wait for that drain is
+// left to ctx's registry.AfterAnswer when it has one, so that the result
+// is passed on first (an SSE answer's stream ends after its event).
 func (g *generation) roundTrip(ctx context.Context, hl *httpLink, id, method, name string, body []byte) (json.RawMessage, error) {
 	rctx, rcancel := context.WithCancel(context.WithoutCancel(ctx))
 	detach := context.AfterFunc(ctx, rcancel)
@@ -179,7 +182,12 @@ func (g *generation) roundTrip(ctx context.Context, hl *httpLink, id, method, na
 	}
 	res, err := g.readResponse(rctx, hl, resp, id)
 	if detach() && ctx.Err() == nil {
-		hl.drain(resp.Body, rcancel)
+		wait := hl.drain(resp.Body, rcancel)
+		if after := registry.AfterAnswerFrom(ctx); after != nil {
+			after.Defer(wait)
+		} else {
+			wait()
+		}
 	} else {
 		resp.Body.Close()
 		rcancel()
@@ -245,22 +253,25 @@ func withMethod(method string, err error) error {
 	return err
 }
 
-// drain reads what follows the answer and then releases the request. The
-// caller waits up to drainWait, so that the connection is back in the pool
-// before its next call; a server that keeps its stream open is drained
-// behind it, for at most drainGrace.
-func (l *httpLink) drain(body io.ReadCloser, release context.CancelFunc) {
+// drain reads what follows the answer and then releases the request, in
+// the background. The caller runs wait, which returns once that is done or
+// after drainWait, so that the connection is back in the pool before its
+// next call; a server that keeps its stream open is drained behind it, for
+// at most drainGrace.
+func (l *httpLink) drain(body io.ReadCloser, release context.CancelFunc) (wait func()) {
 	drained := make(chan struct{})
 	if !l.spawn(func() { drainBody(body, release); close(drained) }) {
 		body.Close()
 		release()
-		return
+		return func() {}
 	}
-	t := time.NewTimer(drainWait)
-	defer t.Stop()
-	select {
-	case <-drained:
-	case <-t.C:
+	return func() {
+		t := time.NewTimer(drainWait)
+		defer t.Stop()
+		select {
+		case <-drained:
+		case <-t.C:
+		}
 	}
 }
 
@@ -290,6 +301,71 @@ func encode(v any) ([]byte, error) {
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
+// encodeCall is encode(msg), byte for byte, written directly for the usual
+// call (plain id, method and tool name; no trace context), whose _meta is
+// encoded once per protocol version: encoding/json walked the message by
+// reflection on every call. Any other call is encoded by encode.
+func encodeCall(msg callRequest) ([]byte, error) {
+	args := msg.Params.Arguments
+	if len(args) == 0 || !plainString(msg.ID) || !plainString(msg.Method) || !plainString(msg.Params.Name) {
+		return encode(msg)
+	}
+	var meta []byte
+	if m := msg.Params.Meta; m != nil {
+		if m.Traceparent != "" || m.Tracestate != "" || m.requestMeta == nil || m.ClientInfo != clientImpl {
+			return encode(msg)
+		}
+		var err error
+		if meta, err = encodedMeta(m.ProtocolVersion); err != nil {
+			return nil, err
+		}
+	}
+	b := bytes.NewBuffer(make([]byte, 0, len(msg.ID)+len(msg.Method)+len(msg.Params.Name)+len(args)+len(meta)+80))
+	b.WriteString(`{"jsonrpc":"2.0","id":"`)
+	b.WriteString(msg.ID)
+	b.WriteString(`","method":"`)
+	b.WriteString(msg.Method)
+	b.WriteString(`","params":{"name":"`)
+	b.WriteString(msg.Params.Name)
+	b.WriteString(`","arguments":`)
+	if err := json.Compact(b, args); err != nil { // what encoding/json does with a RawMessage
+		return encode(msg) // and its error
+	}
+	if meta != nil {
+		b.WriteString(`,"_meta":`)
+		b.Write(meta)
+	}
+	b.WriteString(`}}`)
+	return b.Bytes(), nil
+}
+
+// plainString: encoding/json writes s between quotes as it is (printable
+// ASCII without quote or backslash; HTML characters are not escaped here).
+func plainString(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
+// metaByVersion caches the encoded _meta of a call without trace context,
+// per protocol version: it is the same for every call of this client.
+var metaByVersion sync.Map // version -> []byte
+
+func encodedMeta(version string) ([]byte, error) {
+	if b, ok := metaByVersion.Load(version); ok {
+		return b.([]byte), nil
+	}
+	b, err := encode(&callMeta{requestMeta: &requestMeta{ProtocolVersion: version, ClientInfo: clientImpl}})
+	if err != nil {
+		return nil, err
+	}
+	metaByVersion.Store(version, b)
+	return b, nil
+}
+
 // newPost builds a POST of body with the headers the SDK would send; name
 // is the tool's, for tools/call.
 func (g *generation) newPost(ctx context.Context, hl *httpLink, body []byte, method, name string) (*http.Request, error) {
@@ -314,12 +390,28 @@ func (g *generation) newPost(ctx context.Context, hl *httpLink, body []byte, met
 	return req, nil
 }
 
-// resultIsError reads isError without decoding the content.
+// resultIsError reads isError without decoding the content, as
+// json.Unmarshal into a struct with only that field would: the last member
+// named isError in any case, true only if no such member is other than a
+// boolean or null. res is valid JSON (matchAnswer found it in a valid
+// message), and so it is read in place, in one pass.
 func resultIsError(res json.RawMessage) bool {
-	var r struct {
-		IsError bool `json:"isError"`
+	isError := false
+	for key, value := range members(res) {
+		if !fieldIs(key, "isError") {
+			continue
+		}
+		switch string(value) {
+		case "true":
+			isError = true
+		case "false":
+			isError = false
+		case "null":
+		default:
+			return false // json.Unmarshal fails
+		}
 	}
-	return json.Unmarshal(res, &r) == nil && r.IsError
+	return isError
 }
 
 // abandoned tells the server that a call it may still be running was given

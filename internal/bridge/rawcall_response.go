@@ -10,6 +10,7 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
+	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -55,12 +56,13 @@ func checkCallResponse(resp *http.Response) error {
 // errorBodyLimit bounds what is read of a failed response.
 const errorBodyLimit = 64 << 10
 
-// answer is the part of a JSON-RPC message the call reads. It is decoded
+// answer is the part of a JSON-RPC message the call reads when the
+// message is not the plain answer resultFor reads in place. It is decoded
 // with encoding/json, not jsonrpc.DecodeMessage, whose reader allocates a
-// 32 KiB buffer per message: about 10x the time and 70x the bytes of matchAnswer
-// for a small result (BenchmarkFramingMatchAnswer*, docs/benchmarks.md).
-// The result is not decoded: json.RawMessage would copy it, and a result
-// may be 16 MiB; memberValue finds it in the message instead.
+// 32 KiB buffer per message: over 20x the time of matchAnswer for a small
+// result (BenchmarkFramingMatchAnswer*, docs/benchmarks.md). The result is
+// not decoded: json.RawMessage would copy it, and a result may be 16 MiB;
+// memberValue finds it in the message instead.
 type answer struct {
 	ID    json.RawMessage `json:"id"`
 	Error *jsonrpc.Error  `json:"error"`
@@ -77,7 +79,7 @@ func readAnswer(resp *http.Response, id string) (json.RawMessage, error) {
 // the answer is counted into rb (nil: uncounted); the result it returns
 // shares the memory of what was read, so that it is held once.
 func readAnswerFrom(resp *http.Response, id string, rb registry.ResultBytes) (json.RawMessage, string, error) {
-	media, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	media := mediaType(resp.Header.Get("Content-Type"))
 	switch media {
 	case "application/json":
 		body, err := readBody(resp.Body, resp.ContentLength, rb)
@@ -103,8 +105,24 @@ func readAnswerFrom(resp *http.Response, id string, rb registry.ResultBytes) (js
 	}
 }
 
+// mediaType is the media type of a Content-Type value as
+// mime.ParseMediaType gives it; the two an MCP server answers with, written
+// plainly, are taken as they are, since ParseMediaType allocates a map of
+// parameters for every response.
+func mediaType(contentType string) string {
+	switch contentType {
+	case "application/json", "text/event-stream":
+		return contentType
+	}
+	media, _, _ := mime.ParseMediaType(contentType)
+	return media
+}
+
 // matchAnswer decodes one message: the answer to id, or errNotOurs.
 func matchAnswer(data []byte, id string) (json.RawMessage, error) {
+	if res := resultFor(data, id); res != nil {
+		return res, nil
+	}
 	var a answer
 	if err := json.Unmarshal(data, &a); err != nil {
 		return nil, fmt.Errorf("invalid JSON-RPC message from the server: %w", err)
@@ -125,13 +143,44 @@ func matchAnswer(data []byte, id string) (json.RawMessage, error) {
 	return res, nil
 }
 
+// resultFor is the common case of matchAnswer read in place, in one pass
+// after json.Valid: a JSON object whose id is id, without an error, with a
+// result, which it returns. Members are matched as decoding into answer
+// and memberValue match them. Anything else is nil, for the full decode
+// to answer as it did.
+func resultFor(data []byte, id string) json.RawMessage {
+	if !json.Valid(data) {
+		return nil
+	}
+	var gotID, res []byte
+	for key, value := range members(data) {
+		switch {
+		case fieldIs(key, "id"):
+			gotID = value
+		case fieldIs(key, "error"):
+			if string(value) != "null" {
+				return nil
+			}
+		}
+		if keyIs(key, "result") {
+			res = value
+		}
+	}
+	if len(res) == 0 || len(gotID) != len(id)+2 || string(gotID) != strconv.Quote(id) {
+		return nil
+	}
+	return res
+}
+
 // readEvents reads an SSE stream up to the "message" event that answers id;
 // progress and log notifications before it are not forwarded. It returns
 // the id of the last event seen, for a resumption. The lines of the event
 // being read are counted into rb (nil: uncounted) and given back when the
 // event is not the answer.
 func readEvents(body io.Reader, id string, rb registry.ResultBytes) (json.RawMessage, string, error) {
-	r := bufio.NewReader(body)
+	r := eventReaders.Get().(*bufio.Reader)
+	r.Reset(body)
+	defer func() { r.Reset(nil); eventReaders.Put(r) }()
 	var ev sseEvent
 	held := &heldBytes{rb: rb}
 	lastID := ""
@@ -161,6 +210,12 @@ func readEvents(body io.Reader, id string, rb registry.ResultBytes) (json.RawMes
 		}
 	}
 }
+
+// eventReaders are the buffers readEvents reads a stream through, one per
+// stream being read: every line is copied out of it (readEventLine), so a
+// buffer is free once its stream's answer is found, and a call need not
+// allocate 4 KiB for it.
+var eventReaders = sync.Pool{New: func() any { return bufio.NewReader(nil) }}
 
 // readEventLine reads one line without its line ending, at most
 // maxMessageBytes, into memory of its own.

@@ -22,6 +22,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
+	"github.com/mcpbridge/operator/internal/registry"
 	"github.com/mcpbridge/operator/test/fixture"
 )
 
@@ -441,7 +442,9 @@ func TestCallToolJSONToolErrorIsAResultAndJSONRPCErrorIsAnError(t *testing.T) {
 }
 
 // Calls forwarded as JSON go back to the connection pool: a call that
-// closed its connection would make every call pay a new TCP handshake.
+// closed its connection would make every call pay a new TCP handshake. Every
+// other call leaves the wait for its drain to a registry.AfterAnswer, run
+// once the result is checked, as the gateway does after writing it.
 func TestCallToolJSONReusesUpstreamConnections(t *testing.T) {
 	httpForEachProtocol(t, func(t *testing.T, stateless bool) {
 		up, conns := rawServeCounting(t, httpFixture(t, fixture.Options{Stateless: stateless}))
@@ -452,13 +455,18 @@ func TestCallToolJSONReusesUpstreamConnections(t *testing.T) {
 		const calls = 100
 		for i := range calls {
 			text := fmt.Sprintf("call %d", i)
-			raw, isError, err := s.CallToolJSON(httpCtx(t), fixture.ToolEcho, json.RawMessage(`{"text":"`+text+`"}`))
+			ctx, after := httpCtx(t), &registry.AfterAnswer{}
+			if i%2 == 1 {
+				ctx = registry.WithAfterAnswer(ctx, after)
+			}
+			raw, isError, err := s.CallToolJSON(ctx, fixture.ToolEcho, json.RawMessage(`{"text":"`+text+`"}`))
 			if err != nil || isError {
 				t.Fatalf("%s: %v, isError %v, %s", text, err, isError, raw)
 			}
 			if got := RenderText(rawDecode(t, raw)); got != text {
 				t.Fatalf("%s answered %q", text, got)
 			}
+			after.Run()
 		}
 		total := conns.Load()
 		t.Logf("%d connections at Ready, %d after %d calls", atReady, total, calls)

@@ -42,37 +42,91 @@ type message struct {
 
 // decodeMessage reads one JSON-RPC message with the SDK's strictness where
 // it matters: member names match exactly (encoding/json would match
-// "METHOD" too), and an id is a string or a number.
+// "METHOD" too), and an id is a string or a number. The values it keeps
+// (id, arguments, _meta's) are slices of body.
 //
 // Not go-sdk's jsonrpc.DecodeMessage: it turns the id into a float64 or a
 // string, so the id cannot be echoed as the agent wrote it, and it decodes
-// through a reader that allocates a 32 KiB buffer per message, which made
-// it 8x slower with 23x the bytes of this function
-// (BenchmarkFramingDecode*, docs/benchmarks.md).
+// through a reader that allocates a 32 KiB buffer per message. Not
+// json.Unmarshal into maps either, which scanned the body once per level
+// and copied every value (BenchmarkFramingDecode*, docs/benchmarks.md):
+// the body is validated once and its members read in place (jsonscan.go),
+// with the results encoding/json gave.
 func decodeMessage(body []byte) (*message, bool) {
-	var top map[string]json.RawMessage
-	if json.Unmarshal(body, &top) != nil || string(top["jsonrpc"]) != `"2.0"` {
+	if !json.Valid(body) {
 		return nil, false
 	}
-	m := &message{ID: top["id"]}
-	if !decodeIfPresent(top["method"], &m.Method) || (m.ID != nil && !validID(m.ID)) {
+	top, ok := readObject(body)
+	if !ok {
 		return nil, false
 	}
-	if top["params"] == nil {
+	m := &message{}
+	var jsonrpc, method, params []byte
+	for name, value, more := top.next(); more; name, value, more = top.next() {
+		switch string(memberName(name)) {
+		case "jsonrpc":
+			jsonrpc = value
+		case "id":
+			m.ID = value
+		case "method":
+			method = value
+		case "params":
+			params = value
+		}
+	}
+	if string(jsonrpc) != `"2.0"` || (m.ID != nil && !validID(m.ID)) {
+		return nil, false
+	}
+	if method != nil {
+		if m.Method, ok = stringValue(method); !ok {
+			return nil, false
+		}
+	}
+	if params == nil || params[0] == 'n' { // absent or null
 		return m, true
 	}
-	var params map[string]json.RawMessage
-	if json.Unmarshal(top["params"], &params) != nil ||
-		!decodeIfPresent(params["name"], &m.Params.Name) ||
-		!decodeIfPresent(params["_meta"], &m.Params.Meta) {
+	if !decodeParams(params, m) {
 		return nil, false
 	}
-	m.Params.Arguments, m.Params.RequestID = params["arguments"], params["requestId"]
 	return m, true
 }
 
-func decodeIfPresent(raw json.RawMessage, v any) bool {
-	return raw == nil || json.Unmarshal(raw, v) == nil
+// decodeParams reads the params member of a message into m.
+func decodeParams(params []byte, m *message) bool {
+	p, ok := readObject(params)
+	if !ok {
+		return false
+	}
+	var name, meta []byte
+	for key, value, more := p.next(); more; key, value, more = p.next() {
+		switch string(memberName(key)) {
+		case "name":
+			name = value
+		case "_meta":
+			meta = value
+		case "arguments":
+			m.Params.Arguments = value
+		case "requestId":
+			m.Params.RequestID = value
+		}
+	}
+	if name != nil {
+		if m.Params.Name, ok = stringValue(name); !ok {
+			return false
+		}
+	}
+	if meta == nil || meta[0] == 'n' {
+		return true
+	}
+	o, ok := readObject(meta)
+	if !ok {
+		return false
+	}
+	m.Params.Meta = map[string]json.RawMessage{}
+	for key, value, more := o.next(); more; key, value, more = o.next() {
+		m.Params.Meta[string(memberName(key))] = value
+	}
+	return true
 }
 
 // validID: a string or a plain integer. The SDK rewrites other numbers
@@ -110,7 +164,15 @@ func (v *view) serveFast(w http.ResponseWriter, r *http.Request) bool {
 		r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(body), r.Body))
 		return false
 	}
+	if v.answerFast(w, r, body) {
+		return true
+	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
+	return false
+}
+
+// answerFast answers the message in body when the fast path can.
+func (v *view) answerFast(w http.ResponseWriter, r *http.Request, body []byte) bool {
 	msg, ok := decodeMessage(body)
 	switch {
 	case !ok:
@@ -140,6 +202,12 @@ func (v *view) fastCall(w http.ResponseWriter, r *http.Request, msg *message) bo
 	if allowed, err := v.e.access.mayUse(r.Context(), grantFrom(r.Context()), v.e.ns, serverOf(tool)); err != nil || !allowed {
 		return false
 	}
+	// What the caller leaves until the answer is written (the drain of the
+	// upstream's response) runs last, once the call is answered and its
+	// budgets are given back; the agent's next request on this connection
+	// is read only after it, and finds the upstream connection pooled.
+	var after registry.AfterAnswer
+	defer after.Run()
 	ctx, done, ok := v.track(r.Context(), sid, msg.ID)
 	if !ok {
 		return false // the same id is in flight on this session: the SDK decides
@@ -165,7 +233,8 @@ func (v *view) fastCall(w http.ResponseWriter, r *http.Request, msg *message) bo
 	// The arguments are held twice while the call runs: in the agent's
 	// request and in the one posted upstream.
 	if held.Take(2 * int64(len(msg.Params.Arguments))) {
-		res, isError, err = jc.CallToolJSON(registry.WithResultBytes(ctx, held), tool.RawName, msg.Params.Arguments)
+		cctx := registry.WithAfterAnswer(registry.WithResultBytes(ctx, held), &after)
+		res, isError, err = jc.CallToolJSON(cctx, tool.RawName, msg.Params.Arguments)
 	}
 	if errors.Is(err, registry.ErrResultBudget) {
 		refusal = v.e.resultBudgetError()
@@ -184,8 +253,7 @@ func (v *view) fastCall(w http.ResponseWriter, r *http.Request, msg *message) bo
 		outcome = "tool_error"
 	}
 	d := time.Since(start)
-	requests.WithLabelValues("tools/call", outcome).Inc()
-	callDuration.WithLabelValues(outcome).Observe(d.Seconds())
+	countCall(outcome, d)
 	writeResult(w, sid, msg.ID, res)
 	v.audit(msg.Params.Name, tool, outcome, d)
 	if span.IsRecording() {
@@ -204,8 +272,8 @@ func (v *view) validSession(r *http.Request, msg *message, sid string) bool {
 	if version < registry.SessionlessProtocol {
 		return sid != "" && v.hasSession(sid)
 	}
-	var metaVersion string
-	if json.Unmarshal(msg.Params.Meta[metaProtocolVersion], &metaVersion) != nil {
+	metaVersion, ok := stringValue(msg.Params.Meta[metaProtocolVersion])
+	if !ok {
 		return false
 	}
 	caps := bytes.TrimSpace(msg.Params.Meta[metaClientCapabilities])
@@ -323,8 +391,7 @@ const smallResult = 32 << 10
 // audits it.
 func (v *view) refuseCall(w http.ResponseWriter, sid string, msg *message, tool registry.Tool, refusal *jsonrpc.Error, start time.Time) {
 	d := time.Since(start)
-	requests.WithLabelValues("tools/call", "refused").Inc()
-	callDuration.WithLabelValues("refused").Observe(d.Seconds())
+	countCall("refused", d)
 	writeError(w, sid, msg.ID, refusal)
 	v.audit(msg.Params.Name, tool, "refused", d)
 }

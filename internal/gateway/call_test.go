@@ -1069,3 +1069,39 @@ func (p *holdingProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 }
 func (p *holdingProcessor) Shutdown(context.Context) error   { return nil }
 func (p *holdingProcessor) ForceFlush(context.Context) error { return nil }
+
+// TestWorkAfterTheAnswerWaitsForTheAnswer: what the caller defers to
+// registry.AfterAnswer (the bridge's wait for the drain of the upstream's
+// response) runs, and only once the agent has the whole answer.
+func TestWorkAfterTheAnswerWaitsForTheAnswer(t *testing.T) {
+	g := NewWithT(t)
+	env := newTestEnv(t, envOptions{})
+	answered := make(chan struct{})
+	ran := make(chan bool, 1)
+	env.fake.setHandle(func(ctx context.Context, _ json.RawMessage) (json.RawMessage, bool, error) {
+		after := registry.AfterAnswerFrom(ctx)
+		if after == nil {
+			return nil, false, errors.New("no AfterAnswer in the call's context")
+		}
+		after.Defer(func() {
+			select {
+			case <-answered:
+				ran <- true
+			case <-time.After(waitLimit):
+				ran <- false
+			}
+		})
+		return json.RawMessage(defaultResult), false, nil
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*waitLimit)
+	defer cancel()
+	body, header := sessionlessCall(1, echoPublic, `{"text":"hi"}`)
+	status, h, answer, err := env.post(ctx, body, header)
+	close(answered)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(status).To(Equal(http.StatusOK))
+	_, res := fastAnswer(t, h, answer)
+	g.Expect(res.IsError).To(BeFalse(), "%s", answer)
+	g.Eventually(ran, waitLimit).Should(Receive(BeTrue()), "the deferred work ran once the answer had arrived")
+}

@@ -26,7 +26,9 @@
 // The go-sdk serves every MCP method, but a well-formed tools/call takes a
 // fast path (call.go) that forwards its arguments and result as JSON bytes,
 // because decoding and re-encoding them in the SDK on both sides cost more
-// than the agent and the upstream together. The gateway also ends idle agent
+// than the agent and the upstream together; it reads the agent's message in
+// one pass, in place (jsonscan.go), and writes the answer before it waits
+// for what the upstream's caller left until then (registry.AfterAnswer). The gateway also ends idle agent
 // sessions itself (sessions.go), since the SDK does not see fast-path calls.
 // Every tools/call, on either path, writes one audit line (audit.go).
 //

@@ -1,6 +1,9 @@
 package gateway
 
 import (
+	"sync"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
@@ -44,3 +47,26 @@ func init() { metrics.Registry.MustRegister(refusals) }
 
 // refusedBy counts a refusal by limit in namespace ns ("" when unknown).
 func refusedBy(ns, limit string) { refusals.WithLabelValues(ns, limit).Inc() }
+
+// callSeries holds, per outcome, the series a tools/call counts into,
+// bound on first use: WithLabelValues hashes and looks up its labels every
+// time, twice per call. A series appears when its first call ends, as with
+// WithLabelValues.
+var callSeries sync.Map // outcome -> *outcomeSeries
+
+type outcomeSeries struct {
+	requests prometheus.Counter
+	duration prometheus.Observer
+}
+
+// countCall counts a tools/call that ended with outcome after d.
+func countCall(outcome string, d time.Duration) {
+	s, ok := callSeries.Load(outcome)
+	if !ok {
+		s, _ = callSeries.LoadOrStore(outcome, &outcomeSeries{
+			requests: requests.WithLabelValues("tools/call", outcome), duration: callDuration.WithLabelValues(outcome)})
+	}
+	series := s.(*outcomeSeries)
+	series.requests.Inc()
+	series.duration.Observe(d.Seconds())
+}

@@ -333,8 +333,7 @@ func (v *view) receiveCall(ctx context.Context, next mcp.MethodHandler, req mcp.
 		}
 	}
 	d := time.Since(start)
-	requests.WithLabelValues("tools/call", outcome).Inc()
-	callDuration.WithLabelValues(outcome).Observe(d.Seconds())
+	countCall(outcome, d)
 	v.audit(name, tool, outcome, d)
 	if span.IsRecording() {
 		endMethod(span, sdkVersion(req), tool, outcome, err)

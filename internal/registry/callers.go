@@ -55,3 +55,37 @@ func ResultBytesFrom(ctx context.Context) ResultBytes {
 	rb, _ := ctx.Value(resultBytesKey{}).(ResultBytes)
 	return rb
 }
+
+// AfterAnswer holds work a JSONCaller leaves until its caller has passed
+// the result on: the rest of an upstream's response is drained so that its
+// connection is pooled before the next call, and the agent's answer need
+// not wait for that. One call's AfterAnswer is used by one goroutine at a
+// time; a caller that never runs it only loses the wait, not the work.
+type AfterAnswer struct{ fns []func() }
+
+// Defer adds fn to what Run does.
+func (a *AfterAnswer) Defer(fn func()) { a.fns = append(a.fns, fn) }
+
+// Run does the deferred work, in order, once.
+func (a *AfterAnswer) Run() {
+	fns := a.fns
+	a.fns = nil
+	for _, fn := range fns {
+		fn()
+	}
+}
+
+type afterAnswerKey struct{}
+
+// WithAfterAnswer lets a JSONCaller under ctx defer work into a until its
+// caller has written the result.
+func WithAfterAnswer(ctx context.Context, a *AfterAnswer) context.Context {
+	return context.WithValue(ctx, afterAnswerKey{}, a)
+}
+
+// AfterAnswerFrom is the AfterAnswer WithAfterAnswer put into ctx, or nil:
+// then the JSONCaller does the work before it returns.
+func AfterAnswerFrom(ctx context.Context) *AfterAnswer {
+	a, _ := ctx.Value(afterAnswerKey{}).(*AfterAnswer)
+	return a
+}

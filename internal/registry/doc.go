@@ -25,8 +25,9 @@
 //     and subscriptions.
 //   - naming.go: PublicName, the pure function from a server's name and a
 //     tool's raw name to the name agents see.
-//   - callers.go: Caller, JSONCaller and the ResultBytes budget a caller
-//     finds in its context.
+//   - callers.go: Caller, JSONCaller, and what a caller finds in its
+//     context: the ResultBytes budget, and AfterAnswer for work that may
+//     wait until the result is passed on.
 //   - protocol.go: SessionlessProtocol.
 //
 // See docs/design.md, "Tool registry and names".
