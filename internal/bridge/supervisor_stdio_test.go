@@ -474,9 +474,13 @@ func TestStdioConnectionBudgetSpansAllToolsListPages(t *testing.T) {
 		if sn.Phase == v1alpha1.PhaseReady {
 			t.Fatalf("5 pages of 150ms were published under a 500ms budget: the deadline is reset per page")
 		}
-		if !IsDeadline(sn.LastError) || !strings.HasPrefix(sn.LastError.Stage, "tools-list page ") || sn.LastError.Stage == StageToolsList(1) {
-			t.Errorf("lastError = %v, want the 500ms deadline in a tools-list page after the first", sn.LastError)
+		// Which page the deadline falls in depends on the machine's speed
+		// (after the first on an idle one); that it falls in one at all,
+		// where each page alone fits the budget, is the point.
+		if !IsDeadline(sn.LastError) || !strings.HasPrefix(sn.LastError.Stage, "tools-list page ") {
+			t.Errorf("lastError = %v, want the 500ms deadline in a tools-list page", sn.LastError)
 		}
+		t.Logf("deadline in %s", sn.LastError.Stage)
 		if len(reg.Tools("ns")) != 0 {
 			t.Errorf("pages fetched before the deadline were published")
 		}
