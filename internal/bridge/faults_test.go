@@ -165,9 +165,9 @@ func expectInvalidJSONSurvived(t *testing.T, s *Supervisor) {
 	NewWithT(t).Consistently(func(g Gomega) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
-		start := time.Now()
 		_, err := s.CallTool(ctx, "echo", map[string]any{"text": "x"})
-		g.Expect(time.Since(start)).To(BeNumerically("<=", 2*time.Second), "a call hung after invalid JSON")
+		// A hung call is one that only its deadline ends: the event, not a time.
+		g.Expect(ctx.Err()).To(BeNil(), "a call hung after invalid JSON until its deadline: %v", err)
 		calls++
 		if err != nil {
 			fails++

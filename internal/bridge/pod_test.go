@@ -359,7 +359,9 @@ func TestPodDisposeWhileWaitingReturnsAtOnce(t *testing.T) {
 	if err := s.Dispose(ctx); err != nil {
 		t.Fatal(err)
 	}
-	NewWithT(t).Expect(time.Since(start)).To(BeNumerically("<", time.Second))
+	// Waiting for the budget would take a minute; the design target (200 ms)
+	// is the benchmark's to measure. See docs/design.md, "How it is tested".
+	NewWithT(t).Expect(time.Since(start)).To(BeNumerically("<", p.ConnectionTimeout/2), "it waited for the %v budget", p.ConnectionTimeout)
 }
 
 // Bad input: each failure is a failed attempt whose message says what is

@@ -540,7 +540,7 @@ func TestCallToolJSONCallerCancellationReachesServer(t *testing.T) {
 			if err != context.Canceled { //nolint:errorlint // ctx.Err() itself, not a wrapper
 				t.Fatalf("cancelled call returned %v, want ctx.Err() (context.Canceled)", err)
 			}
-		case <-time.After(2 * time.Second):
+		case <-time.After(eventually):
 			t.Fatal("the cancelled call did not return")
 		}
 		rawCheckCancelled(t, &log, events, stateless)

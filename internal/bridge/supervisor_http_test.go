@@ -466,15 +466,18 @@ func TestHTTPDisposeIsPromptWhileRequestsHang(t *testing.T) {
 		}
 		took := time.Since(start)
 		t.Logf("dispose took %v", took)
-		if took >= 2*time.Second {
-			t.Errorf("dispose took %v while requests hang, want < 2s", took)
+		// The requests hang until the fixture closes: waiting for them would
+		// end only at the close barrier, with an error, or at the context's
+		// 10 s. The design target (200 ms) is the benchmark's to measure.
+		if took >= 5*time.Second {
+			t.Errorf("dispose took %v while requests hang: it waited for them", took)
 		}
 		select {
 		case err := <-callDone:
 			if err == nil {
 				t.Error("the hung call succeeded")
 			}
-		case <-time.After(2 * time.Second):
+		case <-time.After(eventually):
 			t.Error("the hung call did not end with the disposal")
 		}
 	})
@@ -734,7 +737,7 @@ func TestHTTPToolCallCallerCancellationReachesServer(t *testing.T) {
 			if !errors.Is(err, context.Canceled) {
 				t.Fatalf("cancelled call returned %v, want context.Canceled", err)
 			}
-		case <-time.After(2 * time.Second):
+		case <-time.After(eventually):
 			t.Fatal("the cancelled call did not return")
 		}
 		waitEvent(t, events, "cancelled sleep", func(ev fixture.Event) bool {

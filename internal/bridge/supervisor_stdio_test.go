@@ -474,9 +474,13 @@ func TestStdioConnectionBudgetSpansAllToolsListPages(t *testing.T) {
 		if sn.Phase == v1alpha1.PhaseReady {
 			t.Fatalf("5 pages of 150ms were published under a 500ms budget: the deadline is reset per page")
 		}
-		if !IsDeadline(sn.LastError) || !strings.HasPrefix(sn.LastError.Stage, "tools-list page ") || sn.LastError.Stage == StageToolsList(1) {
-			t.Errorf("lastError = %v, want the 500ms deadline in a tools-list page after the first", sn.LastError)
+		// Which page the deadline falls in depends on the machine's speed
+		// (after the first on an idle one); that it falls in one at all,
+		// where each page alone fits the budget, is the point.
+		if !IsDeadline(sn.LastError) || !strings.HasPrefix(sn.LastError.Stage, "tools-list page ") {
+			t.Errorf("lastError = %v, want the 500ms deadline in a tools-list page", sn.LastError)
 		}
+		t.Logf("deadline in %s", sn.LastError.Stage)
 		if len(reg.Tools("ns")) != 0 {
 			t.Errorf("pages fetched before the deadline were published")
 		}
@@ -684,7 +688,8 @@ func TestStdioStalledResyncKeepsLastGoodToolsThenReconnects(t *testing.T) {
 	}
 	rec := stdioRecord(t, s)
 	fs.stallNextList.Store(true)
-	fs.addTool("gamma") // list_changed
+	triggered := time.Now() // the re-sync, and so its budget, starts after this
+	fs.addTool("gamma")     // list_changed
 	select {
 	case <-fs.listStalled:
 	case <-time.After(eventually):
@@ -707,11 +712,13 @@ func TestStdioStalledResyncKeepsLastGoodToolsThenReconnects(t *testing.T) {
 		if le := st.sn.LastError; le != nil && le.Stage == StageToolsList(1) && IsDeadline(le) &&
 			le.Message() == "connection and tool discovery timed out after 300ms" {
 			if !sawDeadline {
-				// The re-sync has its own fresh budget, started just before
-				// its request reached the server.
-				t.Logf("re-sync timed out %v after its request stalled (budget 300ms)", st.at.Sub(stalledAt))
-				if st.at.Sub(stalledAt) < 250*time.Millisecond {
-					t.Errorf("the re-sync timed out %v after it stalled: not a fresh 300ms budget", st.at.Sub(stalledAt))
+				// The re-sync has its own fresh budget, started after the
+				// list_changed that triggered it. One-sided: a budget left
+				// over from the connect would have run out sooner.
+				t.Logf("re-sync timed out %v after its request stalled, %v after the list_changed (budget 300ms)",
+					st.at.Sub(stalledAt), st.at.Sub(triggered))
+				if st.at.Sub(triggered) < p.ConnectionTimeout {
+					t.Errorf("the re-sync timed out %v after the list_changed: not a fresh %v budget", st.at.Sub(triggered), p.ConnectionTimeout)
 				}
 			}
 			sawDeadline = true
@@ -1235,10 +1242,11 @@ func TestStdioDisposeReturnsCloseTimeoutWhileTheChildOutlivesTheBarrier(t *testi
 	took := time.Since(start)
 	t.Logf("dispose returned after %v: %v", took, err)
 	g.Expect(err).To(MatchError(ErrCloseTimeout))
-	g.Expect(took).To(BeNumerically(">=", 300*time.Millisecond))
-	g.Expect(took).To(BeNumerically("<", time.Second), "dispose waits the barrier, not the child")
+	g.Expect(took).To(BeNumerically(">=", 300*time.Millisecond), "dispose returned before the barrier")
+	// Dispose waits the barrier, not the child: it returned while the child
+	// lives and Closed is still open (no upper bound on the time).
 	g.Expect(stdioGone(shell)).To(BeFalse(), "the child must still live when the barrier passed")
-	g.Expect(s.Closed()).NotTo(BeClosed())
+	g.Expect(s.Closed()).NotTo(BeClosed(), "dispose waited for the child")
 	g.Expect(reg.Tools("ns")).To(BeEmpty(), "tools outlived the disposal")
 
 	g.Eventually(s.Closed(), eventually).Should(BeClosed())
