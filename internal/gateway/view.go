@@ -108,7 +108,9 @@ func (v *view) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if !ok {
 			return
 		}
-		defer release()
+		rw := &releaseOnAnswer{ResponseWriter: w, release: release}
+		defer rw.done()
+		w = rw
 	}
 	v.sessions.ServeHTTP(w, r)
 }
