@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"sync"
 	"sync/atomic"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -102,39 +101,6 @@ func (v *view) admitSession(w http.ResponseWriter, r *http.Request) (release fun
 		v.opening.Unlock()
 	}, true
 }
-
-// releaseOnAnswer gives back an opening session's place as soon as the SDK
-// starts its answer: the SDK registers the session before it answers, so
-// from then on Sessions() counts it, and an agent that has its answer may
-// open the next one while the handler is still finishing.
-type releaseOnAnswer struct {
-	http.ResponseWriter
-	release func()
-	once    sync.Once
-}
-
-func (w *releaseOnAnswer) done() { w.once.Do(w.release) }
-
-func (w *releaseOnAnswer) WriteHeader(code int) {
-	w.done()
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *releaseOnAnswer) Write(b []byte) (int, error) {
-	w.done()
-	return w.ResponseWriter.Write(b)
-}
-
-// Flush keeps the SDK's event streams flowing through the wrapper.
-func (w *releaseOnAnswer) Flush() {
-	w.done()
-	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
-}
-
-// Unwrap lets http.ResponseController reach the connection underneath.
-func (w *releaseOnAnswer) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // opensSession: the SDK's stateful handler makes a new session for every
 // POST without a session id.

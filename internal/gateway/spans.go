@@ -1,10 +1,8 @@
 package gateway
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
-	"net"
 	"net/http"
 	"strconv"
 	"time"
@@ -45,7 +43,7 @@ type requestTrace struct {
 	r       *http.Request
 	ns      string
 	arrival time.Time
-	w       statusWriter
+	w       answerWriter
 	span    trace.Span // nil until started
 	outcome string     // why the request was refused
 }
@@ -128,7 +126,7 @@ func protocolVersion(r *http.Request) string {
 
 // endRequest records the status the request was answered with; a 5xx
 // fails the span, as OpenTelemetry's HTTP conventions have it for servers.
-func endRequest(span trace.Span, w *statusWriter) {
+func endRequest(span trace.Span, w *answerWriter) {
 	status := w.status
 	if status == 0 {
 		status = http.StatusOK
@@ -139,39 +137,6 @@ func endRequest(span trace.Span, w *statusWriter) {
 	}
 	span.End()
 }
-
-// statusWriter remembers the status of a traced request's answer. It
-// keeps the writer's Flush (the SDK streams SSE) and Hijack.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-func (w *statusWriter) Flush() {
-	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
-}
-
-func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	return http.NewResponseController(w.ResponseWriter).Hijack()
-}
-
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // methodParent is the context a method span starts from, and its links.
 // On the fast path ctx is the request's own; the SDK hands a handler the

@@ -108,9 +108,13 @@ func (v *view) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if !ok {
 			return
 		}
-		rw := &releaseOnAnswer{ResponseWriter: w, release: release}
-		defer rw.done()
-		w = rw
+		// The place is given back as soon as the SDK starts its answer: it
+		// has registered the session by then, so Sessions() counts it, and
+		// an agent with its answer may open the next one while the handler
+		// is still finishing.
+		aw := &answerWriter{ResponseWriter: w, onAnswer: release}
+		defer aw.finish()
+		w = aw
 	}
 	v.sessions.ServeHTTP(w, r)
 }
