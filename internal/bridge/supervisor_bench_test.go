@@ -40,14 +40,9 @@ const (
 )
 
 func benchPolicy(args ...string) *policy.Policy {
-	return &policy.Policy{
-		ServerName:        "fx",
-		Transport:         v1alpha1.TransportStdio,
-		Stdio:             &policy.Stdio{Command: fixtureBin, Args: args},
-		ToolCallTimeout:   10 * time.Second,
-		ConnectionTimeout: 10 * time.Second,
-		Reconnect:         policy.Reconnect{Enabled: true, InitialDelay: 100 * time.Millisecond, MaxDelay: 200 * time.Millisecond, MaxAttempts: 1000},
-	}
+	p := stdioPolicy(args...)
+	p.Reconnect.InitialDelay, p.Reconnect.MaxAttempts = 100*time.Millisecond, 1000
+	return p
 }
 
 func benchSupervisor(p *policy.Policy, log logr.Logger) *Supervisor {
