@@ -170,7 +170,9 @@ func TestTracingHTTPCall(t *testing.T) {
 		}
 		g.Expect(raw).To(Equal(1), "CallToolJSON's upstream request names its call's span")
 
-		connect := spansNamed(exp, spanConnect)
+		// The connect's span ends once connect has returned, which can be
+		// after the phase said Ready and the calls above were answered.
+		connect := waitSpans(t, exp, spanConnect, 1)
 		g.Expect(connect).To(HaveLen(1))
 		g.Expect(connect[0].Parent.IsValid()).To(BeFalse(), "a connect is a trace of its own")
 		g.Expect(attrs(connect[0])).To(HaveKeyWithValue("mcpbridge.outcome", "success"))
