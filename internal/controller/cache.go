@@ -45,7 +45,7 @@ var readAnnotations = [...]string{v1alpha1.RestartedAtAnnotation, podruntime.Tem
 // and every annotation the manager does not read, before the informer
 // stores it, so that a tenant's large annotations (or the managedFields
 // that every writer adds) cost the manager no memory. Objects read from the
-// cache are therefore never written back whole (applyDeployment patches).
+// cache are therefore never written back whole (applyOwned patches).
 // It mutates obj, as transforms may; anything without object metadata (a
 // tombstone) passes unchanged.
 func StripUnread(obj any) (any, error) {
@@ -71,7 +71,7 @@ func hasUnread(a map[string]string) bool {
 
 func isRead(key string) bool { return slices.Contains(readAnnotations[:], key) }
 
-// keepRead is a of the read annotations only, or nil.
+// keepRead is a copy of the read annotations only, or nil.
 func keepRead(a map[string]string) map[string]string {
 	var out map[string]string
 	for _, k := range readAnnotations {

@@ -29,7 +29,7 @@ import (
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=create;update;delete
-// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
 // Owner references that block the owner's deletion need this where the
 // OwnerReferencesPermissionEnforcement admission plugin runs.
 // +kubebuilder:rbac:groups=mcpbridge.dev,resources=mcpservers/finalizers,verbs=update
@@ -121,47 +121,34 @@ func templateHashOf(d *appsv1.Deployment) string {
 	return d.Spec.Template.Annotations[podruntime.TemplateHashAnnotation]
 }
 
-// applyNetworkPolicy creates want, or updates the existing one when its
-// spec differs; the existing one is read from the label-selected cache.
+// applyNetworkPolicy creates want, or patches the existing one when its
+// spec differs.
 func (r *McpServerReconciler) applyNetworkPolicy(ctx context.Context, obj *v1alpha1.McpServer, want *networkingv1.NetworkPolicy) error {
-	key := client.ObjectKeyFromObject(want)
-	cur := &networkingv1.NetworkPolicy{}
-	err := r.Client.Get(ctx, key, cur)
-	switch {
-	case apierrors.IsNotFound(err):
-		err = r.Client.Create(ctx, want)
-		if !apierrors.IsAlreadyExists(err) {
-			return err
-		}
-		if err := r.APIReader.Get(ctx, key, cur); err != nil {
-			return client.IgnoreNotFound(err)
-		}
-		return r.claim(ctx, cur, obj, "NetworkPolicy")
-	case err != nil:
-		return err
-	}
-	if err := r.claim(ctx, cur, obj, "NetworkPolicy"); err != nil {
-		return err
-	}
-	if equality.Semantic.DeepEqual(want.Spec, cur.Spec) && equality.Semantic.DeepDerivative(want.Labels, cur.Labels) {
-		return nil
-	}
-	cur.Spec = want.Spec
-	if cur.Labels == nil {
-		cur.Labels = map[string]string{}
-	}
-	for k, v := range want.Labels {
-		cur.Labels[k] = v
-	}
-	return r.Client.Update(ctx, cur)
+	return applyOwned(ctx, r, obj, "NetworkPolicy", want, &networkingv1.NetworkPolicy{},
+		func(want, cur *networkingv1.NetworkPolicy) bool {
+			return equality.Semantic.DeepEqual(want.Spec, cur.Spec)
+		},
+		func(want, cur *networkingv1.NetworkPolicy) { cur.Spec = want.Spec })
 }
 
-// applyDeployment creates want, or updates the existing Deployment when
+// applyDeployment creates want, or patches the existing Deployment when
 // its rendering differs (a new template hash, or a spec edited by hand).
-// The existing one is read from the label-selected cache, stripped.
 func (r *McpServerReconciler) applyDeployment(ctx context.Context, obj *v1alpha1.McpServer, want *appsv1.Deployment) error {
+	return applyOwned(ctx, r, obj, "Deployment", want, &appsv1.Deployment{},
+		func(want, cur *appsv1.Deployment) bool { return equality.Semantic.DeepDerivative(want.Spec, cur.Spec) },
+		func(want, cur *appsv1.Deployment) { cur.Spec = want.Spec })
+}
+
+// applyOwned creates want, or claims the existing object of its name and
+// patches it when sameSpec says its spec differs or a label of want is
+// missing; setSpec copies want's spec onto it. The existing object is read
+// from the label-selected cache, stripped: a merge patch, not an update,
+// because an update would delete the annotations and managedFields the
+// cache strips (StripUnread), and the resourceVersion in the patch keeps it
+// as optimistic as an update.
+func applyOwned[T client.Object](ctx context.Context, r *McpServerReconciler, obj *v1alpha1.McpServer, kind string,
+	want, cur T, sameSpec func(want, cur T) bool, setSpec func(want, cur T)) error {
 	key := client.ObjectKeyFromObject(want)
-	cur := &appsv1.Deployment{}
 	err := r.Client.Get(ctx, key, cur)
 	switch {
 	case apierrors.IsNotFound(err):
@@ -174,27 +161,26 @@ func (r *McpServerReconciler) applyDeployment(ctx context.Context, obj *v1alpha1
 		if err := r.APIReader.Get(ctx, key, cur); err != nil {
 			return client.IgnoreNotFound(err)
 		}
-		return r.claim(ctx, cur, obj, "Deployment")
+		return r.claim(ctx, cur, obj, kind)
 	case err != nil:
 		return err
 	}
-	if err := r.claim(ctx, cur, obj, "Deployment"); err != nil {
+	if err := r.claim(ctx, cur, obj, kind); err != nil {
 		return err
 	}
-	if equality.Semantic.DeepDerivative(want.Spec, cur.Spec) && equality.Semantic.DeepDerivative(want.Labels, cur.Labels) {
+	if sameSpec(want, cur) && equality.Semantic.DeepDerivative(want.GetLabels(), cur.GetLabels()) {
 		return nil
 	}
-	// A patch, not an update: the cached Deployment lacks the annotations
-	// and managedFields the cache strips (StripUnread), which an update
-	// would delete. The resourceVersion keeps it as optimistic as one.
-	patch := client.MergeFromWithOptions(cur.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	cur.Spec = want.Spec
-	if cur.Labels == nil {
-		cur.Labels = map[string]string{}
+	patch := client.MergeFromWithOptions(cur.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
+	setSpec(want, cur)
+	labels := cur.GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
 	}
-	for k, v := range want.Labels {
-		cur.Labels[k] = v
+	for k, v := range want.GetLabels() {
+		labels[k] = v
 	}
+	cur.SetLabels(labels)
 	return r.Client.Patch(ctx, cur, patch)
 }
 

@@ -267,12 +267,16 @@ var _ = Describe("The Pod runtime", Ordered, func() {
 			PodSelector:       &metav1.LabelSelector{MatchLabels: testManagerLabels},
 		}}))
 
-		// Opened to everyone by hand: closed again.
+		// Opened to everyone by hand: closed again. The annotation added in
+		// the same edit stays: the manager patches the spec, it does not
+		// write back the annotation-stripped object of its cache.
 		np.Spec.Ingress = []networkingv1.NetworkPolicyIngressRule{{}}
+		np.Annotations = map[string]string{"example.com/note": "kept"}
 		Expect(k8s.Update(ctx, np)).To(Succeed())
 		Eventually(func() []networkingv1.NetworkPolicyPeer {
 			return networkPolicyOf(ns, "fx").Spec.Ingress[0].From
 		}, eventuallyTimeout, poll).Should(Equal(rule.From))
+		Expect(networkPolicyOf(ns, "fx").Annotations).To(HaveKeyWithValue("example.com/note", "kept"))
 		// A rule added beside the manager's is removed too: the spec must
 		// equal the rendering, not merely contain it.
 		np = networkPolicyOf(ns, "fx")
