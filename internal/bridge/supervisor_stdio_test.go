@@ -1548,20 +1548,24 @@ func TestStdioCallToDownServerFailsFastWithReconnectAttempt(t *testing.T) {
 func TestStdioStableFirstConnectionSignalsNoChange(t *testing.T) {
 	p := stdioPolicy()
 	p.Reconnect.MaxDelay = time.Second // the stability window
-	s, _ := startSupervisor(t, p)
+	fc := clocktesting.NewFakeClock(time.Now())
+	s, _ := startSupervisor(t, p, func(o *Options) { o.Clock = fc })
 	waitFor(t, s, "Ready", isReady)
-	// Connecting signals a few times (connected, events); let that settle,
-	// well inside the window.
-	for quiet := false; !quiet; {
-		select {
-		case <-s.Changes():
-		case <-time.After(100 * time.Millisecond):
-			quiet = true
-		}
-	}
+	// The window is the only timer on the clock (no health checks, no
+	// idle time): once it waits, serve runs, and everything connecting
+	// signalled (the phase, the events) was sent before it.
+	NewWithT(t).Eventually(fc.HasWaiters, eventually, time.Millisecond).Should(BeTrue())
 	select {
 	case <-s.Changes():
-		t.Fatalf("a change was signalled while the connection sat idle: %+v", s.Snapshot())
-	case <-time.After(3 * p.Reconnect.MaxDelay):
+	default:
+	}
+	fc.Step(p.Reconnect.MaxDelay)
+	NewWithT(t).Eventually(fc.HasWaiters, eventually, time.Millisecond).Should(BeFalse(), "the window ended")
+	// The window's end is handled in serve's loop: a signal from it comes
+	// at once, or not at all.
+	select {
+	case <-s.Changes():
+		t.Fatalf("a change was signalled when the connection became stable: %+v", s.Snapshot())
+	case <-time.After(time.Second):
 	}
 }
