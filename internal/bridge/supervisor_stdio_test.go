@@ -1548,19 +1548,20 @@ func TestStdioCallToDownServerFailsFastWithReconnectAttempt(t *testing.T) {
 func TestStdioStableFirstConnectionSignalsNoChange(t *testing.T) {
 	p := stdioPolicy()
 	p.Reconnect.MaxDelay = time.Second // the stability window
+	g := NewWithT(t)
 	fc := clocktesting.NewFakeClock(time.Now())
 	s, _ := startSupervisor(t, p, func(o *Options) { o.Clock = fc })
 	waitFor(t, s, "Ready", isReady)
 	// The window is the only timer on the clock (no health checks, no
 	// idle time): once it waits, serve runs, and everything connecting
 	// signalled (the phase, the events) was sent before it.
-	NewWithT(t).Eventually(fc.HasWaiters, eventually, time.Millisecond).Should(BeTrue())
+	g.Eventually(fc.HasWaiters, eventually, time.Millisecond).Should(BeTrue())
 	select {
 	case <-s.Changes():
 	default:
 	}
 	fc.Step(p.Reconnect.MaxDelay)
-	NewWithT(t).Eventually(fc.HasWaiters, eventually, time.Millisecond).Should(BeFalse(), "the window ended")
+	g.Eventually(fc.HasWaiters, eventually, time.Millisecond).Should(BeFalse(), "the window ended")
 	// The window's end is handled in serve's loop: a signal from it comes
 	// at once, or not at all.
 	select {

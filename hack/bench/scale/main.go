@@ -34,7 +34,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	"maps"
 	"math"
 	"net"
@@ -53,6 +52,7 @@ import (
 	"syscall"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
