@@ -29,7 +29,7 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
 manifests: $(CONTROLLER_GEN) ## Generate the CRD and RBAC manifests.
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd:maxDescLen=512 paths="./api/...;./cmd/...;./internal/controller/...;./internal/gateway/..." \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
-	cp config/crd/bases/mcpbridge.dev_mcpservers.yaml $(CHART)/files/crds/
+	cp config/crd/bases/mcpbridge.dev_mcpservers.yaml config/crd/bases/mcpbridge.dev_mcptoolsets.yaml $(CHART)/files/crds/
 	cp config/rbac/role.yaml $(CHART)/files/rbac/manager-role.yaml
 	{ cat config/argocd/argocd-cm.header.yaml; sed 's/^./    &/' config/argocd/health.lua; } > config/argocd/argocd-cm.yaml
 	mkdir -p $(CHART)/files/argocd

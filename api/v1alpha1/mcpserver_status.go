@@ -66,6 +66,12 @@ const (
 	// ReasonIdle: the server sleeps after spec.idle.suspendAfterMs without
 	// a tools/call; Ready stays True, its tools published.
 	ReasonIdle = "Idle"
+	// ReasonHandingOver: this replica owns the server now and waits for
+	// the replica that held its stdio connection to close it (Pending).
+	ReasonHandingOver = "HandingOver"
+	// ReasonToolSetTooLarge: the server's tools do not fit the McpToolSet
+	// that carries them to the other replicas (Failed).
+	ReasonToolSetTooLarge = "ToolSetTooLarge"
 )
 
 // Reasons of events on an McpServer that no condition carries.

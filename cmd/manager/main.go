@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"time"
 
@@ -25,8 +26,10 @@ import (
 	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/gateway"
 	"github.com/mcpbridge/operator/internal/kubeauth"
+	"github.com/mcpbridge/operator/internal/membership"
 	"github.com/mcpbridge/operator/internal/proc"
 	"github.com/mcpbridge/operator/internal/registry"
+	"github.com/mcpbridge/operator/internal/toolsets"
 )
 
 func main() {
@@ -88,17 +91,25 @@ func run(args []string) error {
 			return fmt.Errorf("watch the metrics certificate: %w", err)
 		}
 	}
-	if _, err := setupMembership(mgr, &opts.replicas); err != nil {
+	local := registry.New() // this replica's own supervisors publish here
+	local.MaxToolBytesPerNamespace = opts.budgets.toolBytes
+	sups := controller.NewSupervisors(controller.SupervisorsOptions{Registry: local, Log: ctrl.Log.WithName("supervisor"),
+		Egress:         egress.New(opts.upstreamAllowCIDRs).WithCluster(opts.clusterCIDRs, egress.KubeOwners{Reader: mgr.GetAPIReader()}),
+		TracerProvider: opts.tracerProvider})
+	// The Lease is kept until the supervisors are disposed: see
+	// docs/design.md, "Replicas and ownership" (shutdown).
+	members, err := setupMembership(mgr, &opts.replicas, sups.Disposed())
+	if err != nil {
 		return fmt.Errorf("set up the replica membership: %w", err)
 	}
-	sups, err := setupControllers(mgr, opts)
+	mirror, err := setupControllers(mgr, opts, members, sups)
 	if err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("add health check: %w", err)
 	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+	if err := addReadiness(mgr, members, mirror); err != nil {
 		return fmt.Errorf("add ready check: %w", err)
 	}
 
@@ -118,17 +129,27 @@ func run(args []string) error {
 	return err
 }
 
-// setupControllers wires the tool registry, the supervisors, the gateway
-// and the McpServer reconciler into the manager.
-func setupControllers(mgr ctrl.Manager, opts *options) (*controller.Supervisors, error) {
-	reg := registry.New()
-	reg.MaxToolBytesPerNamespace = opts.budgets.toolBytes
-	if err := setupGateway(mgr, opts, reg); err != nil {
+// setupControllers wires the registry the gateway serves, which mirrors
+// every replica's McpToolSets, the gateway and the McpServer reconciler
+// into the manager, around this replica's own supervisors (sups) and their
+// registry. See docs/design.md, "Replicas and ownership".
+func setupControllers(mgr ctrl.Manager, opts *options, members *membership.Membership, sups *controller.Supervisors) (*toolsets.Mirror, error) {
+	local := sups.Registry
+	// Each owner keeps its servers within the namespace's budget; the
+	// mirror serves what the owners published.
+	served := registry.New()
+	served.MaxToolBytesPerNamespace = math.MaxInt64
+	if err := setupGateway(mgr, opts, served); err != nil {
 		return nil, fmt.Errorf("set up the gateway: %w", err)
 	}
-	sups := controller.NewSupervisors(controller.SupervisorsOptions{Registry: reg, Log: ctrl.Log.WithName("supervisor"),
-		Egress:         egress.New(opts.upstreamAllowCIDRs).WithCluster(opts.clusterCIDRs, egress.KubeOwners{Reader: mgr.GetAPIReader()}),
-		TracerProvider: opts.tracerProvider})
+	mirror := &toolsets.Mirror{Reader: mgr.GetCache(), Served: served, Self: opts.replicas.name, Local: local.Caller,
+		Peer: func(name string) (toolsets.Peer, bool) {
+			mb, ok := members.Live(name)
+			return toolsets.Peer{Name: mb.Name, Address: mb.Address}, ok
+		}}
+	if err := mirror.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("set up the tool set mirror: %w", err)
+	}
 	r := &controller.McpServerReconciler{
 		Client:      mgr.GetClient(),
 		APIReader:   mgr.GetAPIReader(),
@@ -137,11 +158,13 @@ func setupControllers(mgr ctrl.Manager, opts *options) (*controller.Supervisors,
 		Runtime:     opts.runtimeConfig(),
 		PodRuntime:  opts.stdio.podRuntime(),
 		Replica:     opts.replicas.name,
+		Replicas:    replicaSet{members},
+		Membership:  members.Subscribe(),
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up the McpServer controller: %w", err)
 	}
-	return sups, nil
+	return mirror, nil
 }
 
 // setupGateway serves the registry's tools: with token authentication

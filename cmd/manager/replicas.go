@@ -1,20 +1,26 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/mcpbridge/operator/internal/membership"
+	"github.com/mcpbridge/operator/internal/toolsets"
 )
 
 // replicaOptions say who this replica is among the manager's replicas;
@@ -119,14 +125,13 @@ func validPort(p string) bool {
 
 // setupMembership adds this replica's membership (its Lease, the live set
 // of replicas) to the manager; it runs on every replica, leader or not.
-// Nothing waits for it yet: ownership still follows leader election.
-func setupMembership(mgr ctrl.Manager, o *replicaOptions) (*membership.Membership, error) {
+func setupMembership(mgr ctrl.Manager, o *replicaOptions, releaseAfter <-chan struct{}) (*membership.Membership, error) {
 	cs, err := kubernetes.NewForConfig(mgr.GetConfig())
 	if err != nil {
 		return nil, err
 	}
 	m, err := membership.New(membership.Config{Name: o.name, Address: o.advertiseAddress, Namespace: o.namespace,
-		LeaseDuration: o.leaseDuration, Client: cs})
+		LeaseDuration: o.leaseDuration, Client: cs, ReleaseAfter: releaseAfter})
 	if err != nil {
 		return nil, err
 	}
@@ -136,3 +141,37 @@ func setupMembership(mgr ctrl.Manager, o *replicaOptions) (*membership.Membershi
 // hostname names a replica outside a Pod (a variable so that tests choose
 // the host name).
 var hostname = os.Hostname
+
+// replicaSet is the membership as the McpServer reconciler asks it.
+type replicaSet struct{ *membership.Membership }
+
+func (s replicaSet) IsLive(name string) bool {
+	_, ok := s.Live(name)
+	return ok
+}
+
+// addReadiness makes /readyz pass only while this replica can serve the
+// whole registry: it has joined the replicas, its gateway serves every
+// McpToolSet, and it is not shutting down (it fails at once on SIGTERM, so
+// that the Service sends agents elsewhere while it hands its servers over).
+func addReadiness(mgr ctrl.Manager, members *membership.Membership, mirror *toolsets.Mirror) error {
+	var draining atomic.Bool
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		<-ctx.Done()
+		draining.Store(true)
+		return nil
+	})); err != nil {
+		return err
+	}
+	return mgr.AddReadyzCheck("replica", func(req *http.Request) error {
+		if draining.Load() {
+			return errors.New("shutting down")
+		}
+		select {
+		case <-members.Joined():
+		default:
+			return errors.New("not a member of the replicas yet")
+		}
+		return mirror.Ready(req)
+	})
+}

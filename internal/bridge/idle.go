@@ -114,6 +114,13 @@ func (s *Supervisor) acquire(ctx context.Context, deadline time.Time) (*generati
 	}
 }
 
+// InFlight is the number of calls the server is answering now.
+func (s *Supervisor) InFlight() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inflight
+}
+
 // release ends a call that acquire counted; the idle time starts anew.
 func (s *Supervisor) release() {
 	s.mu.Lock()

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -47,6 +48,13 @@ type McpServerReconciler struct {
 	// status of every server it reconciles names as its owner.
 	// See docs/design.md, "Replicas and ownership".
 	Replica string
+	// Replicas, when set, shares the servers among the replicas: this one
+	// runs only the servers it owns, and writes each one's McpToolSet.
+	// Nil: this replica runs every server and writes no McpToolSet.
+	Replicas Replicas
+	// Membership signals each replica that joins or leaves (nil without
+	// Replicas).
+	Membership <-chan event.GenericEvent
 	// MaxConcurrentReconciles defaults to 8.
 	MaxConcurrentReconciles int
 
@@ -68,7 +76,7 @@ func (r *McpServerReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	c := mgr.GetClient()
 	r.pods = &Pods{Reader: mgr.GetCache()}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("mcpserver").
 		// Our own status writes bump neither generation nor annotations.
 		For(&v1alpha1.McpServer{}, builder.WithPredicates(
@@ -82,8 +90,14 @@ func (r *McpServerReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(mapSecretUsers(c))).
 		WatchesMetadata(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(mapRefHolders(c, policy.ConfigMapRef))).
 		WatchesRawSource(r.Supervisors.Source()).
-		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.MaxConcurrentReconciles, 8)}).
-		Complete(r)
+		// Every replica runs its own share; none waits for a leader.
+		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.MaxConcurrentReconciles, 8),
+			NeedLeaderElection: ptr.To(false)})
+	if r.Replicas != nil {
+		b = b.Owns(&v1alpha1.McpToolSet{}, builder.WithPredicates(holderChanged())).
+			WatchesRawSource(source.Channel(r.Membership, handler.EnqueueRequestsFromMapFunc(r.moved)))
+	}
+	return b.Complete(r)
 }
 
 // Reconcile brings one McpServer's supervisor in line with its spec and
@@ -103,6 +117,9 @@ func (r *McpServerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	if obj.DeletionTimestamp != nil {
 		_, err := r.halt(ctx, req.NamespacedName, verdict{})
 		return ctrl.Result{}, err
+	}
+	if owner := r.ownerOf(obj); owner != r.Replica {
+		return r.notOwned(ctx, obj, owner)
 	}
 	orig := obj.DeepCopy()
 	v, err := r.decide(ctx, obj)
@@ -163,6 +180,11 @@ func (r *McpServerReconciler) decide(ctx context.Context, obj *v1alpha1.McpServe
 		return r.halt(ctx, key, verdict{phase: v1alpha1.PhaseInvalid, reason: v1alpha1.ReasonInvalidSpec,
 			message: "Invalid spec: " + err.Error()})
 	}
+	if p.Stdio != nil && r.Replicas != nil {
+		if v, ok, err := r.claimConnection(ctx, obj, p); err != nil || !ok {
+			return v, err
+		}
+	}
 	if p.Stdio != nil && p.Stdio.Runtime == v1alpha1.RuntimePod {
 		return r.runInPod(ctx, obj, p)
 	}
@@ -175,7 +197,29 @@ func (r *McpServerReconciler) decide(ctx context.Context, obj *v1alpha1.McpServe
 	if err := r.removePodObjects(ctx, obj.Namespace, obj.Name); err != nil {
 		return verdict{}, err
 	}
+	return r.published(ctx, obj, p, sup)
+}
+
+// published is the verdict of a running supervisor, once what it has
+// published is in the server's McpToolSet.
+func (r *McpServerReconciler) published(ctx context.Context, obj *v1alpha1.McpServer, p *policy.Policy, sup *bridge.Supervisor) (verdict, error) {
+	if v, err := r.publish(ctx, obj, p, sup); err != nil || v.phase != "" {
+		return v, err
+	}
 	return r.verdictOf(obj, sup), nil
+}
+
+// notOwned is the reconcile of a server that another replica owns, or
+// that no replica owns while this one has not joined the replicas yet.
+func (r *McpServerReconciler) notOwned(ctx context.Context, obj *v1alpha1.McpServer, owner string) (ctrl.Result, error) {
+	if owner == "" {
+		return ctrl.Result{RequeueAfter: notJoinedRetry}, nil
+	}
+	err := r.letGo(ctx, obj)
+	if errors.Is(err, errRecreate) {
+		return ctrl.Result{RequeueAfter: conflictRetry}, nil
+	}
+	return ctrl.Result{}, err
 }
 
 // runInPod runs a Pod-runtime server: the token Secret, then the
@@ -221,7 +265,7 @@ func (r *McpServerReconciler) runInPod(ctx context.Context, obj *v1alpha1.McpSer
 	if err := r.applyDeployment(ctx, obj, deploy); err != nil {
 		return r.podObjectFailure(ctx, key, err)
 	}
-	return r.verdictOf(obj, sup), nil
+	return r.published(ctx, obj, p, sup)
 }
 
 // podObjectFailure stops the server when an object of its Pod runtime
@@ -265,6 +309,9 @@ func (r *McpServerReconciler) halt(ctx context.Context, key client.ObjectKey, v 
 	if err := stopped(r.Supervisors.Stop(ctx, key)); err != nil {
 		return v, err
 	}
+	if err := r.dropToolSet(ctx, key); err != nil {
+		return v, err
+	}
 	return v, r.removePodObjects(ctx, key.Namespace, key.Name)
 }
 
@@ -292,6 +339,10 @@ func swapKey(obj *v1alpha1.McpServer, p *policy.Policy) SwapKey {
 		SuspendAfter: p.SuspendAfter,
 	}
 }
+
+// notJoinedRetry is how soon a replica that has not joined the replicas
+// yet looks again at a server; joining reconciles its share anyway.
+const notJoinedRetry = time.Second
 
 // conflictRetry is how soon a status write that lost a race is retried.
 const conflictRetry = 50 * time.Millisecond

@@ -31,18 +31,19 @@ const shutdownTimeout = 25 * time.Second
 // +kubebuilder:rbac:groups="",resources=pods;services,verbs=list
 
 // Supervisors runs one bridge.Supervisor per McpServer, keyed by name. It is
-// a manager.Runnable that needs leader election: supervisors (and their
-// child processes) exist only on the leader, and all are disposed when the
-// manager stops. Supervisors never write to the apiserver; their change
+// a manager.Runnable that runs on every replica, leader or not: each runs
+// the supervisors (and child processes) of the servers it owns, and all are
+// disposed when the manager stops. Supervisors never write to the apiserver; their change
 // signals reach the reconciler through Source. Build it with NewSupervisors.
 type Supervisors struct {
 	SupervisorsOptions
 
-	mu      sync.Mutex
-	ctx     context.Context
-	entries map[types.NamespacedName]*supervisorEntry
-	started chan struct{}
-	events  chan event.TypedGenericEvent[*v1alpha1.McpServer]
+	mu       sync.Mutex
+	ctx      context.Context
+	entries  map[types.NamespacedName]*supervisorEntry
+	started  chan struct{}
+	disposed chan struct{}
+	events   chan event.TypedGenericEvent[*v1alpha1.McpServer]
 }
 
 // SupervisorsOptions are what every supervisor of a manager shares.
@@ -64,6 +65,7 @@ func NewSupervisors(o SupervisorsOptions) *Supervisors {
 		SupervisorsOptions: o,
 		entries:            map[types.NamespacedName]*supervisorEntry{},
 		started:            make(chan struct{}),
+		disposed:           make(chan struct{}),
 		events:             make(chan event.TypedGenericEvent[*v1alpha1.McpServer], 1024),
 	}
 }
@@ -116,19 +118,49 @@ func (s *Supervisors) Source() source.Source {
 	return source.Channel(s.events, &handler.TypedEnqueueRequestForObject[*v1alpha1.McpServer]{})
 }
 
-// NeedLeaderElection keeps supervisors on the elected leader only.
-func (s *Supervisors) NeedLeaderElection() bool { return true }
+// NeedLeaderElection is false: no part of the data plane waits for a
+// leader (docs/design.md, "Replicas and ownership").
+func (s *Supervisors) NeedLeaderElection() bool { return false }
 
-// Start records the manager's context and, when it ends, disposes every
-// supervisor so that no child process outlives the manager.
+// Start records the manager's context and, when it ends, lets the calls in
+// flight finish (at most drainTimeout), then disposes every supervisor so
+// that no child process outlives the manager, and closes Disposed.
 func (s *Supervisors) Start(ctx context.Context) error {
 	s.mu.Lock()
 	s.ctx = ctx
 	s.mu.Unlock()
 	close(s.started)
 	<-ctx.Done()
+	s.drain(drainTimeout)
 	s.DisposeAll()
+	close(s.disposed)
 	return nil
+}
+
+// Disposed is closed once Start has disposed every supervisor.
+func (s *Supervisors) Disposed() <-chan struct{} { return s.disposed }
+
+// drainTimeout bounds how long a stopping manager waits for the calls in
+// flight before it disposes the supervisors (docs/design.md, "Replicas
+// and ownership": shutdown).
+const drainTimeout = 10 * time.Second
+
+// drain waits until no supervisor answers a call, at most d.
+func (s *Supervisors) drain(d time.Duration) {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) && s.inFlight() > 0 {
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (s *Supervisors) inFlight() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, e := range s.entries {
+		n += e.sup.InFlight()
+	}
+	return n
 }
 
 // Get returns the supervisor running for key, if any; not one being

@@ -201,8 +201,8 @@ func (g *Gateway) view(ctx context.Context, ns string, gr grant) (*view, func(),
 }
 
 // Start keeps the views equal to the registry and to what their identities
-// may use until ctx ends; it is a manager.Runnable that runs on the leader
-// only.
+// may use until ctx ends; it is a manager.Runnable that runs on every
+// replica.
 func (g *Gateway) Start(ctx context.Context) error {
 	sub := g.Registry.Subscribe()
 	defer sub.Close()
@@ -276,8 +276,9 @@ func (g *Gateway) closeSessions() {
 	}
 }
 
-// NeedLeaderElection: the registry is filled on the leader only.
-func (g *Gateway) NeedLeaderElection() bool { return true }
+// NeedLeaderElection is false: every replica serves every namespace's
+// tools (docs/design.md, "Replicas and ownership").
+func (g *Gateway) NeedLeaderElection() bool { return false }
 
 // The gateway's HTTP server: a client may not hold a connection open
 // without sending its headers, and a kept-alive connection without a
@@ -300,10 +301,9 @@ func (g *Gateway) httpServer() *http.Server {
 	}
 }
 
-// AddToManager serves the gateway on ln from the elected leader only, and
-// keeps its endpoints in step with the registry. The manager closes ln when
-// it stops. The manager binary passes ListenWhenServing, so that a replica
-// that is not the leader does not even bind the port. With g.TLS set, the
+// AddToManager serves the gateway on ln from every replica, and keeps its
+// endpoints in step with the registry. The manager closes ln when it
+// stops. With g.TLS set, the
 // listener speaks TLS (HTTP/1.1 only, like the metrics server without
 // --enable-http2).
 func (g *Gateway) AddToManager(mgr manager.Manager, ln net.Listener) error {
@@ -314,11 +314,10 @@ func (g *Gateway) AddToManager(mgr manager.Manager, ln net.Listener) error {
 		ln = tls.NewListener(ln, g.TLS)
 	}
 	return mgr.Add(&manager.Server{
-		Name:                "gateway",
-		Server:              g.httpServer(),
-		Listener:            ln,
-		OnlyServeWhenLeader: true,
-		ShutdownTimeout:     ptr.To(gatewayShutdown),
+		Name:            "gateway",
+		Server:          g.httpServer(),
+		Listener:        ln,
+		ShutdownTimeout: ptr.To(gatewayShutdown),
 	})
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,7 +38,16 @@ type Config struct {
 	Client        kubernetes.Interface
 	// Now is this replica's clock; nil is time.Now. Tests skew it.
 	Now func() time.Time
+	// ReleaseAfter, when set, keeps the Lease renewed after Start's
+	// context ends until it is closed (at most MaxReleaseWait): the
+	// manager closes it once its supervisors are disposed, so that no
+	// peer starts a server's child while this replica's may still run.
+	ReleaseAfter <-chan struct{}
 }
+
+// MaxReleaseWait bounds how long a stopping replica keeps its Lease for
+// Config.ReleaseAfter, within a Pod's default grace period of 30 s.
+const MaxReleaseWait = 25 * time.Second
 
 // Member is a live replica.
 type Member struct {
@@ -171,7 +181,7 @@ func (m *Membership) hold(ctx context.Context, lease *coordinationv1.Lease) erro
 	for {
 		select {
 		case <-ctx.Done():
-			m.release(ctx, lease)
+			m.release(ctx, m.holdWhileStopping(ctx, lease))
 			return nil
 		case <-t.C:
 		}
@@ -208,9 +218,46 @@ func (m *Membership) judge(ctx context.Context) {
 	}
 }
 
+// holdWhileStopping keeps renewing the Lease after ctx ended until
+// ReleaseAfter is closed, and returns it as last renewed.
+func (m *Membership) holdWhileStopping(ctx context.Context, lease *coordinationv1.Lease) *coordinationv1.Lease {
+	if m.cfg.ReleaseAfter == nil {
+		return lease
+	}
+	ctx = context.WithoutCancel(ctx)
+	limit := time.NewTimer(MaxReleaseWait)
+	defer limit.Stop()
+	t := time.NewTicker(m.cfg.LeaseDuration / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.cfg.ReleaseAfter:
+			return lease
+		case <-limit.C:
+			return lease
+		case <-t.C:
+		}
+		if l, err := m.renew(ctx, lease); err == nil {
+			lease = l
+		}
+	}
+}
+
 func (m *Membership) poke() {
 	select {
 	case m.kick <- struct{}{}:
 	default:
 	}
+}
+
+// Live reports whether the replica called name is in the live set, and
+// where it is.
+func (m *Membership) Live(name string) (Member, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	i, found := slices.BinarySearchFunc(m.live, name, func(mb Member, n string) int { return strings.Compare(mb.Name, n) })
+	if !found {
+		return Member{}, false
+	}
+	return m.live[i], true
 }

@@ -510,3 +510,19 @@ func (s *Subscription) Close() {
 	default:
 	}
 }
+
+// Caller is the Caller that owner's set in ns was published with, if the
+// owner has published one (with or without tools).
+func (r *Registry) Caller(ns, owner string) (Caller, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	st := r.namespaces[ns]
+	if st == nil {
+		return nil, false
+	}
+	o := st.owners[owner]
+	if o == nil || o.caller == nil {
+		return nil, false
+	}
+	return o.caller, true
+}

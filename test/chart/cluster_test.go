@@ -67,12 +67,15 @@ func TestEveryObjectPassesServerDryRun(t *testing.T) {
 // manager's arguments.
 func TestInstallUpgradeUninstall(t *testing.T) {
 	g := NewWithT(t)
-	// envtest installed the CRD from config/crd/bases; a fresh cluster has none.
+	// envtest installed the CRDs from config/crd/bases; a fresh cluster has none.
 	crd := &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: "mcpservers.mcpbridge.dev"}}
-	g.Expect(client.IgnoreNotFound(env.Client.Delete(ctx(t), crd))).To(Succeed())
-	g.Eventually(func() bool {
-		return apierrors.IsNotFound(env.Client.Get(ctx(t), client.ObjectKeyFromObject(crd), crd))
-	}, time.Minute, 100*time.Millisecond).Should(BeTrue(), "the CRD of envtest is not gone")
+	toolSets := &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: "mcptoolsets.mcpbridge.dev"}}
+	for _, c := range []*apiextensionsv1.CustomResourceDefinition{crd, toolSets} {
+		g.Expect(client.IgnoreNotFound(env.Client.Delete(ctx(t), c))).To(Succeed())
+		g.Eventually(func() bool {
+			return apierrors.IsNotFound(env.Client.Get(ctx(t), client.ObjectKeyFromObject(c), c))
+		}, time.Minute, 100*time.Millisecond).Should(BeTrue(), "the CRD %s of envtest is not gone", c.Name)
+	}
 
 	rel := install(t, nil)
 	objs, err := testenv.DecodeManifests(rel.Manifest)
@@ -108,6 +111,7 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 
 	info := uninstall(t)
 	g.Expect(info).To(ContainSubstring("mcpservers.mcpbridge.dev"), "helm uninstall reports the CRD it keeps")
+	g.Expect(info).To(ContainSubstring("mcptoolsets.mcpbridge.dev"), "helm uninstall reports the CRD it keeps")
 	g.Eventually(func() bool {
 		err := env.Client.Get(ctx(t), types.NamespacedName{Namespace: releaseNamespace, Name: "mcp-bridge-manager"}, &d)
 		return apierrors.IsNotFound(err)
@@ -115,6 +119,7 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 	g.Expect(apierrors.IsNotFound(env.Client.Get(ctx(t), types.NamespacedName{Name: "mcp-bridge-manager"}, &rbacv1.ClusterRole{}))).
 		To(BeTrue(), "the manager's ClusterRole outlives helm uninstall")
 	g.Expect(env.Client.Get(ctx(t), client.ObjectKeyFromObject(crd), crd)).To(Succeed(), "helm uninstall deleted the CRD")
+	g.Expect(env.Client.Get(ctx(t), client.ObjectKeyFromObject(toolSets), toolSets)).To(Succeed(), "helm uninstall deleted the CRD")
 	g.Expect(env.Client.Get(ctx(t), types.NamespacedName{Namespace: "default", Name: "kept"}, &v1alpha1.McpServer{})).
 		To(Succeed(), "helm uninstall deleted an McpServer")
 

@@ -21,6 +21,7 @@ import (
 func TestGeneratedCopiesAreCurrent(t *testing.T) {
 	for copyPath, source := range map[string]string{
 		"files/crds/mcpbridge.dev_mcpservers.yaml":      "config/crd/bases/mcpbridge.dev_mcpservers.yaml",
+		"files/crds/mcpbridge.dev_mcptoolsets.yaml":     "config/crd/bases/mcpbridge.dev_mcptoolsets.yaml",
 		"files/rbac/manager-role.yaml":                  "config/rbac/role.yaml",
 		"files/admission/author_references_policy.yaml": "config/admission/author_references_policy.yaml",
 		"files/admission/manager_writes_policy.yaml":    "config/admission/manager_writes_policy.yaml",

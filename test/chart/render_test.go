@@ -26,6 +26,7 @@ func TestDefaultRender(t *testing.T) {
 	objs, _ := render(t, nil)
 	g.Expect(kindNames(objs)).To(ConsistOf(
 		"CustomResourceDefinition/mcpservers.mcpbridge.dev",
+		"CustomResourceDefinition/mcptoolsets.mcpbridge.dev",
 		"ServiceAccount/mcp-bridge-manager",
 		"ClusterRole/mcp-bridge-manager",
 		"ClusterRoleBinding/mcp-bridge-manager",

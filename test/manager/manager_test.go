@@ -272,6 +272,38 @@ func deployedManager(t *testing.T, metrics, probes, gateway string) (objs []*uns
 // failure, when the test ends.
 func startManager(t *testing.T, probes string, args ...string) string {
 	t.Helper()
+	return runManager(t, probes, args...).logPath
+}
+
+// managerProcess is one manager binary the test started.
+type managerProcess struct {
+	cmd     *exec.Cmd
+	logPath string
+	exited  chan error
+	done    bool
+}
+
+// stop sends sig and waits for the process to end; it returns how it
+// exited.
+func (p *managerProcess) stop(sig syscall.Signal) error {
+	if p.done {
+		return nil
+	}
+	p.done = true
+	_ = p.cmd.Process.Signal(sig)
+	select {
+	case err := <-p.exited:
+		return err
+	case <-time.After(40 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+		return fmt.Errorf("the manager did not stop within 40s of %v", sig)
+	}
+}
+
+// runManager is startManager, returning the process.
+func runManager(t *testing.T, probes string, args ...string) *managerProcess {
+	t.Helper()
 	dir := t.TempDir()
 	logPath := filepath.Join(dir, "manager.log")
 	logFile, err := os.Create(logPath)
@@ -284,19 +316,11 @@ func startManager(t *testing.T, probes string, args ...string) string {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	p := &managerProcess{cmd: cmd, logPath: logPath, exited: make(chan error, 1)}
+	go func() { p.exited <- cmd.Wait() }()
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case err := <-exited:
-			if err != nil {
-				t.Errorf("the manager exited with %v on SIGTERM", err)
-			}
-		case <-time.After(40 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-			t.Error("the manager did not stop within 40s of SIGTERM")
+		if err := p.stop(syscall.SIGTERM); err != nil {
+			t.Errorf("the manager exited with %v on SIGTERM", err)
 		}
 		logFile.Close()
 		if t.Failed() {
@@ -308,8 +332,8 @@ func startManager(t *testing.T, probes string, args ...string) string {
 	hc := &http.Client{Timeout: time.Second}
 	NewWithT(t).Eventually(func(g Gomega) {
 		select {
-		case err := <-exited:
-			exited <- err
+		case err := <-p.exited:
+			p.exited <- err
 			StopTrying(fmt.Sprintf("the manager exited at start-up: %v", err)).Now()
 		default:
 		}
@@ -317,7 +341,7 @@ func startManager(t *testing.T, probes string, args ...string) string {
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(code).To(Equal(http.StatusOK))
 	}, time.Minute, 100*time.Millisecond).Should(Succeed(), "the manager is not ready")
-	return logPath
+	return p
 }
 
 // tokenKubeconfig writes a kubeconfig that reaches the control plane with a

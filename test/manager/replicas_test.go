@@ -1,0 +1,278 @@
+package manager_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/mcpbridge/operator/api/v1alpha1"
+	"github.com/mcpbridge/operator/internal/testenv"
+	"github.com/mcpbridge/operator/test/fixture"
+)
+
+// replica is one manager process among several against the same
+// apiserver, as a Deployment's replicas are.
+type replica struct {
+	name, gateway, probes, metrics string
+	proc                           *managerProcess
+}
+
+// startReplicas runs n managers named r1..rn whose Leases live in ns, each
+// with its own loopback ports, as the Pods of one Deployment would be.
+func startReplicas(t *testing.T, ns string, n int) []*replica {
+	t.Helper()
+	rs := make([]*replica, n)
+	for i := range rs {
+		r := &replica{name: fmt.Sprintf("r%d", i+1), gateway: freeAddr(t), probes: freeAddr(t), metrics: freeAddr(t)}
+		r.proc = runManager(t, r.probes, "--kubeconfig="+env.KubeconfigPath, "--health-probe-bind-address="+r.probes,
+			"--metrics-bind-address="+r.metrics, "--metrics-secure=false", "--gateway-bind-address="+r.gateway,
+			"--gateway-auth=none", "--gateway-tls=false", "--upstream-allow-cidrs=127.0.0.0/8",
+			"--replica-name="+r.name, "--replica-bind-address="+freeAddr(t), "--replica-lease-duration=3s",
+			"--manager-namespace="+ns)
+		rs[i] = r
+	}
+	return rs
+}
+
+// servers reads the McpServers of ns by name.
+func servers(g Gomega, ns string) map[string]v1alpha1.McpServer {
+	list := &v1alpha1.McpServerList{}
+	g.Expect(env.Client.List(context.Background(), list, client.InNamespace(ns))).To(Succeed())
+	out := map[string]v1alpha1.McpServer{}
+	for _, m := range list.Items {
+		out[m.Name] = m
+	}
+	return out
+}
+
+// allReadyOn waits until every McpServer of ns is Ready, and returns them.
+func allReadyOn(t *testing.T, ns string, names []string, owners []string) map[string]v1alpha1.McpServer {
+	t.Helper()
+	var got map[string]v1alpha1.McpServer
+	NewWithT(t).Eventually(func(g Gomega) {
+		got = servers(g, ns)
+		for _, n := range names {
+			g.Expect(got).To(HaveKey(n))
+			g.Expect(got[n].Status.Phase).To(Equal(v1alpha1.PhaseReady), n)
+			g.Expect(owners).To(ContainElement(got[n].Status.Replica), n)
+		}
+	}, time.Minute, 100*time.Millisecond).Should(Succeed())
+	return got
+}
+
+// listedTools is what an agent of ns sees through one replica's gateway.
+func listedTools(ctx context.Context, gateway, ns string) ([]string, error) {
+	cs, err := connectAgent(ctx, gateway, ns)
+	if err != nil {
+		return nil, err
+	}
+	defer cs.Close()
+	var names []string
+	for tool, err := range cs.Tools(ctx, nil) {
+		if err != nil {
+			return nil, err
+		}
+		names = append(names, tool.Name)
+	}
+	return names, nil
+}
+
+func connectAgent(ctx context.Context, gateway, ns string) (*mcp.ClientSession, error) {
+	agent := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "v0"}, nil)
+	return agent.Connect(ctx, &mcp.StreamableClientTransport{
+		Endpoint: "http://" + gateway + "/namespaces/" + ns + "/mcp", HTTPClient: &http.Client{}, MaxRetries: -1}, nil)
+}
+
+// connectedOn is the value of mcpbridge_connection_up for ns/name on a
+// replica's metrics, 0 when it has none.
+func connectedOn(r *replica, ns, name string) float64 {
+	text, err := scrapeText(r.metrics)
+	if err != nil {
+		return -1
+	}
+	v, err := sample(text, fmt.Sprintf(`mcpbridge_connection_up{name=%q,namespace=%q}`, name, ns))
+	if err != nil {
+		return 0
+	}
+	return v
+}
+
+// TestReplicasShareTheServers runs three managers against one apiserver:
+// each McpServer is run by exactly one of them, they share the servers
+// between them, every replica's gateway lists every tool, and a replica
+// that stops moves only its own servers.
+func TestReplicasShareTheServers(t *testing.T) {
+	const n = 9
+	g := NewWithT(t)
+	leases, tenant := newNamespace(t, "replicas-"), newNamespace(t, "tenant-")
+	rs := startReplicas(t, leases, 3)
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("s%d", i)
+		createHTTPServer(t, tenant, names[i], serveFixture(t, fixture.Options{}))
+	}
+	all := []string{"r1", "r2", "r3"}
+	before := allReadyOn(t, tenant, names, all)
+
+	// Spread and exclusive: one owner each, connected there only, and the
+	// holder of its McpToolSet.
+	owners := map[string][]string{}
+	for _, name := range names {
+		owner := before[name].Status.Replica
+		owners[owner] = append(owners[owner], name)
+		ts := &v1alpha1.McpToolSet{}
+		g.Expect(env.Client.Get(ctx(t), client.ObjectKey{Namespace: tenant, Name: name}, ts)).To(Succeed())
+		g.Expect(ts.Spec.Holder).To(Equal(owner), name)
+		for _, r := range rs {
+			want := 0.0
+			if r.name == owner {
+				want = 1
+			}
+			g.Eventually(func() float64 { return connectedOn(r, tenant, name) }, 10*time.Second, 100*time.Millisecond).
+				Should(Equal(want), "%s connected on %s", name, r.name)
+		}
+	}
+	g.Expect(len(owners)).To(BeNumerically(">=", 2), "9 servers all on one replica: %v", owners)
+
+	// Every replica lists every server's tools, the same ones.
+	var listed []string
+	for _, r := range rs {
+		g.Eventually(func(g Gomega) {
+			tools, err := listedTools(ctx(t), r.gateway, tenant)
+			g.Expect(err).NotTo(HaveOccurred())
+			for _, name := range names {
+				g.Expect(tools).To(ContainElement("mcp__"+name+"__"+fixture.ToolEcho), "on %s", r.name)
+			}
+			if listed != nil {
+				g.Expect(tools).To(Equal(listed), "on %s", r.name)
+			}
+			listed = tools
+		}, 10*time.Second, 100*time.Millisecond).Should(Succeed())
+	}
+
+	// r3 leaves (SIGTERM): its servers move to r1 and r2; the others keep
+	// their owner and their connection generation.
+	leaving := rs[2]
+	g.Expect(leaving.proc.stop(syscall.SIGTERM)).To(Succeed())
+	after := allReadyOn(t, tenant, names, all[:2])
+	for _, name := range names {
+		if before[name].Status.Replica == leaving.name {
+			continue
+		}
+		g.Expect(after[name].Status.Replica).To(Equal(before[name].Status.Replica), name)
+		g.Expect(after[name].Status.ConnectionGeneration).To(Equal(before[name].Status.ConnectionGeneration), name)
+	}
+	for _, r := range rs[:2] {
+		g.Eventually(func(g Gomega) {
+			tools, err := listedTools(ctx(t), r.gateway, tenant)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(tools).To(Equal(listed), "on %s", r.name)
+		}, 10*time.Second, 100*time.Millisecond).Should(Succeed())
+	}
+}
+
+var (
+	fixtureOnce sync.Once
+	fixtureBin  string
+	fixtureErr  error
+)
+
+// stdioFixture is the mcp-fixture binary, built once.
+func stdioFixture(t *testing.T) string {
+	t.Helper()
+	fixtureOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "mcpbridge-fixture-")
+		if err != nil {
+			fixtureErr = err
+			return
+		}
+		fixtureBin = filepath.Join(dir, "mcp-fixture")
+		fixtureErr = testenv.Build(fixtureBin, "./test/fixture/cmd/mcp-fixture")
+	})
+	if fixtureErr != nil {
+		t.Fatal(fixtureErr)
+	}
+	return fixtureBin
+}
+
+// TestStdioHandoffNeverRunsTwoChildren moves stdio servers from one
+// replica to another twice, by a replica joining and by the first one
+// leaving: never do two children of one server live at once, across the
+// replicas, and every server ends on the one replica left.
+func TestStdioHandoffNeverRunsTwoChildren(t *testing.T) {
+	const n = 8
+	g := NewWithT(t)
+	bin := stdioFixture(t)
+	leases, tenant := newNamespace(t, "replicas-"), newNamespace(t, "stdio-")
+	var procs []*managerProcess
+	var mu sync.Mutex
+	parents := func() []int {
+		mu.Lock()
+		defer mu.Unlock()
+		pids := make([]int, len(procs))
+		for i, p := range procs {
+			pids[i] = p.cmd.Process.Pid
+		}
+		return pids
+	}
+	start := func(name string) {
+		probes := freeAddr(t)
+		p := runManager(t, probes, "--kubeconfig="+env.KubeconfigPath, "--health-probe-bind-address="+probes,
+			"--metrics-bind-address=0", "--gateway-bind-address="+freeAddr(t), "--gateway-auth=none", "--gateway-tls=false",
+			"--local-stdio-namespaces=*", "--replica-name="+name, "--replica-bind-address="+freeAddr(t),
+			"--replica-lease-duration=3s", "--manager-namespace="+leases)
+		mu.Lock()
+		procs = append(procs, p)
+		mu.Unlock()
+	}
+	start("r1")
+	names := make([]string, n)
+	watches := make([]*fixture.ChildWatch, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("s%d", i)
+		marker := "MCPBRIDGE_HANDOFF=" + tenant + "-" + names[i]
+		watches[i] = fixture.WatchChildrenOf(marker, parents)
+		t.Cleanup(watches[i].Stop)
+		obj := &v1alpha1.McpServer{
+			ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: names[i]},
+			Spec: v1alpha1.McpServerSpec{Transport: v1alpha1.TransportStdio, Stdio: &v1alpha1.StdioTransport{
+				Command: bin, Env: []corev1.EnvVar{{Name: "MCPBRIDGE_HANDOFF", Value: tenant + "-" + names[i]}}}},
+		}
+		g.Expect(env.Client.Create(ctx(t), obj)).To(Succeed())
+	}
+	allReadyOn(t, tenant, names, []string{"r1"})
+
+	start("r2")
+	moved := func() int {
+		n := 0
+		for _, m := range servers(g, tenant) {
+			if m.Status.Replica == "r2" && m.Status.Phase == v1alpha1.PhaseReady {
+				n++
+			}
+		}
+		return n
+	}
+	g.Eventually(moved, time.Minute, 100*time.Millisecond).Should(BeNumerically(">", 0), "no server moved to r2")
+	allReadyOn(t, tenant, names, []string{"r1", "r2"})
+
+	g.Expect(procs[0].stop(syscall.SIGTERM)).To(Succeed())
+	allReadyOn(t, tenant, names, []string{"r2"})
+	for i, w := range watches {
+		w.Stop()
+		maxAlive, worst, distinct := w.Result()
+		g.Expect(distinct).To(BeNumerically(">=", 2), "%s: the watch saw the server on r1 and on r2", names[i])
+		g.Expect(maxAlive).To(Equal(1), "%s: server processes %v lived at once", names[i], worst)
+	}
+}
