@@ -356,6 +356,11 @@ func TestIdsThatDoNotOpenAreNotFound(t *testing.T) {
 	if code, on, body := p.request(t, http.MethodPost, testNS, sid, listTools); code != http.StatusNotFound || on != "c" {
 		t.Fatalf("an id of a retired key: status %d on %s, want 404 on c: %s", code, on, body)
 	}
+	// Where it is live, the session goes on.
+	p.to(p.b)
+	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: echoPublic}); err != nil {
+		t.Fatalf("a call on B, which holds the session, after its key was retired: %v", err)
+	}
 }
 
 // allowAll authenticates every agentToken as its sub and allows it the
