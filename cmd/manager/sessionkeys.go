@@ -1,0 +1,64 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/mcpbridge/operator/internal/sessionkeys"
+)
+
+// The key ring the gateway seals 2025-11-25 session ids with, in a Secret
+// of the manager's namespace; see docs/design.md, "Sessions on every
+// replica".
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;update
+
+// sessionKeyOptions say where the ring is kept and how it turns.
+type sessionKeyOptions struct {
+	secretName  string
+	rotateEvery time.Duration
+	honourFor   time.Duration
+}
+
+func (o *sessionKeyOptions) bindFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.secretName, "gateway-session-key-secret", sessionkeys.DefaultSecretName,
+		"Secret of the manager's namespace that holds the keys agent session ids are sealed with; the manager creates it.")
+	fs.DurationVar(&o.rotateEvery, "gateway-session-key-rotation", sessionkeys.DefaultRotateEvery,
+		"How often a new session key becomes current.")
+	fs.DurationVar(&o.honourFor, "gateway-session-key-retention", sessionkeys.DefaultHonourFor,
+		"How long a session key is still honoured after the next one became current, and how long after its start a session "+
+			"may go on on another replica.")
+}
+
+// minSessionKeyPeriod: a ring that turns faster would retire keys while the
+// replicas are still learning them (they read the Secret every minute).
+const minSessionKeyPeriod = 10 * time.Minute
+
+func (o *sessionKeyOptions) validate() error {
+	if o.rotateEvery < minSessionKeyPeriod || o.honourFor < minSessionKeyPeriod {
+		return fmt.Errorf("--gateway-session-key-rotation=%s and --gateway-session-key-retention=%s must be at least %s",
+			o.rotateEvery, o.honourFor, minSessionKeyPeriod)
+	}
+	return nil
+}
+
+// addSessionKeys adds the ring to mgr on every replica, with a readiness
+// check that passes once it is loaded, and returns it for the gateway's
+// SessionKeys.
+func addSessionKeys(mgr ctrl.Manager, o *sessionKeyOptions, managerNamespace string) (*sessionkeys.Ring, error) {
+	if managerNamespace == "" {
+		return nil, errors.New("the gateway's session keys need the manager's namespace: outside a cluster pass --manager-namespace")
+	}
+	ring := sessionkeys.New(mgr.GetClient(), managerNamespace, o.secretName, o.rotateEvery, o.honourFor).
+		WithReader(mgr.GetAPIReader()) // the manager caches no Secret of its own namespace
+	if err := mgr.Add(ring); err != nil {
+		return nil, fmt.Errorf("keep the session keys: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("session-keys", ring.Check); err != nil {
+		return nil, fmt.Errorf("add the session keys' readiness check: %w", err)
+	}
+	return ring, nil
+}
