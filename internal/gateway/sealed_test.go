@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -472,5 +473,41 @@ func TestSealedIdsExpire(t *testing.T) {
 	}
 	if _, ok := s.open(strings.Repeat("A", maxSessionIDLen+4), testNS); ok {
 		t.Fatal("an over-long id opened")
+	}
+}
+
+// Requests that arrive at once with an id B does not hold make one session
+// there.
+func TestConcurrentRequestsTakeASessionUpOnce(t *testing.T) {
+	p := newReplicas(t, &replicaOptions{keys: newTestRing(t)})
+	sid := connectAgent(t, p.url, p.hc, statefulProto).ID()
+	p.to(p.b)
+	const n = 8
+	codes := make([]int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		// Distinct ids: the SDK refuses an id already in flight on the session.
+		body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/list"}`, 100+i)
+		wg.Go(func() { codes[i], _, _ = p.request(t, http.MethodPost, testNS, sid, body) })
+	}
+	wg.Wait()
+	for i, code := range codes {
+		if code != http.StatusOK {
+			t.Fatalf("request %d: status %d", i, code)
+		}
+	}
+	v, release, err := p.b.g.view(context.Background(), testNS, grant{all: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release()
+	count := 0
+	for ss := range v.server.Sessions() {
+		if ss.ID() == sid {
+			count++
+		}
+	}
+	if count != 1 {
+		t.Fatalf("B holds %d sessions of the id, want 1", count)
 	}
 }
