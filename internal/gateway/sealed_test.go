@@ -266,14 +266,32 @@ func TestASessionOpenedOnOneReplicaGoesOnOnAnother(t *testing.T) {
 	if !v.hasSession(sid) {
 		t.Fatal("B does not hold the session")
 	}
-	// The session B took up has the agent's own client info.
+	// The session B took up has the agent's own initialize params.
+	va, release, err := p.a.g.view(ctx, testNS, grant{all: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release()
+	if a, b := initializeParams(t, va, sid), initializeParams(t, v, sid); a != b {
+		t.Fatalf("B's session was initialized with %s, A's with %s", b, a)
+	}
+}
+
+// initializeParams are the params session sid of v was initialized with,
+// as JSON.
+func initializeParams(t *testing.T, v *view, sid string) string {
+	t.Helper()
 	for ss := range v.server.Sessions() {
 		if ss.ID() == sid {
-			if ci := ss.InitializeParams().ClientInfo; ci == nil || ci.Name != "test-agent" {
-				t.Fatalf("B's session has client info %+v", ci)
+			b, err := json.Marshal(ss.InitializeParams())
+			if err != nil {
+				t.Fatal(err)
 			}
+			return string(b)
 		}
 	}
+	t.Fatalf("no session %s", sid)
+	return ""
 }
 
 // A GET stream the agent opens on B, where its session was not opened,

@@ -85,19 +85,24 @@ func (r *Ring) NeedLeaderElection() bool { return false }
 // retiring and recreating as due) until ctx ends.
 func (r *Ring) Start(ctx context.Context) error {
 	logger := log.FromContext(ctx).WithName("sessionkeys").WithValues("secret", r.key.String())
-	t := time.NewTicker(r.refresh())
-	defer t.Stop()
 	for {
+		wait := r.refresh()
 		if err := r.sync(ctx); err != nil && ctx.Err() == nil {
-			logger.Error(err, "session keys not read; retrying")
+			logger.Error(err, "session keys not read or written; retrying")
+			if r.Check(nil) != nil {
+				wait = min(wait, startRetry) // the replica is not ready until it has keys
+			}
 		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C:
+		case <-time.After(wait):
 		}
 	}
 }
+
+// startRetry: how soon a ring that has no keys yet tries again.
+const startRetry = 5 * time.Second
 
 // Check is a readiness check: the ring has been loaded.
 func (r *Ring) Check(*http.Request) error {
@@ -173,7 +178,8 @@ func (r *Ring) sync(ctx context.Context) error {
 				continue
 			}
 			if err != nil {
-				return fmt.Errorf("update the Secret %s: %w", r.key, err)
+				// The keys read are still good to seal and open with.
+				return errors.Join(fmt.Errorf("update the Secret %s: %w", r.key, err), r.hold(ring))
 			}
 			log.FromContext(ctx).WithName("sessionkeys").Info("session key ring changed",
 				"secret", r.key.String(), "keys", len(next), "newest", next[len(next)-1].ID)

@@ -297,3 +297,33 @@ func TestADamagedSecretIsLeftAlone(t *testing.T) {
 		t.Fatal("the ring dropped the keys it held")
 	}
 }
+
+// A replica that may not write the Secret (a refused rotation) still seals
+// and opens with the keys it read.
+func TestARefusedWriteKeepsTheKeysRead(t *testing.T) {
+	key := secretIn(t)
+	t0 := time.Now()
+	clk := &clock{now: t0}
+	mustSync(t, newRing(env.Client, key, clk))
+	base, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	readOnly := interceptor.NewClient(base, interceptor.Funcs{
+		Update: func(context.Context, client.WithWatch, client.Object, ...client.UpdateOption) error {
+			return apierrors.NewForbidden(corev1.Resource("secrets"), key.Name, fmt.Errorf("not this replica"))
+		},
+	})
+	r := newRing(readOnly, key, clk)
+	clk.set(t0.Add(testRotate)) // a rotation is due
+	if err := r.sync(context.Background()); err == nil {
+		t.Fatal("the refused write was not reported")
+	}
+	if err := r.Check(nil); err != nil {
+		t.Fatalf("not ready with the keys it read: %v", err)
+	}
+	ids := secretKeys(t, key)
+	if cur, _, _ := r.Current(); len(ids) != 1 || cur != ids[0] {
+		t.Fatalf("current key %d, the Secret holds %v", cur, ids)
+	}
+}
