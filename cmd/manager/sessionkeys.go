@@ -1,13 +1,13 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/mcpbridge/operator/internal/gateway"
 	"github.com/mcpbridge/operator/internal/sessionkeys"
 )
 
@@ -47,10 +47,12 @@ func (o *sessionKeyOptions) validate() error {
 
 // addSessionKeys adds the ring to mgr on every replica, with a readiness
 // check that passes once it is loaded, and returns it for the gateway's
-// SessionKeys.
-func addSessionKeys(mgr ctrl.Manager, o *sessionKeyOptions, managerNamespace string) (*sessionkeys.Ring, error) {
+// SessionKeys. Outside a cluster without --manager-namespace there is no
+// Secret to share: it returns nil, and the gateway seals with a key of its
+// own process.
+func addSessionKeys(mgr ctrl.Manager, o *sessionKeyOptions, managerNamespace string) (gateway.SessionKeys, error) {
 	if managerNamespace == "" {
-		return nil, errors.New("the gateway's session keys need the manager's namespace: outside a cluster pass --manager-namespace")
+		return nil, nil
 	}
 	ring := sessionkeys.New(mgr.GetClient(), managerNamespace, o.secretName, o.rotateEvery, o.honourFor).
 		WithReader(mgr.GetAPIReader()) // the manager caches no Secret of its own namespace
