@@ -46,21 +46,23 @@ func (o *sessionKeyOptions) validate() error {
 }
 
 // addSessionKeys adds the ring to mgr on every replica, with a readiness
-// check that passes once it is loaded, and returns it for the gateway's
-// SessionKeys. Outside a cluster without --manager-namespace there is no
-// Secret to share: it returns nil, and the gateway seals with a key of its
-// own process.
-func addSessionKeys(mgr ctrl.Manager, o *sessionKeyOptions, managerNamespace string) (gateway.SessionKeys, error) {
+// check that passes once it is loaded, and has gw seal with it and take up
+// sessions for as long as their keys are honoured. Outside a cluster
+// without --manager-namespace there is no Secret to share, and gw seals
+// with a key of its own process.
+func addSessionKeys(mgr ctrl.Manager, gw *gateway.Gateway, o *sessionKeyOptions, managerNamespace string) error {
+	gw.SessionMaxAge = o.honourFor
 	if managerNamespace == "" {
-		return nil, nil
+		return nil
 	}
 	ring := sessionkeys.New(mgr.GetClient(), managerNamespace, o.secretName, o.rotateEvery, o.honourFor).
 		WithReader(mgr.GetAPIReader()) // the manager caches no Secret of its own namespace
 	if err := mgr.Add(ring); err != nil {
-		return nil, fmt.Errorf("keep the session keys: %w", err)
+		return fmt.Errorf("keep the session keys: %w", err)
 	}
 	if err := mgr.AddReadyzCheck("session-keys", ring.Check); err != nil {
-		return nil, fmt.Errorf("add the session keys' readiness check: %w", err)
+		return fmt.Errorf("add the session keys' readiness check: %w", err)
 	}
-	return ring, nil
+	gw.SessionKeys = ring
+	return nil
 }

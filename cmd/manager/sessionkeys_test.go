@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpbridge/operator/internal/gateway"
 	"github.com/mcpbridge/operator/internal/sessionkeys"
 )
 
@@ -39,7 +40,8 @@ func TestSessionKeyFlags(t *testing.T) {
 		t.Fatalf("defaults %+v", o)
 	}
 	// Outside a cluster without --manager-namespace: the gateway's own key.
-	if keys, err := addSessionKeys(nil, &o, ""); keys != nil || err != nil {
-		t.Fatalf("without the manager's namespace: %v, %v", keys, err)
+	gw := &gateway.Gateway{}
+	if err := addSessionKeys(nil, gw, &o, ""); err != nil || gw.SessionKeys != nil || gw.SessionMaxAge != o.honourFor {
+		t.Fatalf("without the manager's namespace: %v, keys %v, max age %s", err, gw.SessionKeys, gw.SessionMaxAge)
 	}
 }
