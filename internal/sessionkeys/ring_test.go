@@ -11,8 +11,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/mcpbridge/operator/internal/gateway"
 	"github.com/mcpbridge/operator/internal/testenv"
@@ -325,5 +327,56 @@ func TestARefusedWriteKeepsTheKeysRead(t *testing.T) {
 	ids := secretKeys(t, key)
 	if cur, _, _ := r.Current(); len(ids) != 1 || cur != ids[0] {
 		t.Fatalf("current key %d, the Secret holds %v", cur, ids)
+	}
+}
+
+// As a manager's Runnable: ready once loaded, and a deleted Secret is back
+// at the next read.
+func TestStartKeepsTheRing(t *testing.T) {
+	key := secretIn(t)
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := New(mgr.GetClient(), key.Namespace, key.Name, 0, 0).WithReader(mgr.GetAPIReader())
+	r.Refresh = 100 * time.Millisecond // re-read often: the test waits for a read, not for a time
+	if err := mgr.Add(r); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	waitFor(t, "the ring is loaded", func() bool { return r.Check(nil) == nil })
+	first, _, _ := r.Current()
+	if err := env.Client.Delete(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{
+		Namespace: key.Namespace, Name: key.Name}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the Secret is made again", func() bool {
+		var s corev1.Secret
+		return env.Client.Get(context.Background(), key, &s) == nil && s.UID != "" && func() bool {
+			cur, _, _ := r.Current()
+			return cur != first
+		}()
+	})
+}
+
+// waitFor polls cond until it holds, for at most a generous limit (a
+// loaded machine must not fail the test).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 30s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
