@@ -199,4 +199,16 @@ var _ = Describe("Admission confines the manager's writes to its McpServers' obj
 		expectManagerRefused(ctx, caConfigMap(ns, "kube-root-ca.crt"), "only the ConfigMaps mcpbridge-gateway-ca")
 		expectManagerRefused(ctx, caConfigMap(own.Name, "settings"), "only the ConfigMaps mcpbridge-gateway-ca")
 	})
+
+	It("lets the manager write its gateway's session keys Secret in its own namespace only", func(ctx SpecContext) {
+		mgr := clientAs(managerUser)
+		own := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "mcpbridge-system"}}
+		Expect(client.IgnoreAlreadyExists(k8sClient.Create(ctx, own))).To(Succeed())
+		keys := func(ns string) *corev1.Secret {
+			return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "mcpbridge-session-keys", Namespace: ns}, Type: corev1.SecretTypeOpaque,
+				Data: map[string][]byte{"keys.json": []byte("[]")}}
+		}
+		Expect(mgr.Create(ctx, keys(own.Name), client.DryRunAll)).To(Succeed())
+		expectManagerRefused(ctx, keys(ns), "labelled app.kubernetes.io/managed-by=mcpbridge")
+	})
 })
