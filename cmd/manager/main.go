@@ -174,6 +174,9 @@ func setupControllers(mgr ctrl.Manager, opts *options, members *membership.Membe
 func setupGateway(mgr ctrl.Manager, opts *options, reg *registry.Registry) error {
 	gw := &gateway.Gateway{Registry: reg, Log: ctrl.Log.WithName("gateway"), TracerProvider: opts.tracerProvider,
 		Budgets: opts.budgets.gateway}
+	if err := addSessionKeys(mgr, gw, &opts.sessionKeys, opts.stdio.managerNamespace); err != nil {
+		return err
+	}
 	if opts.gatewayAuth == gatewayAuthToken {
 		c := mgr.GetClient() // creates go to the apiserver, never to the cache
 		gw.Auth = gateway.NewAccess(
