@@ -1,0 +1,88 @@
+package peer
+
+import (
+	"encoding/json"
+	"errors"
+)
+
+// CallPath is the endpoint's one route.
+const CallPath = "/v1/call"
+
+// MaxBodyBytes bounds a forwarded call's request body, as the gateway
+// bounds an agent's: the arguments were accepted there under that bound.
+const MaxBodyBytes = 4 << 20
+
+// maxAnswerBytes bounds the answer a Client reads: a result as large as a
+// supervisor accepts from its server (16 MiB) in its envelope.
+const maxAnswerBytes = 16<<20 + 64<<10
+
+// Call is one tools/call to forward.
+type Call struct {
+	// Namespace is the McpServer's namespace.
+	Namespace string `json:"namespace"`
+	// Owner is the registry's owner key of the server's tool set
+	// ("namespace/name").
+	Owner string `json:"owner"`
+	// Tool is the tool's raw name, as the server knows it.
+	Tool string `json:"tool"`
+	// Arguments are the call's arguments as the agent sent them; empty
+	// when it sent none.
+	Arguments json.RawMessage `json:"arguments,omitempty"`
+	// SDK asks the owner to call through registry.Caller's CallTool even
+	// when its caller has the JSON path: the forwarding replica was
+	// itself called through CallTool (a tool whose x-mcp-header
+	// parameters only the SDK sends).
+	SDK bool `json:"sdk,omitempty"`
+}
+
+// answer is the endpoint's 200 response: the CallToolResult as the owner's
+// caller returned it, byte for byte.
+type answer struct {
+	Result  json.RawMessage `json:"result"`
+	IsError bool            `json:"isError"`
+}
+
+// failure is the body of any other response.
+type failure struct {
+	Error   string `json:"error"`
+	Message string `json:"message,omitempty"`
+}
+
+// Error codes of a failure.
+const (
+	// codeNotOwner: the replica has no local caller for the owner
+	// (http.StatusConflict).
+	codeNotOwner = "not_owner"
+	// codeCallFailed: the local caller returned an error
+	// (http.StatusBadGateway); the message is that error's.
+	codeCallFailed = "call_failed"
+	// codeBadRequest: the request could not be read (http.StatusBadRequest,
+	// or http.StatusRequestEntityTooLarge beyond MaxBodyBytes).
+	codeBadRequest = "bad_request"
+)
+
+// ErrNotServedHere: the replica called does not serve the server (it is
+// not, or no longer, its owner, or its supervisor is not up yet). Ownership
+// is moving; a caller waits for the owner it computes next and retries.
+var ErrNotServedHere = errors.New("the replica called does not serve this McpServer")
+
+// ErrUnreachable: no answer came from the replica (no connection, a
+// refused handshake, or the connection lost before the answer). The call
+// may or may not have run there.
+var ErrUnreachable = errors.New("the replica that owns this McpServer cannot be reached")
+
+// CallError is the owner's caller failing the call: its message is the
+// error the owner's supervisor returned, which a local call would have
+// returned too (never an argument, a result or a secret: supervisors'
+// errors are what agents see).
+type CallError struct{ Message string }
+
+func (e *CallError) Error() string { return e.Message }
+
+// unreachableError is ErrUnreachable with its cause, for the log.
+type unreachableError struct{ err error }
+
+func (e *unreachableError) Error() string { return ErrUnreachable.Error() }
+func (e *unreachableError) Unwrap() []error {
+	return []error{ErrUnreachable, e.err}
+}
