@@ -60,7 +60,9 @@ func newClient(id *identity, tracer tracing.Tracer, log logr.Logger) *Client {
 	c := &Client{id: id, tracer: tracer, log: log, down: map[string]bool{}}
 	dialer := &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
 	c.http = &http.Client{Transport: &http.Transport{
-		DialTLSContext:      func(ctx context.Context, network, addr string) (net.Conn, error) { return c.dialTLS(ctx, dialer, network, addr) },
+		DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return c.dialTLS(ctx, dialer, network, addr)
+		},
 		MaxIdleConnsPerHost: maxIdleConnsPerPeer,
 		IdleConnTimeout:     clientIdleTimeout,
 		DisableCompression:  true,
@@ -116,7 +118,7 @@ func (c *Client) Call(ctx context.Context, to Target, call Call) (result json.Ra
 }
 
 func (c *Client) do(ctx context.Context, to Target, call *Call) (json.RawMessage, bool, string, error) {
-	body, err := json.Marshal(call)
+	body, err := call.encode()
 	if err != nil {
 		return nil, false, outcomeCallError, fmt.Errorf("encode the forwarded call: %w", err)
 	}

@@ -10,6 +10,7 @@ import (
 	stdlog "log"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -157,7 +158,7 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		tracing.SetAttributes(span, tracing.Outcome.String(outcome))
 	}
-	writeJSON(w, http.StatusOK, answer{Result: res, IsError: isError})
+	writeBody(w, http.StatusOK, encodeAnswer(res, isError))
 }
 
 // startSpan continues the forwarding replica's trace (its traceparent
@@ -200,8 +201,12 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	if err != nil {
 		status, b = http.StatusInternalServerError, []byte(`{"error":"encode"}`)
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header()["Content-Length"] = []string{fmt.Sprint(len(b))}
+	writeBody(w, status, b)
+}
+
+func writeBody(w http.ResponseWriter, status int, b []byte) {
+	w.Header()["Content-Type"] = []string{"application/json"}
+	w.Header()["Content-Length"] = []string{strconv.Itoa(len(b))}
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
 }

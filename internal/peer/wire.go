@@ -27,7 +27,7 @@ type Call struct {
 	Tool string `json:"tool"`
 	// Arguments are the call's arguments as the agent sent them; empty
 	// when it sent none.
-	Arguments json.RawMessage `json:"arguments,omitempty"`
+	Arguments json.RawMessage `json:"arguments,omitempty"` // written by encode, as is
 	// SDK asks the owner to call through registry.Caller's CallTool even
 	// when its caller has the JSON path: the forwarding replica was
 	// itself called through CallTool (a tool whose x-mcp-header
@@ -35,8 +35,50 @@ type Call struct {
 	SDK bool `json:"sdk,omitempty"`
 }
 
-// answer is the endpoint's 200 response: the CallToolResult as the owner's
-// caller returned it, byte for byte.
+// encode is c on the wire. encoding/json would compact (and so copy and
+// scan) the arguments: they are appended as they are.
+func (c *Call) encode() ([]byte, error) {
+	head, err := json.Marshal(callHead{Namespace: c.Namespace, Owner: c.Owner, Tool: c.Tool, SDK: c.SDK})
+	if err != nil {
+		return nil, err
+	}
+	if len(c.Arguments) == 0 {
+		return head, nil
+	}
+	b := make([]byte, 0, len(head)+len(`,"arguments":`)+len(c.Arguments))
+	b = append(b, head[:len(head)-1]...) // without its closing brace
+	b = append(b, `,"arguments":`...)
+	b = append(b, c.Arguments...)
+	return append(b, '}'), nil
+}
+
+// callHead is a Call without its arguments.
+type callHead struct {
+	Namespace string `json:"namespace"`
+	Owner     string `json:"owner"`
+	Tool      string `json:"tool"`
+	SDK       bool   `json:"sdk,omitempty"`
+}
+
+// encodeAnswer is the endpoint's 200 response, written around the result
+// as the owner's caller returned it (encoding/json would compact it).
+func encodeAnswer(result json.RawMessage, isError bool) []byte {
+	const head, tail = `{"isError":false,"result":`, `}`
+	b := make([]byte, 0, len(head)+len(result)+len(tail))
+	if isError {
+		b = append(b, `{"isError":true,"result":`...)
+	} else {
+		b = append(b, head...)
+	}
+	if len(result) == 0 {
+		result = json.RawMessage("null")
+	}
+	b = append(b, result...)
+	return append(b, tail...)
+}
+
+// answer is the endpoint's 200 response, as the client reads it: the
+// CallToolResult as the owner's caller returned it, byte for byte.
 type answer struct {
 	Result  json.RawMessage `json:"result"`
 	IsError bool            `json:"isError"`
