@@ -1,10 +1,14 @@
 package peer
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/mcpbridge/operator/internal/certs"
 )
@@ -21,14 +25,40 @@ const DefaultCASecretName = "mcpbridge-replica-ca"
 const ServerName = "replica.mcpbridge.internal"
 
 // The replicas' CA and certificates. A certificate is short-lived and
-// re-issued without a restart; the CA outlives every install.
+// re-issued every hour without a restart, each time from the CA the Secret
+// then holds, so that a replaced CA reaches every replica within the hour;
+// the CA outlives every install.
 const (
 	caValidity             = 10 * 365 * 24 * time.Hour
-	defaultCertValidity    = 24 * time.Hour
-	defaultCertRenewBefore = 8 * time.Hour
+	defaultCertValidity    = 2 * time.Hour
+	defaultCertRenewBefore = time.Hour
 	defaultCertRetryDelay  = 10 * time.Second
 	caCommonName           = "mcpbridge replica CA"
 )
+
+// lastCA loads the CA from its Secret and, when the apiserver cannot be
+// read, returns the CA it last loaded: an apiserver out of reach then
+// delays a change of CA, not the replica's next certificate.
+type lastCA struct {
+	load func(ctx context.Context, now time.Time) (*certs.CA, error)
+	mu   sync.Mutex
+	last *certs.CA
+}
+
+func (l *lastCA) Load(ctx context.Context, now time.Time) (*certs.CA, error) {
+	ca, err := l.load(ctx, now)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case err == nil:
+		l.last = ca
+		return ca, nil
+	case l.last != nil:
+		ctrl.LoggerFrom(ctx).Error(err, "cannot load the replicas' CA; issuing the replica's certificate from the CA last loaded")
+		return l.last, nil
+	}
+	return nil, err
+}
 
 // identity is a replica's certificate and the trust that goes with it:
 // peers whose certificate the CA of its own current certificate signed.

@@ -2,6 +2,7 @@ package peer_test
 
 import (
 	"context"
+	"errors"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -10,12 +11,14 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/mcpbridge/operator/internal/certs"
 	"github.com/mcpbridge/operator/internal/peer"
@@ -115,6 +118,29 @@ var _ = Describe("The replicas' CA and certificates", func() {
 			_, _, err := r.Client().Call(ctx, to, peer.Call{Namespace: "team", Owner: "team/search", Tool: "find"})
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(seen.distinct()).To(BeNumerically(">=", 2))
+		}).WithTimeout(10 * time.Second).Should(Succeed())
+	})
+
+	It("issues the next certificate from the CA last loaded while the Secret cannot be read", func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		var failing atomic.Bool
+		reader, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+		Expect(err).NotTo(HaveOccurred())
+		unreadable := interceptor.NewClient(reader, interceptor.Funcs{
+			Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+				if failing.Load() {
+					return errors.New("the apiserver is out of reach")
+				}
+				return c.Get(ctx, key, obj, opts...)
+			},
+		})
+		r := startReplica(ns, "replica-a", newLocals(), withCertValidity(10*time.Second, 9*time.Second), withReader(unreadable))
+		ca := replicaCA(ctx, ns)
+		first := servedCertificate(ctx, r, clientTLS(ca, ca))
+		failing.Store(true)
+		Eventually(func(g Gomega) {
+			now := servedCertificate(ctx, r, clientTLS(ca, ca))
+			g.Expect(now.SerialNumber).NotTo(Equal(first.SerialNumber))
 		}).WithTimeout(10 * time.Second).Should(Succeed())
 	})
 })

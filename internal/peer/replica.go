@@ -42,7 +42,7 @@ type Config struct {
 
 	// CertValidity is each replica certificate's validity, and
 	// CertRenewBefore how long before expiry it is re-issued; zero are
-	// 24 h and 8 h.
+	// 2 h and 1 h.
 	CertValidity, CertRenewBefore time.Duration
 	// CertRetryDelay is the wait after a failed issue; zero is 10 s.
 	CertRetryDelay time.Duration
@@ -69,7 +69,7 @@ func New(cfg Config) (*Replica, error) {
 		Key:        client.ObjectKey{Namespace: cfg.Namespace, Name: cfg.CASecretName},
 		CommonName: caCommonName, Validity: caValidity,
 		Labels: map[string]string{"app.kubernetes.io/name": "mcpbridge", "app.kubernetes.io/component": "replica-ca"}}
-	cert := &certs.ServingCert{Load: secret.Load, RenewBefore: cfg.CertRenewBefore, RetryDelay: cfg.CertRetryDelay,
+	cert := &certs.ServingCert{Load: (&lastCA{load: secret.Load}).Load, RenewBefore: cfg.CertRenewBefore, RetryDelay: cfg.CertRetryDelay,
 		Request: certs.Request{CommonName: cfg.Name, DNSNames: []string{ServerName}, Usage: certs.ServerAndClientAuth,
 			Validity: cfg.CertValidity}}
 	id := &identity{cert: cert}

@@ -90,6 +90,8 @@ func withTracer(tp trace.TracerProvider) replicaOption {
 	return func(c *peer.Config) { c.TracerProvider = tp }
 }
 
+func withReader(r client.Reader) replicaOption { return func(c *peer.Config) { c.Reader = r } }
+
 func withLog(l logr.Logger) replicaOption { return func(c *peer.Config) { c.Log = l } }
 
 func withCertValidity(validity, renewBefore time.Duration) replicaOption {
