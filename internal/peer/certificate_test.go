@@ -2,10 +2,10 @@ package peer_test
 
 import (
 	"context"
-	"errors"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
@@ -90,6 +90,7 @@ var _ = Describe("The replicas' CA and certificates", func() {
 		elsewhere := startReplica(newNamespace(ctx), "replica-x", local) // another install, another CA
 		_, _, err := a.Client().Call(ctx, elsewhere.target(), peer.Call{Namespace: "team", Owner: "team/search", Tool: "find"})
 		Expect(err).To(MatchError(peer.ErrUnreachable))
+		Expect(err).To(MatchError(peer.ErrNotSent), "the handshake failed: nothing was sent")
 		Expect(owner.recorded()).To(BeEmpty())
 	})
 

@@ -76,18 +76,18 @@ func newClient(id *identity, tracer tracing.Tracer, log logr.Logger) *Client {
 func (c *Client) dialTLS(ctx context.Context, d *net.Dialer, network, addr string) (net.Conn, error) {
 	cfg, err := c.id.clientTLS()
 	if err != nil {
-		return nil, err
+		return nil, &dialError{err}
 	}
 	raw, err := d.DialContext(ctx, network, addr)
 	if err != nil {
-		return nil, err
+		return nil, &dialError{err}
 	}
 	conn := tls.Client(raw, cfg)
 	hctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
 	defer cancel()
 	if err := conn.HandshakeContext(hctx); err != nil {
 		_ = raw.Close()
-		return nil, err
+		return nil, &dialError{err}
 	}
 	return conn, nil
 }
@@ -96,7 +96,8 @@ func (c *Client) dialTLS(ctx context.Context, d *net.Dialer, network, addr strin
 // CallToolResult's JSON exactly as the owner's caller returned it, and
 // whether it is a tool error. It fails with ErrNotServedHere when to does
 // not serve the owner, a *CallError when the owner's caller failed,
-// ErrUnreachable when no answer came, registry.ErrResultBudget when the
+// ErrUnreachable when no answer came (with ErrNotSent too when no
+// connection could be made), registry.ErrResultBudget when the
 // result would pass ctx's ResultBytes (counted here, on the replica the
 // agent called), or ctx's error. The trace context of ctx goes with it.
 func (c *Client) Call(ctx context.Context, to Target, call Call) (result json.RawMessage, isError bool, err error) {
@@ -118,6 +119,9 @@ func (c *Client) Call(ctx context.Context, to Target, call Call) (result json.Ra
 }
 
 func (c *Client) do(ctx context.Context, to Target, call *Call) (json.RawMessage, bool, string, error) {
+	if to.Address == "" {
+		return nil, false, outcomeCallError, fmt.Errorf("replica %s has no address", to.Name)
+	}
 	body, err := call.encode()
 	if err != nil {
 		return nil, false, outcomeCallError, fmt.Errorf("encode the forwarded call: %w", err)

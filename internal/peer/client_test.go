@@ -57,6 +57,7 @@ var _ = Describe("The forwarding client", func() {
 		for range 2 {
 			_, _, err := a.Client().Call(ctx, gone, call)
 			Expect(err).To(MatchError(peer.ErrUnreachable))
+			Expect(err).To(MatchError(peer.ErrNotSent), "refused at the dial: the call did not run")
 			Expect(err.Error()).NotTo(ContainSubstring("127.0.0.1"), "agents see the message, not the replica's address")
 		}
 		Expect(metricValue("mcpbridge_replica_peer_unreachable", "peer", "replica-b")).To(BeEquivalentTo(1))

@@ -110,6 +110,7 @@ var _ = Describe("Forwarding a call to the owning replica", func() {
 		Eventually(stopped).Should(Receive(BeNil()))
 		_, _, err := a.Client().Call(ctx, target, peer.Call{Namespace: "team", Owner: "team/slow", Tool: "wait"})
 		Expect(err).To(MatchError(peer.ErrUnreachable))
+		Expect(err).To(MatchError(peer.ErrNotSent))
 	})
 
 	It("answers only POST on its one route", func(ctx SpecContext) {

@@ -113,6 +113,11 @@ var ErrNotServedHere = errors.New("the replica called does not serve this McpSer
 // may or may not have run there.
 var ErrUnreachable = errors.New("the replica that owns this McpServer cannot be reached")
 
+// ErrNotSent comes with ErrUnreachable when no connection to the replica
+// could be made (the dial or the TLS handshake failed): the call was not
+// sent, so it did not run there, and may be sent again.
+var ErrNotSent = errors.New("the call was not sent")
+
 // CallError is the owner's caller failing the call: its message is the
 // error the owner's supervisor returned, which a local call would have
 // returned too (never an argument, a result or a secret: supervisors'
@@ -121,10 +126,21 @@ type CallError struct{ Message string }
 
 func (e *CallError) Error() string { return e.Message }
 
-// unreachableError is ErrUnreachable with its cause, for the log.
+// unreachableError is ErrUnreachable (and ErrNotSent when the connection
+// failed) with its cause, for the log. Its message names no address: it
+// reaches agents.
 type unreachableError struct{ err error }
 
 func (e *unreachableError) Error() string { return ErrUnreachable.Error() }
 func (e *unreachableError) Unwrap() []error {
+	if _, notSent := errors.AsType[*dialError](e.err); notSent {
+		return []error{ErrUnreachable, ErrNotSent, e.err}
+	}
 	return []error{ErrUnreachable, e.err}
 }
+
+// dialError is a failed dial or TLS handshake.
+type dialError struct{ err error }
+
+func (e *dialError) Error() string { return e.err.Error() }
+func (e *dialError) Unwrap() error { return e.err }
