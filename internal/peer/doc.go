@@ -18,7 +18,8 @@
 //     with pooled keep-alive connections, the replica's current client
 //     certificate at each handshake and the trace context propagated.
 //   - wire.go: the call's request and answer on the wire, and the errors
-//     (ErrNotServedHere, CallError, ErrUnreachable) a forward ends with.
+//     (ErrNotServedHere, CallError, ErrUnreachable, ErrNotSent) a forward
+//     ends with.
 //   - metrics.go: forwards by outcome and the peers this replica cannot
 //     reach.
 //
