@@ -78,30 +78,14 @@ func (e *Endpoint) Addr() net.Addr {
 // down: no new connection is accepted, idle ones are closed, and calls in
 // flight finish (within the shutdown timeout).
 func (e *Endpoint) Start(ctx context.Context) error {
-	ln, err := net.Listen("tcp", e.bindAddress)
+	ln, err := e.listen()
 	if err != nil {
-		return fmt.Errorf("the replicas' endpoint cannot listen on %s: %w", e.bindAddress, err)
+		return err
 	}
-	e.mu.Lock()
-	e.addr = ln.Addr()
-	e.mu.Unlock()
-	close(e.bound)
-	log := e.log.WithValues("address", ln.Addr().String())
-	srv := &http.Server{
-		Handler:           e,
-		TLSConfig:         e.id.serverTLS(),
-		ReadHeaderTimeout: readHeaderTimeout,
-		IdleTimeout:       serverIdleTimeout,
-		MaxHeaderBytes:    maxHeaderBytes,
-		BaseContext:       func(net.Listener) context.Context { return ctrl.LoggerInto(context.WithoutCancel(ctx), e.log) },
-		// A refused handshake is a peer's (or an intruder's) problem,
-		// counted by the peer; a log line per refusal would let anyone
-		// who can connect fill the log.
-		ErrorLog: stdlog.New(io.Discard, "", 0),
-	}
+	srv := e.httpServer(ctx)
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(tls.NewListener(ln, srv.TLSConfig)) }()
-	log.Info("serving the replicas' endpoint")
+	go func() { serveErr <- srv.Serve(tls.NewListener(ln, e.id.serverTLS())) }()
+	e.log.Info("serving the replicas' endpoint", "address", ln.Addr().String())
 	select {
 	case err := <-serveErr:
 		return fmt.Errorf("the replicas' endpoint stopped: %w", err)
@@ -114,6 +98,35 @@ func (e *Endpoint) Start(ctx context.Context) error {
 		return fmt.Errorf("the replicas' endpoint did not finish its calls within %s: %w", e.shutdownTimeout, err)
 	}
 	return nil
+}
+
+// listen binds the endpoint's address and makes it known (Bound, Addr).
+func (e *Endpoint) listen() (net.Listener, error) {
+	ln, err := net.Listen("tcp", e.bindAddress)
+	if err != nil {
+		return nil, fmt.Errorf("the replicas' endpoint cannot listen on %s: %w", e.bindAddress, err)
+	}
+	e.mu.Lock()
+	e.addr = ln.Addr()
+	e.mu.Unlock()
+	close(e.bound)
+	return ln, nil
+}
+
+// httpServer serves the endpoint. Requests' contexts outlive ctx, so that
+// calls in flight at shutdown finish; they end when their caller goes.
+func (e *Endpoint) httpServer(ctx context.Context) *http.Server {
+	return &http.Server{
+		Handler:           e,
+		ReadHeaderTimeout: readHeaderTimeout,
+		IdleTimeout:       serverIdleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		BaseContext:       func(net.Listener) context.Context { return ctrl.LoggerInto(context.WithoutCancel(ctx), e.log) },
+		// A refused handshake is a peer's (or an intruder's) problem,
+		// counted by the peer; a log line per refusal would let anyone
+		// who can connect fill the log.
+		ErrorLog: stdlog.New(io.Discard, "", 0),
+	}
 }
 
 // ServeHTTP answers POST CallPath: the call runs on the local caller of
