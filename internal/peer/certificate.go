@@ -92,10 +92,16 @@ func (id *identity) pool() (*x509.CertPool, error) {
 // serverTLS requires and verifies a client certificate of the replicas'
 // CA at every handshake: a client without one, or with one of any other
 // CA (the gateway's included), is refused before a request is read.
+// Replicas speak HTTP/2: at shutdown its GOAWAY tells a client which calls
+// the endpoint never started, and the client sends those again elsewhere,
+// where HTTP/1.1 can only close a kept-alive connection under a call
+// already on its way (docs/design.md, "Forwarding between replicas").
+// HTTP/1.1 is accepted too, for a person with curl and a replica's
+// certificate.
 func (id *identity) serverTLS() *tls.Config {
 	base := &tls.Config{
 		MinVersion:     tls.VersionTLS12,
-		NextProtos:     []string{"http/1.1"},
+		NextProtos:     []string{"h2", "http/1.1"},
 		ClientAuth:     tls.RequireAndVerifyClientCert,
 		GetCertificate: id.cert.GetCertificate,
 	}
@@ -114,9 +120,9 @@ func (id *identity) serverTLS() *tls.Config {
 	}
 }
 
-// clientTLS is the configuration of one dial: the replica's current
-// certificate as its client certificate, and the far end verified as a
-// replica (ServerName, signed by the current CA).
+// clientTLS is the configuration of one dial: HTTP/2, the replica's
+// current certificate as its client certificate, and the far end verified
+// as a replica (ServerName, signed by the current CA).
 func (id *identity) clientTLS() (*tls.Config, error) {
 	pool, err := id.pool()
 	if err != nil {
@@ -124,7 +130,7 @@ func (id *identity) clientTLS() (*tls.Config, error) {
 	}
 	return &tls.Config{
 		MinVersion:           tls.VersionTLS12,
-		NextProtos:           []string{"http/1.1"},
+		NextProtos:           []string{"h2", "http/1.1"},
 		RootCAs:              pool,
 		ServerName:           ServerName,
 		GetClientCertificate: id.cert.GetClientCertificate,

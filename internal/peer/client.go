@@ -32,11 +32,14 @@ type Target struct {
 // replicaAttr names the replica a forward went to, on its CLIENT span.
 const replicaAttr = attribute.Key("mcpbridge.replica")
 
-// The client's connections: many calls at once to each peer share a pool
-// of kept-alive connections, closed when idle before the server would
-// close them (so that a call rarely meets a connection the server just
-// dropped); a dial or handshake that hangs fails instead of waiting for the
-// call's own deadline.
+// The client's connections: HTTP/2, so that many calls at once to a peer
+// share a connection (more are opened past the server's concurrent
+// streams), and one the peer closes at shutdown hands back the calls it
+// did not start, which the transport sends again on a new connection
+// (their bodies can be replayed: http.NewRequest keeps GetBody). Idle
+// connections are closed before the server would close them; a dial or
+// handshake that hangs fails instead of waiting for the call's own
+// deadline.
 const (
 	maxIdleConnsPerPeer = 64
 	clientIdleTimeout   = 90 * time.Second
@@ -66,6 +69,7 @@ func newClient(id *identity, tracer tracing.Tracer, log logr.Logger) *Client {
 		MaxIdleConnsPerHost: maxIdleConnsPerPeer,
 		IdleConnTimeout:     clientIdleTimeout,
 		DisableCompression:  true,
+		ForceAttemptHTTP2:   true,
 	}}
 	return c
 }

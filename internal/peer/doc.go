@@ -8,7 +8,7 @@
 //     manager's namespace through internal/certs (not the gateway's CA,
 //     whose certificate tenants are given), each replica's certificate for
 //     both server and client use, re-issued before it expires, and the TLS
-//     configurations of both ends (TLS 1.2 or later, HTTP/1.1, the
+//     configurations of both ends (TLS 1.2 or later, HTTP/2, the
 //     replicas' CA as the only trust).
 //   - endpoint.go: Endpoint, the HTTPS server (a manager.Runnable on every
 //     replica) that requires a client certificate of the replicas' CA and

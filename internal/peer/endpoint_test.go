@@ -113,8 +113,8 @@ var _ = Describe("Forwarding a call to the owning replica", func() {
 		Expect(err).To(MatchError(peer.ErrNotSent))
 	})
 
-	It("answers only POST on its one route", func(ctx SpecContext) {
-		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: clientTLS(replicaCA(ctx, ns), replicaCA(ctx, ns))}}
+	It("answers only POST on its one route, over HTTP/2", func(ctx SpecContext) {
+		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: clientTLS(replicaCA(ctx, ns), replicaCA(ctx, ns)), ForceAttemptHTTP2: true}}
 		DeferCleanup(hc.CloseIdleConnections)
 		base := "https://" + b.target().Address
 		for _, tc := range []struct {
@@ -131,6 +131,7 @@ var _ = Describe("Forwarding a call to the owning replica", func() {
 			Expect(err).NotTo(HaveOccurred())
 			Expect(resp.Body.Close()).To(Succeed())
 			Expect(resp.StatusCode).To(Equal(tc.want), "%s %s", tc.method, tc.path)
+			Expect(resp.ProtoMajor).To(Equal(2), "the endpoint speaks HTTP/2")
 		}
 		Expect(bLocal.lookupCount()).To(BeZero())
 	})
