@@ -21,7 +21,8 @@ var _ = Describe("Calls racing the owner's shutdown", func() {
 		ns := newNamespace(ctx)
 		a := startReplica(ns, "replica-a", newLocals())
 		bLocal := newLocals()
-		bLocal.set("team", "team/search", &jsonCaller{result: json.RawMessage(`{"content":[]}`)})
+		owner := &jsonCaller{result: json.RawMessage(`{"content":[]}`)}
+		bLocal.set("team", "team/search", owner)
 		b := startReplica(ns, "replica-b", bLocal)
 		to := b.target()
 		var answered, notSent atomic.Int64
@@ -58,5 +59,6 @@ var _ = Describe("Calls racing the owner's shutdown", func() {
 		wg.Wait()
 		GinkgoWriter.Printf("answered %d, not sent %d, lost %d: %v\n", answered.Load(), notSent.Load(), len(lost), lost)
 		Expect(lost).To(BeEmpty())
+		Expect(owner.recorded()).To(HaveLen(int(answered.Load())), "each call ran once, and only those answered")
 	})
 })
