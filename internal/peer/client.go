@@ -47,6 +47,16 @@ const (
 	handshakeTimeout    = 10 * time.Second
 )
 
+// A connection to a peer that went silent (its node gone, a partition:
+// nothing closes the connection) is pinged after pingAfter without a
+// frame and closed when the ping is not answered within pingTimeout, so
+// that the calls on it fail instead of waiting for their callers'
+// deadlines. Variables so that tests can shorten them.
+var (
+	pingAfter   = 10 * time.Second
+	pingTimeout = 5 * time.Second
+)
+
 // Client forwards calls to other replicas. One Client serves every
 // forwarding caller of a replica; it is safe for concurrent use.
 type Client struct {
@@ -70,6 +80,7 @@ func newClient(id *identity, tracer tracing.Tracer, log logr.Logger) *Client {
 		IdleConnTimeout:     clientIdleTimeout,
 		DisableCompression:  true,
 		ForceAttemptHTTP2:   true,
+		HTTP2:               &http.HTTP2Config{SendPingTimeout: pingAfter, PingTimeout: pingTimeout},
 	}}
 	return c
 }

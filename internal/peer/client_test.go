@@ -3,8 +3,11 @@ package peer_test
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/go-logr/logr/funcr"
 	. "github.com/onsi/ginkgo/v2"
@@ -74,6 +77,28 @@ var _ = Describe("The forwarding client", func() {
 		a.Client().Forget("replica-b")
 		_, present = metricSeries("mcpbridge_replica_peer_unreachable", "peer", "replica-b")
 		Expect(present).To(BeFalse())
+	})
+
+	It("fails the calls on a connection to a peer gone silent once a ping goes unanswered", func(ctx SpecContext) {
+		DeferCleanup(peer.SetPingTimeouts(200*time.Millisecond, 200*time.Millisecond))
+		ns := newNamespace(ctx)
+		a := startReplica(ns, "replica-a", newLocals())
+		bLocal := newLocals()
+		owner := &jsonCaller{result: json.RawMessage(`{"content":[]}`), block: make(chan struct{}), started: make(chan struct{}, 1)}
+		bLocal.set("team", "team/slow", owner)
+		b := startReplica(ns, "replica-b", bLocal)
+		DeferCleanup(func() { close(owner.block) }) // before b stops: it waits for the call
+		silent := startFreezer(b.target().Address)
+		got := make(chan error, 1)
+		go func() {
+			_, _, err := a.Client().Call(context.WithoutCancel(ctx), peer.Target{Name: "replica-b", Address: silent.addr()},
+				peer.Call{Namespace: "team", Owner: "team/slow", Tool: "wait"})
+			got <- err
+		}()
+		Eventually(owner.started).Should(Receive())
+		silent.freeze() // as a node that vanished: nothing answers, nothing closes
+		Eventually(got).WithTimeout(5 * time.Second).Should(Receive(MatchError(peer.ErrUnreachable)))
+		Expect(metricValue("mcpbridge_replica_peer_unreachable", "peer", "replica-b")).To(BeEquivalentTo(1))
 	})
 
 	It("counts the result against the calling replica's result bytes", func(ctx SpecContext) {
@@ -155,4 +180,68 @@ func (b *budget) Return(n int64) {
 	defer b.mu.Unlock()
 	b.left += n
 	b.taken -= n
+}
+
+// freezer relays TCP connections to an upstream until frozen; then it
+// drops what either side sends and closes nothing.
+type freezer struct {
+	ln     net.Listener
+	frozen atomic.Bool
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func startFreezer(upstream string) *freezer {
+	GinkgoHelper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	Expect(err).NotTo(HaveOccurred())
+	f := &freezer{ln: ln}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", upstream)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			f.mu.Lock()
+			f.conns = append(f.conns, c, u)
+			f.mu.Unlock()
+			go f.relay(u, c)
+			go f.relay(c, u)
+		}
+	}()
+	DeferCleanup(func() {
+		_ = ln.Close()
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, c := range f.conns {
+			_ = c.Close()
+		}
+	})
+	return f
+}
+
+func (f *freezer) addr() string { return f.ln.Addr().String() }
+
+func (f *freezer) freeze() { f.frozen.Store(true) }
+
+func (f *freezer) relay(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if err != nil {
+			_ = dst.Close()
+			return
+		}
+		if f.frozen.Load() {
+			continue
+		}
+		if _, err := dst.Write(buf[:n]); err != nil {
+			return
+		}
+	}
 }
