@@ -147,6 +147,9 @@ func setupControllers(mgr ctrl.Manager, opts *options, members *membership.Membe
 			mb, ok := members.Live(name)
 			return toolsets.Peer{Name: mb.Name, Address: mb.Address}, ok
 		}}
+	if err := setupForwarding(mgr, opts, mirror); err != nil {
+		return nil, fmt.Errorf("set up forwarding between replicas: %w", err)
+	}
 	if err := mirror.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up the tool set mirror: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -44,6 +45,22 @@ func startReplicas(t *testing.T, ns string, n int) []*replica {
 		rs[i] = r
 	}
 	return rs
+}
+
+// auditLines counts the audit lines of tool in a replica's log.
+func auditLines(t *testing.T, r *replica, tool string) int {
+	t.Helper()
+	b, err := os.ReadFile(r.proc.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, "audit") && strings.Contains(line, `"tools/call"`) && strings.Contains(line, tool) {
+			n++
+		}
+	}
+	return n
 }
 
 // servers reads the McpServers of ns by name.
@@ -161,6 +178,35 @@ func TestReplicasShareTheServers(t *testing.T) {
 			listed = tools
 		}, 10*time.Second, 100*time.Millisecond).Should(Succeed())
 	}
+
+	// A call through a replica that does not own the server reaches the
+	// owner's connection once, and is audited once, where the agent called.
+	var owner, entry *replica
+	for _, r := range rs {
+		if r.name == before["s0"].Status.Replica {
+			owner = r
+		} else {
+			entry = r
+		}
+	}
+	cs, err := connectAgent(ctx(t), entry.gateway, tenant)
+	g.Expect(err).NotTo(HaveOccurred())
+	res, err := cs.CallTool(ctx(t), &mcp.CallToolParams{Name: "mcp__s0__" + fixture.ToolEcho, Arguments: map[string]any{"text": "forwarded"}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.IsError).To(BeFalse(), "%v", res.Content)
+	g.Expect(res.Content).To(HaveLen(1))
+	g.Expect(res.Content[0].(*mcp.TextContent).Text).To(ContainSubstring("forwarded"))
+	cs.Close()
+	calls := func(r *replica) float64 {
+		text, err := scrapeText(r.metrics)
+		g.Expect(err).NotTo(HaveOccurred())
+		v, _ := sample(text, fmt.Sprintf(`mcpbridge_tool_calls_total{name="s0",namespace=%q,outcome="success"}`, tenant))
+		return v
+	}
+	g.Expect(calls(owner)).To(Equal(1.0), "the owner's connection made the call once")
+	g.Expect(calls(entry)).To(BeZero(), "the replica the agent called has no connection of its own")
+	g.Expect(auditLines(t, entry, "mcp__s0__"+fixture.ToolEcho)).To(Equal(1), "audited where the agent called")
+	g.Expect(auditLines(t, owner, "mcp__s0__"+fixture.ToolEcho)).To(BeZero(), "and only there")
 
 	// r3 leaves (SIGTERM): its servers move to r1 and r2; the others keep
 	// their owner and their connection generation.
@@ -313,7 +359,7 @@ func startCaller(t *testing.T, gateway, ns, tool string) *caller {
 			case err != nil:
 				cl.failures = append(cl.failures, err.Error())
 			case res.IsError:
-				cl.failures = append(cl.failures, fmt.Sprintf("tool error: %v", res.Content))
+				cl.failures = append(cl.failures, "tool error: "+contentText(res))
 			default:
 				cl.ok++
 			}
@@ -323,6 +369,17 @@ func startCaller(t *testing.T, gateway, ns, tool string) *caller {
 	}()
 	t.Cleanup(cl.stop)
 	return cl
+}
+
+// contentText is the text of a result's content.
+func contentText(res *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
 }
 
 func (cl *caller) succeeded() int {
