@@ -148,7 +148,7 @@ func setupControllers(mgr ctrl.Manager, opts *options, members *membership.Membe
 			mb, ok := members.Live(name)
 			return toolsets.Peer{Name: mb.Name, Address: mb.Address}, ok
 		}}
-	if err := setupForwarding(mgr, opts, mirror); err != nil {
+	if err := setupForwarding(mgr, opts, mirror, sups); err != nil {
 		return nil, fmt.Errorf("set up forwarding between replicas: %w", err)
 	}
 	if err := mirror.SetupWithManager(mgr); err != nil {
@@ -180,7 +180,7 @@ func setupGateway(mgr ctrl.Manager, opts *options, reg *registry.Registry, sups 
 		Budgets: opts.budgets.gateway, DrainDelay: opts.replicas.drainDelay}
 	// The supervisors answer the calls the gateway still takes while it
 	// drains (docs/design.md, "Replicas and ownership": shutdown).
-	sups.DrainAfter = gw.Drained()
+	sups.DrainAfter = append(sups.DrainAfter, gw.Drained())
 	if err := addSessionKeys(mgr, gw, &opts.sessionKeys, opts.stdio.managerNamespace); err != nil {
 		return err
 	}

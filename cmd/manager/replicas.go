@@ -20,6 +20,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	"github.com/mcpbridge/operator/internal/controller"
 	"github.com/mcpbridge/operator/internal/membership"
 	"github.com/mcpbridge/operator/internal/peer"
 	"github.com/mcpbridge/operator/internal/toolsets"
@@ -189,15 +190,21 @@ func addReadiness(mgr ctrl.Manager, members *membership.Membership, mirror *tool
 // the replicas' own CA) to the supervisors of its own registry, and has the
 // mirror forward the calls of servers held elsewhere through its client.
 // See docs/design.md, "Forwarding between replicas".
-func setupForwarding(mgr ctrl.Manager, opts *options, mirror *toolsets.Mirror) error {
+func setupForwarding(mgr ctrl.Manager, opts *options, mirror *toolsets.Mirror, sups *controller.Supervisors) error {
 	pr, err := peer.New(peer.Config{Name: opts.replicas.name, Namespace: opts.replicas.namespace,
 		BindAddress: opts.replicas.bindAddress, Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
 		Local: peer.LocalFunc(mirror.Local), TracerProvider: opts.tracerProvider})
 	if err != nil {
 		return err
 	}
-	if err := pr.AddToManager(mgr); err != nil {
-		return err
+	// The supervisors answer the calls the endpoint has taken until it has
+	// finished them.
+	endpoint := &endedRunnable{Runnable: pr.Endpoint(), ended: make(chan struct{})}
+	sups.DrainAfter = append(sups.DrainAfter, endpoint.ended)
+	for _, run := range []manager.Runnable{pr.Runnables()[0] /* the certificate's renewal */, endpoint} {
+		if err := mgr.Add(run); err != nil {
+			return err
+		}
 	}
 	client := pr.Client()
 	mirror.Forward = func(ctx context.Context, p toolsets.Peer, ns, owner, tool string, args json.RawMessage, sdk bool) (json.RawMessage, bool, error) {
@@ -218,3 +225,17 @@ func setupForwarding(mgr ctrl.Manager, opts *options, mirror *toolsets.Mirror) e
 		}
 	})
 }
+
+// endedRunnable closes ended when its runnable's Start returns; it runs on
+// every replica.
+type endedRunnable struct {
+	manager.Runnable
+	ended chan struct{}
+}
+
+func (r *endedRunnable) Start(ctx context.Context) error {
+	defer close(r.ended)
+	return r.Runnable.Start(ctx)
+}
+
+func (r *endedRunnable) NeedLeaderElection() bool { return false }

@@ -74,7 +74,7 @@ func (r *McpServerReconciler) letGo(ctx context.Context, obj *v1alpha1.McpServer
 	}
 	if sup != nil {
 		ctrl.LoggerFrom(ctx).Info("handing the server over to its owner", "owner", r.ownerOf(obj))
-		if err := stopped(r.Supervisors.Stop(ctx, key)); err != nil {
+		if err := stopped(r.Supervisors.StopWhenIdle(ctx, key)); err != nil {
 			return err
 		}
 		if r.Supervisors.Get(key) != nil {

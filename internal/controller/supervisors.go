@@ -58,10 +58,11 @@ type SupervisorsOptions struct {
 	TracerProvider trace.TracerProvider
 	// Tune lets tests shorten the close barrier and grace periods.
 	Tune func(*bridge.Options)
-	// DrainAfter, when set, is waited for (at most drainTimeout) once the
+	// DrainAfter are waited for (at most drainTimeout in all) once the
 	// manager stops, before the supervisors are disposed: the gateway's
-	// Drained, so that the calls it still takes are answered.
-	DrainAfter <-chan struct{}
+	// Drained and the replicas' endpoint's end, so that the calls they
+	// still take are answered.
+	DrainAfter []<-chan struct{}
 }
 
 // NewSupervisors returns an empty set of supervisors; Start runs it.
@@ -138,10 +139,11 @@ func (s *Supervisors) Start(ctx context.Context) error {
 	s.mu.Unlock()
 	close(s.started)
 	<-ctx.Done()
-	if s.DrainAfter != nil {
+	limit := time.After(drainTimeout)
+	for _, ch := range s.DrainAfter {
 		select {
-		case <-s.DrainAfter:
-		case <-time.After(drainTimeout):
+		case <-ch:
+		case <-limit:
 		}
 	}
 	s.drain(drainTimeout)
@@ -157,6 +159,21 @@ func (s *Supervisors) Disposed() <-chan struct{} { return s.disposed }
 // flight before it disposes the supervisors (docs/design.md, "Replicas
 // and ownership": shutdown).
 const drainTimeout = 10 * time.Second
+
+// StopWhenIdle is Stop once key's supervisor answers no call, or after
+// at most drainTimeout: a server handed over to another replica finishes
+// the calls it had begun (new ones go to the new holder).
+func (s *Supervisors) StopWhenIdle(ctx context.Context, key types.NamespacedName) error {
+	deadline := time.Now().Add(drainTimeout)
+	for sup := s.Get(key); sup != nil && sup.InFlight() > 0 && time.Now().Before(deadline); {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return s.Stop(ctx, key)
+}
 
 // drain waits until no supervisor answers a call, at most d.
 func (s *Supervisors) drain(d time.Duration) {
