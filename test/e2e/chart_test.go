@@ -147,11 +147,13 @@ var _ = Describe("The operator installed with the Helm chart", Ordered, func() {
 // image that make image built and the suite imported (there is no registry
 // to pull from), and the apiserver on the node's address, since without
 // kube-proxy the kubernetes Service's ClusterIP does not route. They are
-// what test/e2e/config patches into config/default.
+// what test/e2e/config patches into config/default, with its one replica
+// (replicas_test.go installs several).
 func chartValues() map[string]any {
 	repo, tag, _ := strings.Cut(managerImage, ":")
 	return map[string]any{
-		"image": map[string]any{"repository": repo, "tag": tag, "pullPolicy": string(corev1.PullNever)},
+		"replicaCount": 1,
+		"image":        map[string]any{"repository": repo, "tag": tag, "pullPolicy": string(corev1.PullNever)},
 		"manager": map[string]any{"extraEnv": []corev1.EnvVar{
 			{Name: "KUBERNETES_SERVICE_HOST", Value: cluster.NodeIP.String()},
 			{Name: "KUBERNETES_SERVICE_PORT", Value: fmt.Sprint(testcluster.APIServerPort)},
