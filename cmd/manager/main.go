@@ -147,6 +147,9 @@ func setupControllers(mgr ctrl.Manager, opts *options, members *membership.Membe
 			mb, ok := members.Live(name)
 			return toolsets.Peer{Name: mb.Name, Address: mb.Address}, ok
 		}}
+	if err := setupForwarding(mgr, opts, mirror); err != nil {
+		return nil, fmt.Errorf("set up forwarding between replicas: %w", err)
+	}
 	if err := mirror.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up the tool set mirror: %w", err)
 	}
@@ -174,6 +177,9 @@ func setupControllers(mgr ctrl.Manager, opts *options, members *membership.Membe
 func setupGateway(mgr ctrl.Manager, opts *options, reg *registry.Registry) error {
 	gw := &gateway.Gateway{Registry: reg, Log: ctrl.Log.WithName("gateway"), TracerProvider: opts.tracerProvider,
 		Budgets: opts.budgets.gateway}
+	if err := addSessionKeys(mgr, gw, &opts.sessionKeys, opts.stdio.managerNamespace); err != nil {
+		return err
+	}
 	if opts.gatewayAuth == gatewayAuthToken {
 		c := mgr.GetClient() // creates go to the apiserver, never to the cache
 		gw.Auth = gateway.NewAccess(

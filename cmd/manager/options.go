@@ -49,6 +49,7 @@ type options struct {
 	budgets                 budgetOptions
 	replicas                replicaOptions
 	authLimits              authLimitOptions
+	sessionKeys             sessionKeyOptions
 	gatewayTLS              gatewayTLSOptions
 	zap                     zap.Options
 	// tracerProvider comes from the OTEL_* environment, not from a flag.
@@ -123,6 +124,7 @@ func parseOptions(fs *flag.FlagSet, args []string) (*options, error) {
 	o.budgets.bindFlags(fs)
 	o.replicas.bindFlags(fs)
 	o.authLimits.bindFlags(fs)
+	o.sessionKeys.bindFlags(fs)
 	// The gateway's TLS (gatewaytls.go).
 	gatewayDNSNames := o.gatewayTLS.bindFlags(fs)
 	o.zap.BindFlags(fs)
@@ -282,6 +284,9 @@ func (o *options) validate() error {
 		return fmt.Errorf("--leader-election-namespace=%s needs --leader-elect", o.leaderElectionNamespace)
 	}
 	if err := validateLimits(o.limits); err != nil {
+		return err
+	}
+	if err := o.sessionKeys.validate(); err != nil {
 		return err
 	}
 	if err := o.budgets.validate(); err != nil {

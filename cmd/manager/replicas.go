@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/mcpbridge/operator/internal/membership"
+	"github.com/mcpbridge/operator/internal/peer"
 	"github.com/mcpbridge/operator/internal/toolsets"
 )
 
@@ -173,5 +175,39 @@ func addReadiness(mgr ctrl.Manager, members *membership.Membership, mirror *tool
 			return errors.New("not a member of the replicas yet")
 		}
 		return mirror.Ready(req)
+	})
+}
+
+// setupForwarding serves this replica's internal endpoint (mutual TLS from
+// the replicas' own CA) to the supervisors of its own registry, and has the
+// mirror forward the calls of servers held elsewhere through its client.
+// See docs/design.md, "Forwarding between replicas".
+func setupForwarding(mgr ctrl.Manager, opts *options, mirror *toolsets.Mirror) error {
+	pr, err := peer.New(peer.Config{Name: opts.replicas.name, Namespace: opts.replicas.namespace,
+		BindAddress: opts.replicas.bindAddress, Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
+		Local: peer.LocalFunc(mirror.Local), TracerProvider: opts.tracerProvider})
+	if err != nil {
+		return err
+	}
+	if err := pr.AddToManager(mgr); err != nil {
+		return err
+	}
+	client := pr.Client()
+	mirror.Forward = func(ctx context.Context, p toolsets.Peer, ns, owner, tool string, args json.RawMessage, sdk bool) (json.RawMessage, bool, error) {
+		return client.Call(ctx, peer.Target{Name: p.Name, Address: p.Address},
+			peer.Call{Namespace: ns, Owner: owner, Tool: tool, Arguments: args, SDK: sdk})
+	}
+	// Only calls that never ran are sent again: not to this replica, or
+	// before any connection was made.
+	mirror.Retryable = func(err error) bool {
+		return errors.Is(err, peer.ErrNotServedHere) || errors.Is(err, peer.ErrNotSent)
+	}
+	return mgr.AddReadyzCheck("replica-certificate", func(*http.Request) error {
+		select {
+		case <-pr.Issued():
+			return nil
+		default:
+			return errors.New("no replica certificate yet")
+		}
 	})
 }

@@ -9,12 +9,14 @@
 // start at once, so a create that loses the race (AlreadyExists) reads the
 // winner's CA instead, and every replica serves certificates of the same CA.
 // serving.go keeps one serving certificate current for a TLS listener's
-// GetCertificate: issued at start, re-issued (from the CA as the Secret then
-// holds it) a configured margin before it expires, without a restart.
+// GetCertificate (and a client's GetClientCertificate, for mutual TLS):
+// issued at start, re-issued (from the CA as the Secret then holds it) a
+// configured margin before it expires, without a restart.
 // publish.go writes the CA's certificate as ca.crt in a ConfigMap of every
 // watched namespace, as Kubernetes publishes kube-root-ca.crt, and puts it
 // back when someone edits or deletes it.
 //
-// The gateway uses it when no --gateway-cert-dir is given; see
-// docs/design.md, "The gateway" (TLS).
+// The gateway uses it when no --gateway-cert-dir is given (see
+// docs/design.md, "The gateway", TLS), and internal/peer for the replicas'
+// own CA and their mutual TLS (see "Forwarding between replicas").
 package certs

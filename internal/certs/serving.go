@@ -48,6 +48,13 @@ func (s *ServingCert) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, er
 	return s.current, nil
 }
 
+// GetClientCertificate is the same certificate as tls.Config's client
+// callback, for peers that dial each other with a certificate of
+// ServerAndClientAuth usage (mutual TLS between the manager's replicas).
+func (s *ServingCert) GetClientCertificate(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+	return s.GetCertificate(nil)
+}
+
 // CA is the CA of the current certificate, nil before the first issue.
 func (s *ServingCert) CA() *CA {
 	s.mu.RLock()

@@ -69,6 +69,9 @@ func TestServingCertRotatesBeforeExpiry(t *testing.T) {
 	src.set(first)
 	g.Eventually(s.Issued()).Should(BeClosed())
 	cert := served(g, s)
+	asClient, err := s.GetClientCertificate(nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(asClient.Leaf.Equal(cert)).To(BeTrue(), "a client presents the certificate a server serves")
 	g.Expect(cert.Verify(x509.VerifyOptions{Roots: first.Pool(), DNSName: "gw"})).Error().NotTo(HaveOccurred())
 	g.Expect(s.CA().Cert.Equal(first.Cert)).To(BeTrue())
 

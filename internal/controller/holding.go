@@ -16,6 +16,7 @@ import (
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/bridge"
+	"github.com/mcpbridge/operator/internal/podruntime"
 	"github.com/mcpbridge/operator/internal/policy"
 	"github.com/mcpbridge/operator/internal/toolsets"
 )
@@ -160,6 +161,7 @@ func (r *McpServerReconciler) publish(ctx context.Context, obj *v1alpha1.McpServ
 func (r *McpServerReconciler) newToolSet(obj *v1alpha1.McpServer, p *policy.Policy) *v1alpha1.McpToolSet {
 	ts := &v1alpha1.McpToolSet{}
 	ts.Namespace, ts.Name = obj.Namespace, obj.Name
+	ts.Labels = podruntime.Labels(obj.Name) // what the manager-writes policy asks of its objects
 	ts.Spec.ServerName = p.ServerName
 	ts.Spec.Holder = r.Replica
 	ts.Spec.ConnectionTimeoutMs = p.ConnectionTimeout.Milliseconds()

@@ -32,11 +32,16 @@
 // sessions itself (sessions.go), since the SDK does not see fast-path calls.
 // Every tools/call, on either path, writes one audit line (audit.go).
 //
+// A 2025-11-25 session's id carries its state, sealed with a key the
+// replicas share (sealed.go, SessionKeys): a replica that does not hold the
+// session takes it up from its id by replaying its handshake through the
+// SDK's handler (restore.go), so that any replica serves any session.
+//
 // Budgets (budgets.go) bound what one identity and one namespace may hold:
 // sessions, calls in flight, and the bytes of arguments and results, which
 // the fast path reads once and writes from where it read them, and the SDK
 // path counts once its tool handler has the result. Beyond a budget the
 // request is refused at once.
 //
-// See docs/design.md, "The gateway".
+// See docs/design.md, "The gateway" and "Sessions on every replica".
 package gateway

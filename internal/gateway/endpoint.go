@@ -28,6 +28,7 @@ type endpoint struct {
 	auditLog logr.Logger
 	tracer   tracing.Tracer
 	budgets  Budgets
+	sealer   *sealer
 
 	// calls in flight and result bytes held, all identities together.
 	calls   atomic.Int64
@@ -37,10 +38,11 @@ type endpoint struct {
 	views map[string]*view // by identity
 }
 
-func newEndpoint(ns string, reg *registry.Registry, access *Access, log logr.Logger, tracer tracing.Tracer, b Budgets) *endpoint {
-	log = log.WithValues("namespace", ns)
-	return &endpoint{ns: ns, registry: reg, access: access, log: log, auditLog: log.WithName("audit"),
-		tracer: tracer, budgets: b, results: resultBytes{max: b.ResultBytesPerNamespace}, views: map[string]*view{}}
+func newEndpoint(ns string, g *Gateway) *endpoint {
+	log := g.Log.WithValues("namespace", ns)
+	b := g.Budgets.withDefaults()
+	return &endpoint{ns: ns, registry: g.Registry, access: g.Auth, log: log, auditLog: log.WithName("audit"),
+		tracer: g.tracer, budgets: b, sealer: g.sealer, results: resultBytes{max: b.ResultBytesPerNamespace}, views: map[string]*view{}}
 }
 
 // hold returns the view of u's identity, creating it on first use, and

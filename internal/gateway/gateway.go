@@ -61,8 +61,16 @@ type Gateway struct {
 	// Budgets bound what one identity and one namespace may hold; zero
 	// fields are the defaults.
 	Budgets Budgets
+	// SessionKeys seal the ids of 2025-11-25 sessions, so that every
+	// replica sharing the ring serves them; nil is a random key of this
+	// process. See docs/design.md, "Sessions on every replica".
+	SessionKeys SessionKeys
+	// SessionMaxAge: how long after its start a session may be taken up
+	// from its id; zero means DefaultSessionMaxAge.
+	SessionMaxAge time.Duration
 
 	tracer    tracing.Tracer // of TracerProvider, set by Handler
+	sealer    *sealer        // made with the first endpoint
 	mu        sync.Mutex
 	endpoints map[string]*endpoint
 }
@@ -186,9 +194,12 @@ func (g *Gateway) view(ctx context.Context, ns string, gr grant) (*view, func(),
 	if g.endpoints == nil {
 		g.endpoints = map[string]*endpoint{}
 	}
+	if g.sealer == nil {
+		g.sealer = g.newSealer()
+	}
 	e := g.endpoints[ns]
 	if e == nil {
-		e = newEndpoint(ns, g.Registry, g.Auth, g.Log, g.tracer, g.Budgets.withDefaults())
+		e = newEndpoint(ns, g)
 		g.endpoints[ns] = e
 	}
 	v, release := e.hold(gr.user)
@@ -198,6 +209,14 @@ func (g *Gateway) view(ctx context.Context, ns string, gr grant) (*view, func(),
 		return nil, nil, err
 	}
 	return v, release, nil
+}
+
+func (g *Gateway) newSealer() *sealer {
+	s := &sealer{keys: g.SessionKeys, maxAge: cmp.Or(g.SessionMaxAge, DefaultSessionMaxAge), now: time.Now}
+	if s.keys == nil {
+		s.keys = newLocalKeys()
+	}
+	return s
 }
 
 // Start keeps the views equal to the registry and to what their identities
@@ -247,6 +266,9 @@ func (g *Gateway) sweep(now time.Time, idle time.Duration) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.sealer != nil {
+		g.sealer.ended.prune(now)
+	}
 	for ns, e := range g.endpoints {
 		e.reap(now, viewIdle)
 		if e.empty() {

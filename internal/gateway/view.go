@@ -65,14 +65,22 @@ type view struct {
 	calls      atomic.Int64
 	opening    sync.Mutex
 	openingNow int
+
+	// identity is the SHA-256 of the identity's key (endpoint.hold), as
+	// sealed in its session ids; mint hands the SDK the id of each session
+	// opened, and takingUp takes up one session id at a time (restore.go).
+	identity []byte
+	mint     mint
+	takingUp sync.Mutex
 }
 
 func newView(e *endpoint, u *kubeauth.User) *view {
-	v := &view{e: e, published: map[string]*mcp.Tool{}, plain: map[string]bool{}}
+	v := &view{e: e, published: map[string]*mcp.Tool{}, plain: map[string]bool{}, identity: identityHash(identity(u))}
 	v.caller.Store(u)
 	v.server = mcp.NewServer(serverImpl, &mcp.ServerOptions{
 		// Advertise list_changed even while the view has no tools.
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
+		GetSessionID: v.mint.take, // sealed ids: restore.go
 	})
 	v.server.AddReceivingMiddleware(v.receive)
 	get := func(*http.Request) *mcp.Server { return v.server }
@@ -87,19 +95,25 @@ func newView(e *endpoint, u *kubeauth.User) *view {
 }
 
 // ServeHTTP routes by protocol version: the SDK's stateful handler would
-// hold a 2026-07-28 client to the older protocol.
+// hold a 2026-07-28 client to the older protocol. A 2025-11-25 session id
+// this process does not know is taken up first when it opens (restore.go).
 func (v *view) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	sid := r.Header.Get("Mcp-Session-Id")
+	stateful := r.Header.Get("Mcp-Protocol-Version") < registry.SessionlessProtocol
 	// As for the SDK's timer, only POSTs are activity: an agent's open GET
 	// stream does not keep its session forever.
-	if sid := r.Header.Get("Mcp-Session-Id"); sid != "" && r.Method == http.MethodPost {
+	if sid != "" && r.Method == http.MethodPost {
 		v.activity.begin(sid)
 		defer func() { v.activity.end(sid, time.Now()) }()
+	}
+	if sid != "" && stateful && !v.takeUp(w, r, sid) {
+		return
 	}
 	if r.Method == http.MethodPost && v.serveFast(w, r) {
 		return
 	}
 	forSDK(r)
-	if r.Header.Get("Mcp-Protocol-Version") >= registry.SessionlessProtocol {
+	if !stateful {
 		v.sessionless.ServeHTTP(w, r)
 		return
 	}
@@ -114,7 +128,13 @@ func (v *view) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// is still finishing.
 		aw := &answerWriter{ResponseWriter: w, onAnswer: release}
 		defer aw.finish()
-		w = aw
+		v.serveOpening(aw, r)
+		return
+	}
+	if r.Method == http.MethodDelete && sid != "" && v.hasSession(sid) {
+		// Not to be taken up again here (another replica may: see
+		// docs/design.md, "Sessions on every replica").
+		v.e.sealer.ended.add(sid, v.e.sealer.now().Add(v.e.sealer.maxAge+clockSkew))
 	}
 	v.sessions.ServeHTTP(w, r)
 }

@@ -23,8 +23,10 @@ import (
 // Peer is another replica, as the membership knows it.
 type Peer struct{ Name, Address string }
 
-// Forwarder sends a tools/call for owner's server to the replica p.
-type Forwarder func(ctx context.Context, p Peer, ns, owner, tool string, args json.RawMessage) (json.RawMessage, bool, error)
+// Forwarder sends a tools/call for owner's server to the replica p; sdk
+// asks the holder to call through the SDK (registry.Caller's CallTool),
+// as the gateway called this replica.
+type Forwarder func(ctx context.Context, p Peer, ns, owner, tool string, args json.RawMessage, sdk bool) (json.RawMessage, bool, error)
 
 // Mirror keeps Served equal to the McpToolSets. Build it, set its fields,
 // then SetupWithManager.

@@ -37,7 +37,7 @@ type route struct {
 // CallToolJSON calls the holder's supervisor here, or forwards to the
 // holder, waiting while there is none.
 func (rt *route) CallToolJSON(ctx context.Context, rawName string, args json.RawMessage) (json.RawMessage, bool, error) {
-	return rt.call(ctx, rawName, args, func(c registry.Caller) (json.RawMessage, bool, error) {
+	return rt.call(ctx, rawName, args, false, func(c registry.Caller) (json.RawMessage, bool, error) {
 		if jc, ok := c.(registry.JSONCaller); ok {
 			return jc.CallToolJSON(ctx, rawName, args)
 		}
@@ -53,7 +53,7 @@ func (rt *route) CallTool(ctx context.Context, rawName string, args any) (*mcp.C
 		return nil, err
 	}
 	var local *mcp.CallToolResult
-	res, _, err := rt.call(ctx, rawName, raw, func(c registry.Caller) (json.RawMessage, bool, error) {
+	res, _, err := rt.call(ctx, rawName, raw, true, func(c registry.Caller) (json.RawMessage, bool, error) {
 		r, err := c.CallTool(ctx, rawName, args)
 		local = r
 		return nil, false, err
@@ -70,7 +70,7 @@ func (rt *route) CallTool(ctx context.Context, rawName string, args any) (*mcp.C
 
 // call runs callLocal with this replica's supervisor when it holds the
 // server, forwards otherwise, and waits for a holder in between.
-func (rt *route) call(ctx context.Context, rawName string, args json.RawMessage,
+func (rt *route) call(ctx context.Context, rawName string, args json.RawMessage, sdk bool,
 	callLocal func(registry.Caller) (json.RawMessage, bool, error)) (json.RawMessage, bool, error) {
 	m := rt.m
 	var deadline <-chan time.Time
@@ -84,7 +84,7 @@ func (rt *route) call(ctx context.Context, rawName string, args json.RawMessage,
 					return callLocal(c)
 				}
 			} else if p, ok := m.peer(s.holder); ok {
-				res, isErr, err := m.Forward(ctx, p, rt.key.Namespace, rt.key.Namespace+"/"+rt.key.Name, rawName, args)
+				res, isErr, err := m.Forward(ctx, p, rt.key.Namespace, rt.key.Namespace+"/"+rt.key.Name, rawName, args, sdk)
 				if err == nil || m.Retryable == nil || !m.Retryable(err) {
 					return res, isErr, err
 				}

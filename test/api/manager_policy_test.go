@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/podruntime"
@@ -71,6 +72,7 @@ var _ = Describe("Admission confines the manager's writes to its McpServers' obj
 			rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "create", "update"}},
 			rbacv1.PolicyRule{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"networkpolicies"}, Verbs: []string{"get", "create", "update"}},
 			rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "create", "update"}},
+			rbacv1.PolicyRule{APIGroups: []string{"mcpbridge.dev"}, Resources: []string{"mcptoolsets"}, Verbs: []string{"get", "create", "update"}},
 		)
 		probe := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: "default"}}
 		Eventually(func(ctx context.Context) error {
@@ -198,5 +200,33 @@ var _ = Describe("Admission confines the manager's writes to its McpServers' obj
 		expectManagerRefused(ctx, caSecret(ns), "labelled app.kubernetes.io/managed-by=mcpbridge")
 		expectManagerRefused(ctx, caConfigMap(ns, "kube-root-ca.crt"), "only the ConfigMaps mcpbridge-gateway-ca")
 		expectManagerRefused(ctx, caConfigMap(own.Name, "settings"), "only the ConfigMaps mcpbridge-gateway-ca")
+	})
+
+	It("lets the manager write its gateway's session keys Secret in its own namespace only", func(ctx SpecContext) {
+		mgr := clientAs(managerUser)
+		own := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "mcpbridge-system"}}
+		Expect(client.IgnoreAlreadyExists(k8sClient.Create(ctx, own))).To(Succeed())
+		keys := func(ns string) *corev1.Secret {
+			return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "mcpbridge-session-keys", Namespace: ns}, Type: corev1.SecretTypeOpaque,
+				Data: map[string][]byte{"keys.json": []byte("[]")}}
+		}
+		Expect(mgr.Create(ctx, keys(own.Name), client.DryRunAll)).To(Succeed())
+		expectManagerRefused(ctx, keys(ns), "labelled app.kubernetes.io/managed-by=mcpbridge")
+		ca := keys(own.Name)
+		ca.Name = "mcpbridge-replica-ca"
+		Expect(mgr.Create(ctx, ca, client.DryRunAll)).To(Succeed())
+		ca.Namespace = ns
+		expectManagerRefused(ctx, ca, "labelled app.kubernetes.io/managed-by=mcpbridge")
+	})
+
+	It("lets the manager write only McpToolSets an McpServer controls", func(ctx SpecContext) {
+		mgr := clientAs(managerUser)
+		ts := &v1alpha1.McpToolSet{ObjectMeta: metav1.ObjectMeta{Name: "tools", Namespace: ns}, Spec: v1alpha1.McpToolSetSpec{ServerName: "tools"}}
+		expectManagerRefused(ctx, ts, "labelled app.kubernetes.io/managed-by=mcpbridge")
+		ts.Labels = podruntime.Labels("tools")
+		expectManagerRefused(ctx, ts, "an McpServer controls")
+		ts.Name, ts.Labels = obj.Name, podruntime.Labels(obj.Name)
+		Expect(controllerutil.SetControllerReference(obj, ts, k8sClient.Scheme())).To(Succeed())
+		Expect(mgr.Create(ctx, ts, client.DryRunAll)).To(Succeed(), "the McpToolSet of an McpServer")
 	})
 })

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -44,6 +45,22 @@ func startReplicas(t *testing.T, ns string, n int) []*replica {
 		rs[i] = r
 	}
 	return rs
+}
+
+// auditLines counts the audit lines of tool in a replica's log.
+func auditLines(t *testing.T, r *replica, tool string) int {
+	t.Helper()
+	b, err := os.ReadFile(r.proc.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, "audit") && strings.Contains(line, `"tools/call"`) && strings.Contains(line, tool) {
+			n++
+		}
+	}
+	return n
 }
 
 // servers reads the McpServers of ns by name.
@@ -162,6 +179,35 @@ func TestReplicasShareTheServers(t *testing.T) {
 		}, 10*time.Second, 100*time.Millisecond).Should(Succeed())
 	}
 
+	// A call through a replica that does not own the server reaches the
+	// owner's connection once, and is audited once, where the agent called.
+	var owner, entry *replica
+	for _, r := range rs {
+		if r.name == before["s0"].Status.Replica {
+			owner = r
+		} else {
+			entry = r
+		}
+	}
+	cs, err := connectAgent(ctx(t), entry.gateway, tenant)
+	g.Expect(err).NotTo(HaveOccurred())
+	res, err := cs.CallTool(ctx(t), &mcp.CallToolParams{Name: "mcp__s0__" + fixture.ToolEcho, Arguments: map[string]any{"text": "forwarded"}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.IsError).To(BeFalse(), "%v", res.Content)
+	g.Expect(res.Content).To(HaveLen(1))
+	g.Expect(res.Content[0].(*mcp.TextContent).Text).To(ContainSubstring("forwarded"))
+	cs.Close()
+	calls := func(r *replica) float64 {
+		text, err := scrapeText(r.metrics)
+		g.Expect(err).NotTo(HaveOccurred())
+		v, _ := sample(text, fmt.Sprintf(`mcpbridge_tool_calls_total{name="s0",namespace=%q,outcome="success"}`, tenant))
+		return v
+	}
+	g.Expect(calls(owner)).To(Equal(1.0), "the owner's connection made the call once")
+	g.Expect(calls(entry)).To(BeZero(), "the replica the agent called has no connection of its own")
+	g.Expect(auditLines(t, entry, "mcp__s0__"+fixture.ToolEcho)).To(Equal(1), "audited where the agent called")
+	g.Expect(auditLines(t, owner, "mcp__s0__"+fixture.ToolEcho)).To(BeZero(), "and only there")
+
 	// r3 leaves (SIGTERM): its servers move to r1 and r2; the others keep
 	// their owner and their connection generation.
 	leaving := rs[2]
@@ -210,7 +256,10 @@ func stdioFixture(t *testing.T) string {
 // TestStdioHandoffNeverRunsTwoChildren moves stdio servers from one
 // replica to another twice, by a replica joining and by the first one
 // leaving: never do two children of one server live at once, across the
-// replicas, and every server ends on the one replica left.
+// replicas, and every server ends on the one replica left. The servers are
+// slow to go (they ignore SIGTERM and linger after stdin closes, until the
+// supervisor's SIGKILL), so a new owner that did not wait for the old
+// one's reap would overlap them.
 func TestStdioHandoffNeverRunsTwoChildren(t *testing.T) {
 	const n = 8
 	g := NewWithT(t)
@@ -248,7 +297,8 @@ func TestStdioHandoffNeverRunsTwoChildren(t *testing.T) {
 		obj := &v1alpha1.McpServer{
 			ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: names[i]},
 			Spec: v1alpha1.McpServerSpec{Transport: v1alpha1.TransportStdio, Stdio: &v1alpha1.StdioTransport{
-				Command: bin, Env: []corev1.EnvVar{{Name: "MCPBRIDGE_HANDOFF", Value: tenant + "-" + names[i]}}}},
+				Command: "/bin/sh", Args: []string{"-c", `trap "" TERM; "$0" "$@"; exec sleep 3600`, bin, "--ignore-sigterm"},
+				Env: []corev1.EnvVar{{Name: "MCPBRIDGE_HANDOFF", Value: tenant + "-" + names[i]}}}},
 		}
 		g.Expect(env.Client.Create(ctx(t), obj)).To(Succeed())
 	}
@@ -274,5 +324,125 @@ func TestStdioHandoffNeverRunsTwoChildren(t *testing.T) {
 		maxAlive, worst, distinct := w.Result()
 		g.Expect(distinct).To(BeNumerically(">=", 2), "%s: the watch saw the server on r1 and on r2", names[i])
 		g.Expect(maxAlive).To(Equal(1), "%s: server processes %v lived at once", names[i], worst)
+	}
+}
+
+// caller calls one tool through one replica's gateway without pause, as an
+// agent does, and counts what came back.
+type caller struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu       sync.Mutex
+	ok       int
+	failures []string
+}
+
+func startCaller(t *testing.T, gateway, ns, tool string) *caller {
+	t.Helper()
+	cs, err := connectAgent(ctx(t), gateway, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, cancel := context.WithCancel(context.Background())
+	cl := &caller{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(cl.done)
+		defer cs.Close()
+		for c.Err() == nil {
+			res, err := cs.CallTool(c, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"text": "hi"}})
+			if c.Err() != nil {
+				return
+			}
+			cl.mu.Lock()
+			switch {
+			case err != nil:
+				cl.failures = append(cl.failures, err.Error())
+			case res.IsError:
+				cl.failures = append(cl.failures, "tool error: "+contentText(res))
+			default:
+				cl.ok++
+			}
+			cl.mu.Unlock()
+			time.Sleep(20 * time.Millisecond) // an agent's pace, not a wait for the test
+		}
+	}()
+	t.Cleanup(cl.stop)
+	return cl
+}
+
+// contentText is the text of a result's content.
+func contentText(res *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+func (cl *caller) succeeded() int {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return cl.ok
+}
+
+func (cl *caller) stop() {
+	cl.cancel()
+	<-cl.done
+}
+
+func (cl *caller) failed() []string {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return append([]string(nil), cl.failures...)
+}
+
+// TestReplicaKilledCallsWaitForTheNewOwner SIGKILLs the replica that owns
+// a server while an agent calls it through another replica: the agent's
+// calls wait for the new owner instead of failing (only the one in flight
+// on the killed replica may fail), and no server of the other replicas
+// moves or reconnects.
+func TestReplicaKilledCallsWaitForTheNewOwner(t *testing.T) {
+	const n = 6
+	g := NewWithT(t)
+	leases, tenant := newNamespace(t, "replicas-"), newNamespace(t, "tenant-")
+	rs := startReplicas(t, leases, 3)
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("s%d", i)
+		createHTTPServer(t, tenant, names[i], serveFixture(t, fixture.Options{}))
+	}
+	before := allReadyOn(t, tenant, names, []string{"r1", "r2", "r3"})
+	var victim, entry *replica
+	for _, r := range rs {
+		if r.name == before["s0"].Status.Replica {
+			victim = r
+		} else {
+			entry = r
+		}
+	}
+	cl := startCaller(t, entry.gateway, tenant, "mcp__s0__"+fixture.ToolEcho)
+	g.Eventually(cl.succeeded, 30*time.Second, 20*time.Millisecond).Should(BeNumerically(">=", 10), "forwarded calls: %v", cl.failed)
+
+	g.Expect(victim.proc.stop(syscall.SIGKILL)).To(HaveOccurred()) // killed
+	var survivors []string
+	for _, r := range rs {
+		if r != victim {
+			survivors = append(survivors, r.name)
+		}
+	}
+	after := allReadyOn(t, tenant, names, survivors)
+	moved := cl.succeeded()
+	g.Eventually(cl.succeeded, 30*time.Second, 20*time.Millisecond).Should(BeNumerically(">=", moved+10))
+	cl.stop()
+	g.Expect(len(cl.failed())).To(BeNumerically("<=", 1), "failed calls: %v", cl.failed())
+	for _, name := range names {
+		if before[name].Status.Replica == victim.name {
+			continue
+		}
+		g.Expect(after[name].Status.Replica).To(Equal(before[name].Status.Replica), name)
+		g.Expect(after[name].Status.ConnectionGeneration).To(Equal(before[name].Status.ConnectionGeneration), name)
 	}
 }

@@ -1,0 +1,35 @@
+package peer
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// Outcomes of a forward, as mcpbridge_replica_forwards_total counts them.
+const (
+	outcomeSuccess     = "success"
+	outcomeToolError   = "tool_error"
+	outcomeNotOwner    = "not_owner"
+	outcomeCallError   = "error"
+	outcomeUnreachable = "unreachable"
+	outcomeCancelled   = "cancelled"
+)
+
+// forwards counts the calls this replica forwarded, by how they ended.
+// See docs/design.md, "Forwarding between replicas".
+var forwards = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "mcpbridge_replica_forwards_total",
+	Help: "Tool calls this replica forwarded to the replica owning their McpServer, by outcome: success, tool_error, " +
+		"not_owner (the replica called did not serve it), error (its caller failed), unreachable (no answer), cancelled.",
+}, []string{"outcome"})
+
+// unreachable is 1 for a peer while this replica's last forward to it got
+// no answer, 0 once one did. See docs/design.md, "Forwarding between
+// replicas".
+var unreachable = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	Name: "mcpbridge_replica_peer_unreachable",
+	Help: "1 while the last call this replica forwarded to the peer replica got no answer (no connection, a refused " +
+		"handshake, a connection lost), 0 after one that did.",
+}, []string{"peer"})
+
+func init() { metrics.Registry.MustRegister(forwards, unreachable) }
