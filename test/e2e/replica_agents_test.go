@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
 	"sync"
 	"time"
@@ -40,7 +41,8 @@ type serviceBalancer struct {
 	port        int32
 
 	mu    sync.Mutex
-	ready []string // host:port of the ready endpoints
+	ready []string          // host:port of the ready endpoints
+	pods  map[string]string // Pod name by endpoint address, of every endpoint seen
 	// refused counts dials to an endpoint still listed ready that did not
 	// connect, which the balancer then retried on another one.
 	refused int
@@ -49,7 +51,7 @@ type serviceBalancer struct {
 // startServiceBalancer follows the Service's EndpointSlices until ctx ends.
 func startServiceBalancer(ctx context.Context, ns, service string, port int32) *serviceBalancer {
 	GinkgoHelper()
-	b := &serviceBalancer{ns: ns, service: service, port: port}
+	b := &serviceBalancer{ns: ns, service: service, port: port, pods: map[string]string{}}
 	Eventually(func(ctx context.Context) ([]string, error) {
 		return b.refresh(ctx)
 	}).WithContext(ctx).Within(timeout).ProbeEvery(poll).ShouldNot(BeEmpty(), "ready endpoints of Service %s/%s", ns, service)
@@ -76,19 +78,22 @@ func (b *serviceBalancer) refresh(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	var ready []string
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	for _, s := range slices.Items {
 		for _, e := range s.Endpoints {
-			if e.Conditions.Ready != nil && !*e.Conditions.Ready {
-				continue
-			}
 			for _, a := range e.Addresses {
-				ready = append(ready, net.JoinHostPort(a, fmt.Sprint(b.port)))
+				addr := net.JoinHostPort(a, fmt.Sprint(b.port))
+				if e.TargetRef != nil {
+					b.pods[addr] = e.TargetRef.Name
+				}
+				if e.Conditions.Ready == nil || *e.Conditions.Ready {
+					ready = append(ready, addr)
+				}
 			}
 		}
 	}
-	b.mu.Lock()
 	b.ready = ready
-	b.mu.Unlock()
 	return ready, nil
 }
 
@@ -116,6 +121,16 @@ func (b *serviceBalancer) DialContext(ctx context.Context, network, _ string) (n
 		}
 	}
 	return nil, lastErr
+}
+
+// podAt names the manager Pod behind a connection's remote address.
+func (b *serviceBalancer) podAt(addr string) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if p, ok := b.pods[addr]; ok {
+		return p
+	}
+	return addr
 }
 
 func (b *serviceBalancer) refusedDials() int {
@@ -185,10 +200,14 @@ func startAgent(name string, call callFunc) *agent {
 		defer close(a.done)
 		for i := 0; ; i++ {
 			callCtx, cancelCall := context.WithTimeout(ctx, 2*time.Minute)
+			start := time.Now()
 			opened, err := call(callCtx, i)
 			cancelCall()
 			if ctx.Err() != nil {
 				return // stopped: the call was cut short, not failed
+			}
+			if err != nil {
+				err = fmt.Errorf("after %s: %w", time.Since(start).Round(time.Millisecond), err)
 			}
 			a.record(opened, err)
 			select {
@@ -246,13 +265,17 @@ func (a *agent) halt() {
 func echoText(agent string, i int) string { return fmt.Sprintf("%s-%d-end", agent, i) }
 
 // sessionlessCaller makes 2026-07-28 calls: each a POST of its own, without
-// a session, to any replica.
-func sessionlessCaller(hc *http.Client, url string, tools []string) callFunc {
+// a session, to any replica; a failure names the manager Pod it reached.
+func sessionlessCaller(b *serviceBalancer, hc *http.Client, url string, tools []string) callFunc {
 	return func(ctx context.Context, i int) (bool, error) {
 		tool, text := tools[i%len(tools)], echoText("sessionless", i)
 		body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":%q,"arguments":{"text":%q},`+
 			`"_meta":{"io.modelcontextprotocol/protocolVersion":%q,"io.modelcontextprotocol/clientCapabilities":{},`+
 			`"io.modelcontextprotocol/clientInfo":{"name":"e2e-sessionless","version":"0"}}}}`, i, tool, text, registry.SessionlessProtocol)
+		remote := "no connection"
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(c httptrace.GotConnInfo) {
+			remote = b.podAt(c.Conn.RemoteAddr().String())
+		}})
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
 		if err != nil {
 			return false, err
@@ -264,12 +287,12 @@ func sessionlessCaller(hc *http.Client, url string, tools []string) callFunc {
 		req.Header.Set("Mcp-Name", tool)
 		resp, err := hc.Do(req)
 		if err != nil {
-			return false, fmt.Errorf("%s: %w", tool, err)
+			return false, fmt.Errorf("%s at %s: %w", tool, remote, err)
 		}
 		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil || resp.StatusCode != http.StatusOK || !bytes.Contains(b, []byte(text)) || bytes.Contains(b, []byte(`"isError":true`)) {
-			return false, fmt.Errorf("%s: HTTP %d, %v: %.300s", tool, resp.StatusCode, err, b)
+		out, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != http.StatusOK || !bytes.Contains(out, []byte(text)) || bytes.Contains(out, []byte(`"isError":true`)) {
+			return false, fmt.Errorf("%s at %s: HTTP %d, %v: %.300s", tool, remote, resp.StatusCode, err, out)
 		}
 		return false, nil
 	}
@@ -308,12 +331,22 @@ func sessionCaller(hc *http.Client, url string, tools []string) (call callFunc, 
 		if err != nil {
 			return opened, fmt.Errorf("%s: %w", tool, err)
 		}
-		if res.IsError || len(res.Content) != 1 {
-			return opened, fmt.Errorf("%s: error result %+v", tool, res.Content)
-		}
-		if t, ok := res.Content[0].(*mcp.TextContent); !ok || t.Text != text {
-			return opened, fmt.Errorf("%s: result %+v, want %q", tool, res.Content[0], text)
+		if got := texts(res.Content); res.IsError || len(got) != 1 || got[0] != text {
+			return opened, fmt.Errorf("%s: result (isError %t) %q, want %q", tool, res.IsError, got, text)
 		}
 		return opened, nil
 	}, end
+}
+
+// texts are the texts of a result's content, a placeholder for other kinds.
+func texts(content []mcp.Content) []string {
+	var out []string
+	for _, c := range content {
+		if t, ok := c.(*mcp.TextContent); ok {
+			out = append(out, t.Text)
+		} else {
+			out = append(out, fmt.Sprintf("<%T>", c))
+		}
+	}
+	return out
 }

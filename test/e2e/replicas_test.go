@@ -145,10 +145,10 @@ var _ = Describe("Manager replicas under agents calling without pause (the chart
 			Expect(echoes).To(ConsistOf(tools), "replica %s lists the same tools", pod.Name)
 		}
 
-		hc := balancer.httpClient(ctx, haToolsNS, token)
-		sessionless = startAgent("sessionless", sessionlessCaller(hc, balancer.url(haToolsNS), tools))
+		// Two agents, each with connections of its own.
+		sessionless = startAgent("sessionless", sessionlessCaller(balancer, balancer.httpClient(ctx, haToolsNS, token), balancer.url(haToolsNS), tools))
 		var call callFunc
-		call, endSession = sessionCaller(hc, balancer.url(haToolsNS), tools)
+		call, endSession = sessionCaller(balancer.httpClient(ctx, haToolsNS, token), balancer.url(haToolsNS), tools)
 		session = startAgent("session", call)
 		expectCallsOfEveryTool(ctx, len(tools), sessionless, session)
 		for _, a := range []*agent{sessionless, session} {
