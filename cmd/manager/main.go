@@ -139,7 +139,7 @@ func setupControllers(mgr ctrl.Manager, opts *options, members *membership.Membe
 	// mirror serves what the owners published.
 	served := registry.New()
 	served.MaxToolBytesPerNamespace = math.MaxInt64
-	if err := setupGateway(mgr, opts, served); err != nil {
+	if err := setupGateway(mgr, opts, served, sups); err != nil {
 		return nil, fmt.Errorf("set up the gateway: %w", err)
 	}
 	mirror := &toolsets.Mirror{Reader: mgr.GetCache(), Served: served, Self: opts.replicas.name, Local: local.Caller,
@@ -174,9 +174,12 @@ func setupControllers(mgr ctrl.Manager, opts *options, members *membership.Membe
 // (audience-bound TokenReviews, "use" reviews namespace-wide then per
 // McpServer) unless --gateway-auth=none, and over TLS unless
 // --gateway-tls=false (gatewaytls.go). See docs/design.md, "The gateway".
-func setupGateway(mgr ctrl.Manager, opts *options, reg *registry.Registry) error {
+func setupGateway(mgr ctrl.Manager, opts *options, reg *registry.Registry, sups *controller.Supervisors) error {
 	gw := &gateway.Gateway{Registry: reg, Log: ctrl.Log.WithName("gateway"), TracerProvider: opts.tracerProvider,
-		Budgets: opts.budgets.gateway}
+		Budgets: opts.budgets.gateway, DrainDelay: opts.replicas.drainDelay}
+	// The supervisors answer the calls the gateway still takes while it
+	// drains (docs/design.md, "Replicas and ownership": shutdown).
+	sups.DrainAfter = gw.Drained()
 	if err := addSessionKeys(mgr, gw, &opts.sessionKeys, opts.stdio.managerNamespace); err != nil {
 		return err
 	}

@@ -40,7 +40,7 @@ func TestEveryOperationsFlagIsDefined(t *testing.T) {
 		"gateway-token-review-qps", "gateway-token-review-burst", "gateway-token-review-qps-per-source",
 		"gateway-token-review-burst-per-source", "gateway-access-review-qps-per-identity",
 		"gateway-access-review-burst-per-identity", "gateway-max-access-reviews-per-request",
-		"gateway-session-key-secret", "gateway-session-key-rotation", "gateway-session-key-retention",
+		"gateway-session-key-secret", "gateway-session-key-rotation", "gateway-session-key-retention", "replica-drain-delay",
 		"zap-devel", "zap-encoder", "zap-log-level", "zap-stacktrace-level", "zap-time-encoding",
 	} {
 		if fs.Lookup(name) == nil {

@@ -32,6 +32,7 @@ type replicaOptions struct {
 	leaseDuration    time.Duration
 	bindAddress      string
 	advertiseAddress string
+	drainDelay       time.Duration
 	// namespace holds the replicas' Leases: the manager's own.
 	namespace string
 }
@@ -46,6 +47,9 @@ func (o *replicaOptions) bindFlags(fs *flag.FlagSet) {
 		"How long a replica stays a member after its peers last saw it renew its Lease (it renews every third of it); whole seconds.")
 	fs.StringVar(&o.bindAddress, "replica-bind-address", ":"+defaultReplicaPort,
 		"Address the replicas' internal endpoint binds to.")
+	fs.DurationVar(&o.drainDelay, "replica-drain-delay", 3*time.Second,
+		"How long a stopping replica still serves agents, answering with Connection: close, after its readiness fails, "+
+			"so that the Service sends their next connections to the other replicas first; at most 10s.")
 	fs.StringVar(&o.advertiseAddress, "replica-advertise-address", "",
 		"Address (host:port) the other replicas reach this one at; empty is env POD_IP with the port of --replica-bind-address "+
 			"(outside a cluster: 127.0.0.1 with that port).")
@@ -68,6 +72,9 @@ func (o *replicaOptions) resolve(leaderElectionNamespace, managerNamespace strin
 	}
 	if o.leaseDuration < time.Second || o.leaseDuration%time.Second != 0 {
 		return fmt.Errorf("--replica-lease-duration=%s must be a whole number of seconds, at least 1s", o.leaseDuration)
+	}
+	if o.drainDelay < 0 || o.drainDelay > 10*time.Second {
+		return fmt.Errorf("--replica-drain-delay=%s must be between 0s and 10s", o.drainDelay)
 	}
 	_, port, err := net.SplitHostPort(o.bindAddress)
 	if err != nil || !validPort(port) {

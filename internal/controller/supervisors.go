@@ -39,7 +39,8 @@ type Supervisors struct {
 	SupervisorsOptions
 
 	mu       sync.Mutex
-	ctx      context.Context
+	ctx      context.Context // of the supervisors: ends only with their disposal
+	mgrCtx   context.Context // the manager's
 	entries  map[types.NamespacedName]*supervisorEntry
 	started  chan struct{}
 	disposed chan struct{}
@@ -57,6 +58,10 @@ type SupervisorsOptions struct {
 	TracerProvider trace.TracerProvider
 	// Tune lets tests shorten the close barrier and grace periods.
 	Tune func(*bridge.Options)
+	// DrainAfter, when set, is waited for (at most drainTimeout) once the
+	// manager stops, before the supervisors are disposed: the gateway's
+	// Drained, so that the calls it still takes are answered.
+	DrainAfter <-chan struct{}
 }
 
 // NewSupervisors returns an empty set of supervisors; Start runs it.
@@ -127,10 +132,18 @@ func (s *Supervisors) NeedLeaderElection() bool { return false }
 // that no child process outlives the manager, and closes Disposed.
 func (s *Supervisors) Start(ctx context.Context) error {
 	s.mu.Lock()
-	s.ctx = ctx
+	// The supervisors outlive the manager's context until they are
+	// disposed here: calls keep being answered while the gateway drains.
+	s.ctx, s.mgrCtx = context.WithoutCancel(ctx), ctx
 	s.mu.Unlock()
 	close(s.started)
 	<-ctx.Done()
+	if s.DrainAfter != nil {
+		select {
+		case <-s.DrainAfter:
+		case <-time.After(drainTimeout):
+		}
+	}
 	s.drain(drainTimeout)
 	s.DisposeAll()
 	close(s.disposed)
@@ -302,7 +315,7 @@ func (s *Supervisors) stop(ctx context.Context, key types.NamespacedName, e *sup
 func (s *Supervisors) awaitClosed(key types.NamespacedName, e *supervisorEntry) {
 	select {
 	case <-e.sup.Closed():
-	case <-s.ctx.Done():
+	case <-s.mgrCtx.Done():
 		return
 	}
 	s.remove(key, e)
@@ -310,7 +323,7 @@ func (s *Supervisors) awaitClosed(key types.NamespacedName, e *supervisorEntry) 
 	obj.Namespace, obj.Name = key.Namespace, key.Name
 	select {
 	case s.events <- event.TypedGenericEvent[*v1alpha1.McpServer]{Object: obj}:
-	case <-s.ctx.Done():
+	case <-s.mgrCtx.Done():
 	}
 }
 

@@ -4,17 +4,18 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
+	"errors"
 	"net"
 	"net/http"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
 	"go.opentelemetry.io/otel/trace"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/mcpbridge/operator/internal/kubeauth"
@@ -69,6 +70,15 @@ type Gateway struct {
 	// from its id; zero means DefaultSessionMaxAge.
 	SessionMaxAge time.Duration
 
+	// DrainDelay is how long the gateway still serves once the manager
+	// stops, answering with Connection: close (see drainingServer).
+	DrainDelay time.Duration
+
+	draining    atomic.Bool
+	serving     atomic.Bool // served by a drainingServer, which ends the sessions
+	drainedOnce sync.Once
+	drained     chan struct{}
+
 	tracer    tracing.Tracer // of TracerProvider, set by Handler
 	sealer    *sealer        // made with the first endpoint
 	mu        sync.Mutex
@@ -85,6 +95,9 @@ func (g *Gateway) Handler() http.Handler {
 
 func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 	ns := r.PathValue("namespace")
+	if g.draining.Load() {
+		w.Header().Set("Connection", "close") // the next request goes elsewhere
+	}
 	var rt *requestTrace // nil: tracing off
 	if g.tracer.On() {
 		rt = g.traceRequest(w, r, ns)
@@ -225,7 +238,11 @@ func (g *Gateway) newSealer() *sealer {
 func (g *Gateway) Start(ctx context.Context) error {
 	sub := g.Registry.Subscribe()
 	defer sub.Close()
-	defer g.closeSessions()
+	defer func() {
+		if !g.serving.Load() {
+			g.closeSessions()
+		}
+	}()
 	idle := cmp.Or(g.SessionIdleTimeout, DefaultSessionIdleTimeout)
 	janitor := time.NewTicker(min(idle/4, time.Minute))
 	defer janitor.Stop()
@@ -335,12 +352,60 @@ func (g *Gateway) AddToManager(mgr manager.Manager, ln net.Listener) error {
 	if g.TLS != nil {
 		ln = tls.NewListener(ln, g.TLS)
 	}
-	return mgr.Add(&manager.Server{
-		Name:            "gateway",
-		Server:          g.httpServer(),
-		Listener:        ln,
-		ShutdownTimeout: ptr.To(gatewayShutdown),
-	})
+	g.serving.Store(true)
+	return mgr.Add(&drainingServer{g: g, srv: g.httpServer(), ln: ln})
+}
+
+// drainingServer serves the gateway until the manager stops, then drains:
+// for DrainDelay it still serves, every answer with Connection: close, so
+// that agents' next requests go to other replicas while the Service stops
+// sending new connections here (readiness fails at once); then it stops
+// accepting, ends the agents' sessions, which other replicas take up, and
+// finishes the requests in flight (at most gatewayShutdown).
+// See docs/design.md, "Replicas and ownership" (shutdown).
+type drainingServer struct {
+	g   *Gateway
+	srv *http.Server
+	ln  net.Listener
+}
+
+func (d *drainingServer) NeedLeaderElection() bool { return false }
+
+func (d *drainingServer) Start(ctx context.Context) error {
+	defer close(d.g.drainedChan())
+	served := make(chan error, 1)
+	go func() { served <- d.srv.Serve(d.ln) }()
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	d.g.draining.Store(true)
+	select {
+	case err := <-served:
+		return err
+	case <-time.After(d.g.DrainDelay):
+	}
+	// The agents' sessions end first: their open GET streams are requests
+	// that Shutdown would otherwise wait for. Their agents reopen them
+	// elsewhere, where the sealed session is taken up.
+	d.g.closeSessions()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), gatewayShutdown)
+	defer cancel()
+	err := d.srv.Shutdown(sctx)
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// Drained is closed once the gateway has stopped serving and finished
+// the requests in flight, or never served (AddToManager not called).
+func (g *Gateway) Drained() <-chan struct{} { return g.drainedChan() }
+
+func (g *Gateway) drainedChan() chan struct{} {
+	g.drainedOnce.Do(func() { g.drained = make(chan struct{}) })
+	return g.drained
 }
 
 // TLSConfig serves the certificate that getCertificate returns (e.g. a

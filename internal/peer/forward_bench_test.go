@@ -19,7 +19,7 @@ import (
 )
 
 // What forwarding a call to the owning replica adds to it: two replicas in
-// one process on loopback, over mutual TLS and a kept-alive connection,
+// one process on loopback, over mutual TLS and one HTTP/2 connection,
 // with a trivial local caller on the owner (docs/design.md, "Forwarding
 // between replicas"):
 //

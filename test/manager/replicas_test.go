@@ -2,10 +2,15 @@ package manager_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -445,4 +450,218 @@ func TestReplicaKilledCallsWaitForTheNewOwner(t *testing.T) {
 		g.Expect(after[name].Status.Replica).To(Equal(before[name].Status.Replica), name)
 		g.Expect(after[name].Status.ConnectionGeneration).To(Equal(before[name].Status.ConnectionGeneration), name)
 	}
+}
+
+// balancer sends each new TCP connection to a random replica among those
+// whose /readyz answered 200 at its last look (every 100 ms), as a Service
+// does; a kept-alive connection stays where it is until its server closes
+// it.
+type balancer struct {
+	mu      sync.Mutex
+	members []*replica
+	ready   []*replica
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+func newBalancer(t *testing.T) *balancer {
+	b := &balancer{stop: make(chan struct{}), done: make(chan struct{})}
+	go b.watch()
+	t.Cleanup(func() { close(b.stop); <-b.done })
+	return b
+}
+
+func (b *balancer) add(r *replica) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.members = append(b.members, r)
+}
+
+func (b *balancer) watch() {
+	defer close(b.done)
+	hc := &http.Client{Timeout: time.Second}
+	for {
+		b.mu.Lock()
+		members := slices.Clone(b.members)
+		b.mu.Unlock()
+		var ready []*replica
+		for _, r := range members {
+			if code, _, _, err := get(hc, "http://"+r.probes+"/readyz", ""); err == nil && code == http.StatusOK {
+				ready = append(ready, r)
+			}
+		}
+		b.mu.Lock()
+		b.ready = ready
+		b.mu.Unlock()
+		select {
+		case <-b.stop:
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// client dials a ready replica's gateway for each new connection.
+func (b *balancer) client() *http.Client {
+	var d net.Dialer
+	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		b.mu.Lock()
+		ready := slices.Clone(b.ready)
+		b.mu.Unlock()
+		if len(ready) == 0 {
+			return nil, errors.New("no ready replica")
+		}
+		return d.DialContext(ctx, network, ready[rand.IntN(len(ready))].gateway)
+	}}}
+}
+
+// TestRollingReplacementLosesNoCall replaces both replicas of two, one at
+// a time as a rolling update does (a new one Ready, then SIGTERM to an old
+// one), while agents of both protocol versions call a Streamable HTTP and
+// a stdio server without pause through a Service-like balancer: no call
+// fails, and the 2025-11-25 agent keeps its session.
+func TestRollingReplacementLosesNoCall(t *testing.T) {
+	g := NewWithT(t)
+	bin := stdioFixture(t)
+	leases, tenant := newNamespace(t, "replicas-"), newNamespace(t, "rolling-")
+	lb := newBalancer(t)
+	start := func(name string) *replica {
+		r := &replica{name: name, gateway: freeAddr(t), probes: freeAddr(t), metrics: freeAddr(t)}
+		r.proc = runManager(t, r.probes, "--kubeconfig="+env.KubeconfigPath, "--health-probe-bind-address="+r.probes,
+			"--metrics-bind-address=0", "--gateway-bind-address="+r.gateway, "--gateway-auth=none", "--gateway-tls=false",
+			"--upstream-allow-cidrs=127.0.0.0/8", "--local-stdio-namespaces=*", "--replica-name="+name,
+			"--replica-bind-address="+freeAddr(t), "--replica-lease-duration=3s", "--replica-drain-delay=1s",
+			"--manager-namespace="+leases)
+		lb.add(r)
+		return r
+	}
+	r1, r2 := start("r1"), start("r2")
+	createHTTPServer(t, tenant, "web", serveFixture(t, fixture.Options{}))
+	stdio := &v1alpha1.McpServer{ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: "local"},
+		Spec: v1alpha1.McpServerSpec{Transport: v1alpha1.TransportStdio, Stdio: &v1alpha1.StdioTransport{Command: bin}}}
+	g.Expect(env.Client.Create(ctx(t), stdio)).To(Succeed())
+	allReadyOn(t, tenant, []string{"web", "local"}, []string{"r1", "r2"})
+
+	// The 2025-11-25 agent: a session, both tools in turn.
+	url := "http://127.0.0.1:1/namespaces/" + tenant + "/mcp" // a loopback Host (auth is off); the balancer picks the address
+	agent := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "v0"}, nil)
+	var cs *mcp.ClientSession
+	g.Eventually(func() (err error) {
+		cs, err = agent.Connect(ctx(t), &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: lb.client()}, // the SDK's default retries, as agents run it
+			&mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+		return err
+	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
+	defer cs.Close()
+	session := cs.ID()
+	g.Expect(session).NotTo(BeEmpty())
+	stateful := &callLoop{}
+	stateful.run(t, func(c context.Context, i int) error {
+		tool := []string{"mcp__web__echo", "mcp__local__echo"}[i%2]
+		res, err := cs.CallTool(c, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"text": "hi"}})
+		if err == nil && res.IsError {
+			err = errors.New("tool error: " + contentText(res))
+		}
+		return err
+	})
+	// The 2026-07-28 agent: no session, a request per call.
+	hc := lb.client()
+	sessionless := &callLoop{}
+	sessionless.run(t, func(c context.Context, i int) error {
+		tool := []string{"mcp__web__echo", "mcp__local__echo"}[i%2]
+		body, hdr := sessionlessCall(i, tool, `{"text":"still here"}`)
+		resp, err := post(c, hc, url, body, hdr)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "still here") || strings.Contains(string(b), `"isError":true`) {
+			return fmt.Errorf("HTTP %d: %.300s", resp.StatusCode, b)
+		}
+		return nil
+	})
+	waitCalls := func() {
+		a, b := stateful.succeeded(), sessionless.succeeded()
+		g.Eventually(func() bool { return stateful.succeeded() >= a+10 && sessionless.succeeded() >= b+10 },
+			time.Minute, 20*time.Millisecond).Should(BeTrue(), "calls stalled: %v %v", stateful.failed(), sessionless.failed())
+	}
+	waitCalls()
+
+	start("r3")
+	g.Expect(r1.proc.stop(syscall.SIGTERM)).To(Succeed())
+	waitCalls()
+	start("r4")
+	g.Expect(r2.proc.stop(syscall.SIGTERM)).To(Succeed())
+	allReadyOn(t, tenant, []string{"web", "local"}, []string{"r3", "r4"})
+	waitCalls()
+
+	stateful.stop()
+	sessionless.stop()
+	g.Expect(stateful.failed()).To(BeEmpty(), "2025-11-25 calls failed")
+	g.Expect(sessionless.failed()).To(BeEmpty(), "2026-07-28 calls failed")
+	g.Expect(cs.ID()).To(Equal(session), "the agent's session")
+	t.Logf("2025-11-25: %d calls, longest gap %s; 2026-07-28: %d calls, longest gap %s",
+		stateful.succeeded(), stateful.longestGap(), sessionless.succeeded(), sessionless.longestGap())
+}
+
+// callLoop runs one agent's calls one after another until stopped, and
+// keeps their outcomes and the longest time without a success.
+type callLoop struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu       sync.Mutex
+	ok       int
+	failures []string
+	last     time.Time
+	gap      time.Duration
+}
+
+func (l *callLoop) run(t *testing.T, call func(context.Context, int) error) {
+	c, cancel := context.WithCancel(context.Background())
+	l.cancel, l.done, l.last = cancel, make(chan struct{}), time.Now()
+	go func() {
+		defer close(l.done)
+		for i := 0; c.Err() == nil; i++ {
+			err := call(c, i)
+			if c.Err() != nil {
+				return
+			}
+			l.mu.Lock()
+			if err != nil {
+				l.failures = append(l.failures, err.Error())
+			} else {
+				l.ok++
+				now := time.Now()
+				l.gap = max(l.gap, now.Sub(l.last))
+				l.last = now
+			}
+			l.mu.Unlock()
+			time.Sleep(20 * time.Millisecond) // an agent's pace, not a wait for the test
+		}
+	}()
+	t.Cleanup(l.stop)
+}
+
+func (l *callLoop) stop() {
+	l.cancel()
+	<-l.done
+}
+
+func (l *callLoop) succeeded() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ok
+}
+
+func (l *callLoop) failed() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.failures)
+}
+
+func (l *callLoop) longestGap() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.gap
 }
