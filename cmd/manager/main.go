@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"net"
 	"os"
 	"time"
 
@@ -198,7 +199,13 @@ func setupGateway(mgr ctrl.Manager, opts *options, reg *registry.Registry, sups 
 	if getCertificate != nil {
 		gw.TLS = gateway.TLSConfig(getCertificate)
 	}
-	return gw.AddToManager(mgr, gateway.ListenWhenServing(opts.gatewayAddr))
+	// Bound now: a replica's readiness may pass before its gateway's server
+	// starts, and the kernel then holds the Service's first connections.
+	ln, err := net.Listen("tcp", opts.gatewayAddr)
+	if err != nil {
+		return fmt.Errorf("--gateway-bind-address=%s: %w", opts.gatewayAddr, err)
+	}
+	return gw.AddToManager(mgr, ln)
 }
 
 // cacheOptions restricts the informers to the watched namespaces, if any.

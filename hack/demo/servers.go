@@ -56,11 +56,17 @@ func (d *demo) startManager(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	replica, err := freeAddr()
+	if err != nil {
+		return err
+	}
 	// The demo's HTTP fixture listens on loopback, which the egress policy
 	// refuses unless allowed (see docs/design.md, "Egress policy").
 	cmd := exec.Command(filepath.Join(d.dir, "bin", "manager"),
 		"--gateway-bind-address="+gateway, "--gateway-auth=none", "--gateway-tls=false",
 		"--metrics-bind-address=0", "--health-probe-bind-address="+probes,
+		// One replica: its endpoint for the others on loopback.
+		"--replica-bind-address="+replica,
 		// The loopback upstreams of the demo are allowed, and it has no node
 		// to run Pods on: its stdio servers run as children of the manager
 		// (the Local runtime).

@@ -213,6 +213,12 @@ func (s *Supervisor) Dispose(ctx context.Context) error {
 	cancel := s.cancel
 	s.lifeMu.Unlock()
 	cancel()
+	// The tools leave at once: a call that finds them while the live
+	// generation closes would fail as "not connected", where one that
+	// finds none waits for the server's next holder (docs/design.md,
+	// "Replicas and ownership"). The Remove below catches a sync that
+	// raced with the cancel.
+	s.registry.Remove(s.ns, s.owner)
 	// Real time, not s.clock: the barrier guards real processes.
 	timer := time.NewTimer(s.barrier)
 	defer timer.Stop()

@@ -381,6 +381,9 @@ func (d *drainingServer) Start(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	d.g.draining.Store(true)
+	// Kept-alive connections idle now are closed now, while their agents
+	// are not writing on them; the busy ones close after their answer.
+	d.srv.SetKeepAlivesEnabled(false)
 	select {
 	case err := <-served:
 		return err

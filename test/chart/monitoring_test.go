@@ -414,7 +414,7 @@ func runManager(t *testing.T, bin string, env []string, args ...string) (string,
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, args...)
+	cmd := exec.Command(bin, ownReplicaAddress(t, args)...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.Env = append(os.Environ(), env...)
 	if err := cmd.Start(); err != nil {
@@ -438,4 +438,17 @@ func runManager(t *testing.T, bin string, env []string, args ...string) (string,
 		}
 	})
 	return logPath, exited
+}
+
+// ownReplicaAddress gives the manager a replicas' endpoint on a free
+// loopback port, in place of config/default's :8091 or the flag's default:
+// managers of tests that run at once must not share one.
+func ownReplicaAddress(t *testing.T, args []string) []string {
+	out := make([]string, 0, len(args)+1)
+	for _, a := range args {
+		if !strings.HasPrefix(a, "--replica-bind-address=") {
+			out = append(out, a)
+		}
+	}
+	return append(out, "--replica-bind-address="+freeAddr(t))
 }

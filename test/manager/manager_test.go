@@ -310,7 +310,7 @@ func runManager(t *testing.T, probes string, args ...string) *managerProcess {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(managerBin, args...)
+	cmd := exec.Command(managerBin, ownReplicaAddress(t, args)...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(dir, "no-such-kubeconfig"), "HOME="+dir)
 	if err := cmd.Start(); err != nil {
@@ -469,4 +469,21 @@ func ctx(t *testing.T) context.Context {
 	c, cancel := context.WithTimeout(t.Context(), time.Minute)
 	t.Cleanup(cancel)
 	return c
+}
+
+// ownReplicaAddress gives the manager a replicas' endpoint on a free
+// loopback port unless args choose one, in place of config/default's :8091
+// or the flag's default: managers of tests that run at once must not share
+// one.
+func ownReplicaAddress(t *testing.T, args []string) []string {
+	out := make([]string, 0, len(args)+1)
+	for _, a := range args {
+		if strings.HasPrefix(a, "--replica-bind-address=") && !strings.HasPrefix(a, "--replica-bind-address=:") {
+			return args // the test's own
+		}
+		if !strings.HasPrefix(a, "--replica-bind-address=") {
+			out = append(out, a)
+		}
+	}
+	return append(out, "--replica-bind-address="+freeAddr(t))
 }
