@@ -91,6 +91,7 @@ func TestChartMatchesConfigDefault(t *testing.T) {
 		got, want := managerOf(t, chartObjs), managerOf(t, kustomized)
 		g.Expect(got.Spec.Strategy).To(Equal(want.Spec.Strategy))
 		g.Expect(got.Spec.Replicas).To(Equal(want.Spec.Replicas))
+		g.Expect(spreadOf(t, got)).To(Equal(spreadOf(t, want)))
 		gp, wp := got.Spec.Template.Spec, want.Spec.Template.Spec
 		g.Expect(gp.SecurityContext).To(Equal(wp.SecurityContext))
 		g.Expect(gp.TerminationGracePeriodSeconds).To(Equal(wp.TerminationGracePeriodSeconds))
@@ -111,6 +112,17 @@ func TestChartMatchesConfigDefault(t *testing.T) {
 		g.Expect(gc.Resources).To(Equal(wc.Resources))
 		g.Expect(gc.VolumeMounts).To(Equal(wc.VolumeMounts))
 		g.Expect(gc.Env).To(Equal(wc.Env))
+	})
+
+	t.Run("PodDisruptionBudget", func(t *testing.T) {
+		g := NewWithT(t)
+		got, want := disruptionBudget(t, chartObjs), disruptionBudget(t, kustomized)
+		g.Expect(got).NotTo(BeNil())
+		g.Expect(want).NotTo(BeNil())
+		g.Expect(got.Spec.MaxUnavailable).To(Equal(want.Spec.MaxUnavailable))
+		g.Expect(got.Spec.MinAvailable).To(Equal(want.Spec.MinAvailable))
+		g.Expect(got.Spec.Selector).To(Equal(managerOf(t, chartObjs).Spec.Selector))
+		g.Expect(want.Spec.Selector).To(Equal(managerOf(t, kustomized).Spec.Selector))
 	})
 
 	t.Run("Services", func(t *testing.T) {

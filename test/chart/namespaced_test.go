@@ -70,14 +70,14 @@ func TestNamespacedRender(t *testing.T) {
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"mcpbridge-gateway-ca"}, Verbs: []string{"get"}}))
 	find(t, objs, "RoleBinding", "mcp-bridge-gateway-ca")
-	// The gateway's session keys, in the release's namespace only: create,
-	// and read and rotate that one Secret.
+	// The gateway's session keys and the replicas' CA, in the release's
+	// namespace only: create, and read and rotate those two Secrets.
 	var keys rbacv1.Role
 	fromObj(t, find(t, objs, "Role", "mcp-bridge-session-keys"), &keys)
 	g.Expect(keys.Namespace).To(Equal(releaseNamespace))
 	g.Expect(keys.Rules).To(ConsistOf(
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
-		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"mcpbridge-session-keys"},
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"mcpbridge-session-keys", "mcpbridge-replica-ca"},
 			Verbs: []string{"get", "update"}}))
 	find(t, objs, "RoleBinding", "mcp-bridge-session-keys")
 }

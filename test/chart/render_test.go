@@ -35,6 +35,7 @@ func TestDefaultRender(t *testing.T) {
 		"ClusterRole/mcp-bridge-gateway-user",
 		"ClusterRole/mcp-bridge-metrics-reader",
 		"Deployment/mcp-bridge-manager",
+		"PodDisruptionBudget/mcp-bridge-manager",
 		"Service/mcp-bridge-gateway",
 		"Service/mcp-bridge-metrics",
 		"ValidatingAdmissionPolicy/mcp-bridge-author-references",

@@ -33,7 +33,11 @@ const (
 	chartDeployment = chartRelease + "-manager"
 	chartUserRole   = chartRelease + "-gateway-user"
 	crdName         = "mcpservers.mcpbridge.dev"
+	toolSetCRDName  = "mcptoolsets.mcpbridge.dev"
 )
+
+// crdNames are the chart's CRDs, which every container deletes at its end.
+var crdNames = []string{crdName, toolSetCRDName}
 
 var crdGVK = schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"}
 
@@ -56,7 +60,7 @@ var _ = Describe("The operator installed with the Helm chart", Ordered, func() {
 			for _, ns := range []string{chartToolsNS, chartNS} {
 				Expect(cluster.Kubectl(ctx, "delete", "namespace", ns, "--ignore-not-found", "--wait=true", "--timeout=3m")).Error().NotTo(HaveOccurred())
 			}
-			Expect(cluster.Kubectl(ctx, "delete", "crd", crdName, "--ignore-not-found", "--wait=true", "--timeout=3m")).Error().NotTo(HaveOccurred())
+			Expect(deleteCRDs(ctx, "--ignore-not-found")).Error().NotTo(HaveOccurred())
 			// The cluster-scoped objects of a release whose uninstall did
 			// not run: the namespace held the release's record.
 			Expect(cluster.Kubectl(ctx, "delete", "clusterroles,clusterrolebindings,validatingadmissionpolicies,validatingadmissionpolicybindings", "--ignore-not-found",
@@ -126,7 +130,8 @@ var _ = Describe("The operator installed with the Helm chart", Ordered, func() {
 			out, err := cluster.Kubectl(ctx, "get", "-f", rendered, "--ignore-not-found", "-o", "name")
 			return strings.Fields(out), err
 		}).WithContext(ctx).Within(timeout).ProbeEvery(poll).Should(
-			ConsistOf("customresourcedefinition.apiextensions.k8s.io/"+crdName), "only the CRD is left")
+			ConsistOf("customresourcedefinition.apiextensions.k8s.io/"+crdName, "customresourcedefinition.apiextensions.k8s.io/"+toolSetCRDName),
+			"only the CRDs are left")
 		Eventually(func() ([]int, error) { return testcluster.PodProcesses(mgr.UID) }).
 			WithContext(ctx).Within(timeout).ProbeEvery(poll).Should(BeEmpty())
 		AddReportEntry("helm uninstall -> release's objects and manager processes gone", time.Since(uninstalled).Round(time.Millisecond).String())
@@ -136,7 +141,7 @@ var _ = Describe("The operator installed with the Helm chart", Ordered, func() {
 		Expect(secrets.Items).To(BeEmpty(), "the release's record is gone")
 
 		// Back to a cluster without the CRD for the other containers.
-		Expect(cluster.Kubectl(ctx, "delete", "crd", crdName, "--wait=true", "--timeout=3m")).Error().NotTo(HaveOccurred())
+		Expect(deleteCRDs(ctx)).Error().NotTo(HaveOccurred())
 		Expect(cluster.Kubectl(ctx, "delete", "namespace", chartNS, "--wait=true", "--timeout=3m")).Error().NotTo(HaveOccurred())
 		Expect(cluster.Client.Get(ctx, client.ObjectKey{Name: chartNS}, &corev1.Namespace{})).To(
 			WithTransform(apierrors.IsNotFound, BeTrue()))
@@ -147,11 +152,13 @@ var _ = Describe("The operator installed with the Helm chart", Ordered, func() {
 // image that make image built and the suite imported (there is no registry
 // to pull from), and the apiserver on the node's address, since without
 // kube-proxy the kubernetes Service's ClusterIP does not route. They are
-// what test/e2e/config patches into config/default.
+// what test/e2e/config patches into config/default, with its one replica
+// (replicas_test.go installs several).
 func chartValues() map[string]any {
 	repo, tag, _ := strings.Cut(managerImage, ":")
 	return map[string]any{
-		"image": map[string]any{"repository": repo, "tag": tag, "pullPolicy": string(corev1.PullNever)},
+		"replicaCount": 1,
+		"image":        map[string]any{"repository": repo, "tag": tag, "pullPolicy": string(corev1.PullNever)},
 		"manager": map[string]any{"extraEnv": []corev1.EnvVar{
 			{Name: "KUBERNETES_SERVICE_HOST", Value: cluster.NodeIP.String()},
 			{Name: "KUBERNETES_SERVICE_PORT", Value: fmt.Sprint(testcluster.APIServerPort)},
@@ -171,6 +178,12 @@ func valuesFile(values map[string]any) string {
 	path := filepath.Join(GinkgoT().TempDir(), "values.json")
 	Expect(os.WriteFile(path, b, 0o644)).To(Succeed())
 	return path
+}
+
+// deleteCRDs deletes the chart's CRDs, and with them every McpServer and
+// McpToolSet, with extra kubectl flags.
+func deleteCRDs(ctx context.Context, flags ...string) (string, error) {
+	return cluster.Kubectl(ctx, append(append([]string{"delete", "crd"}, crdNames...), append(flags, "--wait=true", "--timeout=3m")...)...)
 }
 
 func chartReleaseBin() string { return filepath.Join(cluster.Root(), "bin", "chart-release") }

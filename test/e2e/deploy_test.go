@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
@@ -122,14 +123,16 @@ func deploymentAvailable(ctx context.Context) error {
 }
 
 // deploymentAvailableAt passes once the manager Deployment key is Available
-// with its one replica Ready.
+// with every replica it asks for Ready and no other.
 func deploymentAvailableAt(ctx context.Context, key client.ObjectKey) error {
 	var d appsv1.Deployment
 	if err := cluster.Client.Get(ctx, key, &d); err != nil {
 		return err
 	}
+	want := ptr.Deref(d.Spec.Replicas, 1)
 	for _, c := range d.Status.Conditions {
-		if c.Type == appsv1.DeploymentAvailable && c.Status == corev1.ConditionTrue && d.Status.ReadyReplicas == 1 {
+		if c.Type == appsv1.DeploymentAvailable && c.Status == corev1.ConditionTrue &&
+			d.Status.ReadyReplicas == want && d.Status.Replicas == want {
 			return nil
 		}
 	}

@@ -38,7 +38,7 @@ var _ = Describe("The operator installed for some namespaces only (manager.watch
 			for _, ns := range append(append([]string{nsReleaseNS}, nsWatched...), nsUnwatched) {
 				Expect(cluster.Kubectl(ctx, "delete", "namespace", ns, "--ignore-not-found", "--wait=true", "--timeout=3m")).Error().NotTo(HaveOccurred())
 			}
-			Expect(cluster.Kubectl(ctx, "delete", "crd", crdName, "--ignore-not-found", "--wait=true", "--timeout=3m")).Error().NotTo(HaveOccurred())
+			Expect(deleteCRDs(ctx, "--ignore-not-found")).Error().NotTo(HaveOccurred())
 			Expect(cluster.Kubectl(ctx, "delete", "clusterroles,clusterrolebindings,validatingadmissionpolicies,validatingadmissionpolicybindings", "--ignore-not-found",
 				"-l", "app.kubernetes.io/instance="+nsRelease)).Error().NotTo(HaveOccurred())
 		}, NodeTimeout(10*time.Minute))
