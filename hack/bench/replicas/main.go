@@ -1,6 +1,8 @@
-// Command replicas measures the Replicas target (docs/design.md, "How it is tested"; design in
-// "Replicas and ownership" and "Sessions on every replica") on this machine
-// and prints a markdown table with the command that reproduces it:
+// Command replicas measures what the replicas promise an agent (docs/design.md, "Replicas and
+// ownership" and "Sessions on every replica": no failed call and no new
+// session in a rolling replacement; a SIGKILL moves only the killed
+// replica's servers) on this machine and prints a markdown table with the
+// command that reproduces it:
 // -replicas manager processes (default 3) share -servers McpServers
 // (default 100: -local-stdio Local stdio servers, the rest Streamable HTTP)
 // while agents of both protocol versions call every server's echo in turn

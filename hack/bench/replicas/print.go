@@ -76,7 +76,8 @@ func (b *bench) printEvents() {
 	fmt.Println()
 }
 
-// printGoals compares with the Replicas target of docs/design.md.
+// printGoals compares with the replicas' goals (docs/design.md, "Replicas
+// and ownership", "Shutdown").
 func (b *bench) printGoals() {
 	sum := func(phase string, f func(*phaseStats) int) (n int) {
 		for _, a := range b.agents {
@@ -91,7 +92,7 @@ func (b *bench) printGoals() {
 	rolling, rollingSessions := sum("rolling", failed), sum("rolling", sessions)
 	killed := sum("sigkill", failed)
 	k := b.killed
-	fmt.Println("| Goal (docs/design.md, Replicas) | Measured | Met |")
+	fmt.Println("| Goal | Measured | Met |")
 	fmt.Println("|---|---|---|")
 	fmt.Printf("| rolling replacement: 0 failed calls | %d | %s |\n", rolling, report.YesNo(rolling == 0))
 	fmt.Printf("| rolling replacement: 0 new sessions | %d | %s |\n", rollingSessions, report.YesNo(rollingSessions == 0))

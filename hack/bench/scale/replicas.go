@@ -36,8 +36,8 @@ var flagReplicas = flag.Int("replicas", 1, "manager processes (replicas r1..rN, 
 // the Secrets they share (CA, session keys) live there.
 const managerNamespace = "mcpbridge-system"
 
-// Per-replica goal (docs/design.md, "How it is tested"): 50 MB + 100 KB per
-// server the replica owns.
+// The replicas' memory goal, stated with the table in docs/benchmarks.md
+// ("Scale"): each replica's RSS ≤ 50 MB + 100 KB per server it owns.
 const (
 	goalReplicaBase      = 50e6
 	goalReplicaPerServer = 100e3
