@@ -285,24 +285,22 @@ func (b *bench) rolling(ctx context.Context) error {
 		ev = event{phase: "rolling", what: fmt.Sprintf("SIGTERM to %s (→ its servers Ready elsewhere)", old.name), moved: len(owned)}
 		t1 := time.Now()
 		exited := make(chan error, 1)
-		go func() { exited <- old.Stop(40 * time.Second) }()
-		ev.ready, ev.err = b.waitServers(ctx, t1, owned, func(s serverState) bool { return s.ready && s.replica != old.name })
-		if err := <-exited; err != nil && ev.err == nil {
-			ev.err = err
+		go func() {
+			err := old.Stop(40 * time.Second)
+			ev.exit = time.Since(t1) // read only after the receive below
+			exited <- err
+		}()
+		ready, werr := b.waitServers(ctx, t1, owned, func(s serverState) bool { return s.ready && s.replica != old.name })
+		if err := <-exited; err != nil && werr == nil {
+			werr = err
 		}
-		ev.exit = exitTime(old, t1)
+		ev.ready, ev.err = ready, werr
 		b.events = append(b.events, ev)
 		if err := sleepCtx(ctx, *flagBetween); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// exitTime is SIGTERM → exit, from when the bench saw Done.
-func exitTime(r *replica, t0 time.Time) time.Duration {
-	<-r.Done()
-	return time.Since(t0)
 }
 
 // movedSince counts the servers whose owner is not what before said.
