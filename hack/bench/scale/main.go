@@ -1038,6 +1038,38 @@ func apiWrites(a, b metricSet) map[string]float64 {
 	return delta(sum(a), sum(b))
 }
 
+// apiLatency is the apiserver's mean time per request between two scrapes
+// for the McpServer and McpToolSet requests, by "resource[/subresource]
+// VERB": whether a slow ramp waited on the apiserver.
+func apiLatency(a, b metricSet) string {
+	key := func(m metric) string {
+		r := m.labels["resource"]
+		if sr := m.labels["subresource"]; sr != "" {
+			r += "/" + sr
+		}
+		return r + " " + m.labels["verb"]
+	}
+	sums := func(ms metricSet, name string) map[string]float64 {
+		out := map[string]float64{}
+		for _, m := range ms {
+			if r := m.labels["resource"]; m.name == name && (r == "mcpservers" || r == "mcptoolsets") {
+				out[key(m)] += m.value
+			}
+		}
+		return out
+	}
+	sum := delta(sums(a, "apiserver_request_duration_seconds_sum"), sums(b, "apiserver_request_duration_seconds_sum"))
+	count := delta(sums(a, "apiserver_request_duration_seconds_count"), sums(b, "apiserver_request_duration_seconds_count"))
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(count)) {
+		parts = append(parts, fmt.Sprintf("%s %.1f ms (%.0f)", k, 1000*sum[k]/count[k], count[k]))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
 // ---- output ------------------------------------------------------------------
 
 // results gathers what the watch saw, per resource.
@@ -1259,6 +1291,7 @@ func (b *bench) printRamp(r results) {
 			}
 		}
 		fmt.Printf("- Apiserver writes to McpServers and Events: %s.\n", fmtCounts(mine))
+		fmt.Printf("- Apiserver time per request, mean (`apiserver_request_duration_seconds`, server side): %s.\n", apiLatency(a0, a1))
 	}
 	if c0 != nil && c1 != nil {
 		var parts []string
