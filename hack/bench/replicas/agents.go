@@ -289,7 +289,7 @@ func sessionlessCall(ctx context.Context, hc *http.Client, id int, tool string) 
 		return err
 	}
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "still here") || strings.Contains(string(b), `"isError":true`) {
-		return fmt.Errorf("HTTP %d: %.300s", resp.StatusCode, b)
+		return fmt.Errorf("HTTP %d: %.300s", resp.StatusCode, strings.TrimSpace(string(b)))
 	}
 	return nil
 }
