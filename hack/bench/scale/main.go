@@ -3,14 +3,16 @@
 // (default 1000) on one manager against loopback Streamable HTTP upstreams
 // all reach Ready within 60 s of creation, the manager's RSS stays ≤ 300 MB,
 // a resource needs ≤ 4 status writes to reach Ready, and an idle, healthy
-// fleet makes no apiserver writes.
+// fleet makes no apiserver writes. With -replicas=N the manager runs as N
+// processes sharing one manager namespace (replicas.go): the table adds the
+// servers each owns and its RSS against 50 MB + 100 KB per owned server.
 //
-//	go run ./hack/bench/scale [-n=1000] [-upstreams=1] [-protocol=auto] [-idle=30s]
+//	go run ./hack/bench/scale [-n=1000] [-replicas=1] [-upstreams=1] [-protocol=auto] [-idle=30s]
 //
 // Everything is a separate process bound to 127.0.0.1: envtest's etcd and
 // kube-apiserver (internal/testenv, binaries from bin/k8s or
-// KUBEBUILDER_ASSETS), the real manager (go build ./cmd/manager) with leader
-// election off, --gateway-auth=none --gateway-tls=false and --upstream-allow-cidrs=127.0.0.0/8,
+// KUBEBUILDER_ASSETS), the real manager (go build ./cmd/manager), -replicas
+// processes of it, with leader election off, --gateway-auth=none --gateway-tls=false and --upstream-allow-cidrs=127.0.0.0/8,
 // and -upstreams fixture HTTP servers
 // (go build ./test/fixture/cmd/mcp-fixture, --http=127.0.0.1:0). This
 // process creates the resources and watches them: status writes are the
@@ -104,7 +106,7 @@ var (
 func main() {
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	b := &bench{objs: map[string]*objState{}, allReady: make(chan struct{}), stopWatch: func() {}}
+	b := &bench{objs: map[string]*objState{}, toolSets: map[string]*toolSetState{}, allReady: make(chan struct{}), stopWatch: func() {}}
 	err := b.run(ctx)
 	interrupted := ctx.Err() != nil
 	// Signals stay caught until everything is stopped: a second Ctrl-C
@@ -130,14 +132,12 @@ type bench struct {
 	env        *testenv.Env
 	fixtures   []*child
 	urls       []string
-	manager    *child
-	mgrMetrics string // http://127.0.0.1:P/metrics
+	managers   []*replicaProc // the manager's replicas, r1..rN
 	apiMetrics func(context.Context) (metricSet, error)
 	etcdPid    int
 	apiPid     int
 	loadBefore string
-	mgrStartup time.Duration
-	pprofAddr  string
+	mgrStartup time.Duration // exec of the first replica → every replica ready and a member
 	stopWatch  context.CancelFunc
 
 	// Creates, by index.
@@ -151,7 +151,8 @@ type bench struct {
 	objs          map[string]*objState
 	events        []watchEvent
 	watchErrs     []string
-	leaseRenewals []time.Time // MODIFIED events of the manager's replica Lease
+	leaseRenewals []time.Time // MODIFIED events of the replicas' Leases
+	toolSets      map[string]*toolSetState
 	readyCount    int
 	allReady      chan struct{}
 	readyClosed   bool
@@ -164,9 +165,7 @@ type bench struct {
 	mgrAt                              map[string]metricSet // "start", "ready", "idle0", "idle1"
 	apiAt                              map[string]metricSet
 	cpuAt                              map[string]map[string]float64
-	hwmReady, hwmEnd, rssEnd           int64 // bytes
-	shutdown                           time.Duration
-	shutdownErr                        error
+	shutdown                           time.Duration // SIGTERM to every replica → the last one exited
 	notes                              []string
 }
 
@@ -278,10 +277,9 @@ func (b *bench) run(ctx context.Context) error {
 		return fmt.Errorf("create namespace %s: %w", namespace, err)
 	}
 
-	if err := b.startManager(ctx, managerBin); err != nil {
+	if err := b.startReplicas(ctx, cs, managerBin); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "manager pid %d ready after %s\n", b.manager.Pid(), b.mgrStartup.Round(time.Millisecond))
 
 	wc, err := client.NewWithWatch(cfg, client.Options{Scheme: b.env.Scheme})
 	if err != nil {
@@ -302,11 +300,8 @@ func (b *bench) run(ctx context.Context) error {
 	defer func() { stopSampling(); <-samplingDone }()
 
 	cpuProfileDone := make(chan error, 1)
-	if b.pprofAddr != "" {
-		go func() {
-			cpuProfileDone <- fetch(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", b.pprofAddr, *flagPprofSecs),
-				filepath.Join(*flagPprof, "manager-cpu.pprof"))
-		}()
+	if *flagPprof != "" {
+		go func() { cpuProfileDone <- b.cpuProfiles(ctx) }()
 		time.Sleep(100 * time.Millisecond) // the profile has started
 	}
 	fmt.Fprintf(os.Stderr, "creating %d McpServers with %d concurrent clients ...\n", *flagN, *flagCreators)
@@ -325,8 +320,8 @@ wait:
 		case <-timeout.C:
 			b.notes = append(b.notes, fmt.Sprintf("stopped waiting after -timeout=%s: %d of %d Ready", *flagTimeout, b.ready(), *flagN))
 			break wait
-		case <-b.manager.Done():
-			return fmt.Errorf("the manager exited: %v; see %s (run with -keep)", b.manager.Err(), b.manager.log)
+		case r := <-b.anyExited():
+			return fmt.Errorf("manager replica %s exited: %v; see %s (run with -keep)", r.name, r.Err(), r.log)
 		case <-progress.C:
 			fmt.Fprintf(os.Stderr, "  %s: %d/%d Ready\n", time.Since(b.firstCreate).Round(time.Second), b.ready(), *flagN)
 		case <-ctx.Done():
@@ -334,7 +329,9 @@ wait:
 		}
 	}
 	b.lastReady = b.latestReady()
-	b.hwmReady, _ = proc.Memory(b.manager.Pid(), "VmHWM")
+	for _, r := range b.managers {
+		r.hwmReady, _ = proc.Memory(r.Pid(), "VmHWM")
+	}
 	b.mark(ctx, "ready")
 	fmt.Fprintf(os.Stderr, "%d/%d Ready; settling %s, then idle for %s ...\n", b.ready(), *flagN, *flagSettle, *flagIdle)
 
@@ -348,34 +345,24 @@ wait:
 	}
 	b.idleEnd = time.Now()
 	b.mark(ctx, "idle1")
-	b.hwmEnd, _ = proc.Memory(b.manager.Pid(), "VmHWM")
-	b.rssEnd, _ = proc.Memory(b.manager.Pid(), "VmRSS")
+	for _, r := range b.managers {
+		r.hwmEnd, _ = proc.Memory(r.Pid(), "VmHWM")
+		r.rssEnd, _ = proc.Memory(r.Pid(), "VmRSS")
+	}
 	stopSampling()
 	<-samplingDone
-	if b.pprofAddr != "" {
+	if *flagPprof != "" {
 		if err := <-cpuProfileDone; err != nil {
 			b.notes = append(b.notes, fmt.Sprintf("manager CPU profile: %v", err))
 		}
-		for file, path := range map[string]string{"manager-heap.pprof": "heap?gc=1", "manager-goroutines.txt": "goroutine?debug=1"} {
-			if err := fetch(ctx, "http://"+b.pprofAddr+"/debug/pprof/"+path, filepath.Join(*flagPprof, file)); err != nil {
-				b.notes = append(b.notes, fmt.Sprintf("manager profile %s: %v", file, err))
-			}
-		}
-		b.notes = append(b.notes, fmt.Sprintf("-pprof: the manager was built with one added file serving net/http/pprof (go build -overlay); "+
-			"profiles in %s: manager-cpu.pprof (%d s from the first create), manager-heap.pprof and manager-goroutines.txt (end of the idle phase).",
-			*flagPprof, *flagPprofSecs))
+		b.idleProfiles(ctx)
 	}
 
 	// Graceful shutdown within 30 s, here with every supervisor.
 	// See docs/design.md, "Operations".
 	fmt.Fprintln(os.Stderr, "stopping the manager ...")
-	t0 := time.Now()
-	b.shutdownErr = b.manager.Stop(40 * time.Second)
-	b.shutdown = time.Since(t0)
+	b.shutdown = b.stopReplicas()
 	time.Sleep(time.Second) // watch events still on their way
-	if b.shutdownErr == nil && b.manager.Err() != nil {
-		b.shutdownErr = fmt.Errorf("exit: %w", b.manager.Err())
-	}
 	b.print()
 	return nil
 }
@@ -457,8 +444,8 @@ func fetch(ctx context.Context, url, file string) error {
 // supervisors while the apiserver still answers), and removes the temp dir.
 func (b *bench) cleanup() error {
 	var errs []error
-	if b.manager != nil {
-		if err := b.manager.Stop(40 * time.Second); err != nil && !errors.Is(err, proc.ErrAlreadyStopped) {
+	for _, r := range b.managers {
+		if err := r.Stop(40 * time.Second); err != nil && !errors.Is(err, proc.ErrAlreadyStopped) {
 			errs = append(errs, err)
 		}
 	}
@@ -547,57 +534,6 @@ func startFixture(logPath, bin string, args ...string) (*child, string, error) {
 	return p, url, nil
 }
 
-// startManager runs the manager binary against the envtest apiserver and
-// waits until its McpServer controller has started its workers.
-func (b *bench) startManager(ctx context.Context, bin string) error {
-	metrics, err := freeAddr()
-	if err != nil {
-		return err
-	}
-	probes, err := freeAddr()
-	if err != nil {
-		return err
-	}
-	// The fixture upstreams listen on loopback, which the egress policy
-	// refuses unless allowed.
-	args := []string{"--leader-elect=false", "--gateway-bind-address=127.0.0.1:0", "--gateway-auth=none", "--gateway-tls=false",
-		"--metrics-bind-address=" + metrics, "--metrics-secure=false", "--health-probe-bind-address=" + probes,
-		"--upstream-allow-cidrs=127.0.0.0/8"}
-	args = append(args, strings.Fields(*flagManagerArgs)...)
-	cmd := exec.Command(bin, args...)
-	cmd.Dir = b.root
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+b.env.KubeconfigPath)
-	if *flagPprof != "" {
-		if b.pprofAddr, err = freeAddr(); err != nil {
-			return err
-		}
-		cmd.Env = append(cmd.Env, pprofEnv+"="+b.pprofAddr)
-	}
-	t0 := time.Now()
-	if b.manager, err = startChild("manager", filepath.Join(b.dir, "manager.log"), cmd, nil); err != nil {
-		return err
-	}
-	b.mgrMetrics = "http://" + metrics + "/metrics"
-	hc := &http.Client{Timeout: time.Second}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-b.manager.Done():
-			return fmt.Errorf("the manager exited at start-up: %v; see %s (run with -keep)", b.manager.Err(), b.manager.log)
-		case <-time.After(20 * time.Millisecond):
-		}
-		if ready(hc, "http://"+probes+"/readyz") && workersStarted(b.manager.log) {
-			b.mgrStartup = time.Since(t0)
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the manager's McpServer controller did not start in 60s; see %s (run with -keep)", b.manager.log)
-		}
-	}
-}
-
 func ready(hc *http.Client, url string) bool {
 	resp, err := hc.Get(url)
 	if err != nil {
@@ -660,13 +596,16 @@ func cpuOf(pid int) float64 {
 // cpuNow is the CPU seconds used so far by each process of the setup.
 func (b *bench) cpuNow() map[string]float64 {
 	m := map[string]float64{
-		"manager":        cpuOf(b.manager.Pid()),
+		"manager":        0,
 		"kube-apiserver": cpuOf(b.apiPid),
 		"etcd":           cpuOf(b.etcdPid),
 		"bench":          cpuOf(os.Getpid()),
 	}
 	for _, f := range b.fixtures {
 		m["fixture"] += cpuOf(f.Pid())
+	}
+	for _, r := range b.managers {
+		m["manager"] += cpuOf(r.Pid())
 	}
 	return m
 }
@@ -772,6 +711,9 @@ func (b *bench) startWatch(ctx context.Context, wc client.WithWatch) error {
 	if err := b.watchLeaseRenewals(ctx, wc); err != nil {
 		return err
 	}
+	if err := b.watchToolSets(ctx, wc); err != nil {
+		return err
+	}
 	go func() {
 		for ev := range rw.ResultChan() {
 			now := time.Now()
@@ -793,11 +735,11 @@ func (b *bench) startWatch(ctx context.Context, wc client.WithWatch) error {
 	return nil
 }
 
-// leaseNamespace holds the manager's replica Lease: outside a cluster it
-// is "default", where nothing else writes Leases.
-const leaseNamespace = "default"
+// leaseNamespace holds the replicas' Leases (--manager-namespace), where
+// nothing else writes Leases.
+const leaseNamespace = managerNamespace
 
-// watchLeaseRenewals records when the manager renews its replica Lease: a
+// watchLeaseRenewals records when the replicas renew their Leases: a
 // write per replica every third of --replica-lease-duration, whatever the
 // fleet's size, which the idle row reports apart from the fleet's writes.
 func (b *bench) watchLeaseRenewals(ctx context.Context, wc client.WithWatch) error {
@@ -899,7 +841,7 @@ func (b *bench) latestReady() time.Time {
 // mark records the manager's and the apiserver's metrics and every
 // process's CPU time at a phase boundary.
 func (b *bench) mark(ctx context.Context, at string) {
-	if m, err := fetchMetrics(b.mgrMetrics); err == nil {
+	if m, err := b.managerMetrics(); err == nil {
 		b.mgrAt[at] = m
 	} else {
 		b.notes = append(b.notes, fmt.Sprintf("manager metrics at %s: %v", at, err))
@@ -917,8 +859,11 @@ func (b *bench) sampleLoop(ctx context.Context) {
 	defer t.Stop()
 	for {
 		s := sample{t: time.Now(), cpu: b.cpuNow()}
-		s.rss, _ = proc.Memory(b.manager.Pid(), "VmRSS")
-		if m, err := fetchMetrics(b.mgrMetrics); err == nil {
+		for _, r := range b.managers {
+			rss, _ := proc.Memory(r.Pid(), "VmRSS")
+			s.rss += rss
+		}
+		if m, err := b.managerMetrics(); err == nil {
 			s.requests = m.by("rest_client_requests_total", "method", nil)
 			s.depth = m.sum("workqueue_depth", map[string]string{"name": "mcpserver"})
 		}
@@ -1093,6 +1038,38 @@ func apiWrites(a, b metricSet) map[string]float64 {
 	return delta(sum(a), sum(b))
 }
 
+// apiLatency is the apiserver's mean time per request between two scrapes
+// for the McpServer and McpToolSet requests, by "resource[/subresource]
+// VERB": whether a slow ramp waited on the apiserver.
+func apiLatency(a, b metricSet) string {
+	key := func(m metric) string {
+		r := m.labels["resource"]
+		if sr := m.labels["subresource"]; sr != "" {
+			r += "/" + sr
+		}
+		return r + " " + m.labels["verb"]
+	}
+	sums := func(ms metricSet, name string) map[string]float64 {
+		out := map[string]float64{}
+		for _, m := range ms {
+			if r := m.labels["resource"]; m.name == name && (r == "mcpservers" || r == "mcptoolsets") {
+				out[key(m)] += m.value
+			}
+		}
+		return out
+	}
+	sum := delta(sums(a, "apiserver_request_duration_seconds_sum"), sums(b, "apiserver_request_duration_seconds_sum"))
+	count := delta(sums(a, "apiserver_request_duration_seconds_count"), sums(b, "apiserver_request_duration_seconds_count"))
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(count)) {
+		parts = append(parts, fmt.Sprintf("%s %.1f ms (%.0f)", k, 1000*sum[k]/count[k], count[k]))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
 // ---- output ------------------------------------------------------------------
 
 // results gathers what the watch saw, per resource.
@@ -1194,11 +1171,12 @@ func (b *bench) print() {
 	fmt.Printf("Date: %s. Machine: %d cores (`runtime.NumCPU`), %s %s/%s, 1-minute load average %s before and %s after the run.  \n",
 		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), runtime.Version(), runtime.GOOS, runtime.GOARCH,
 		b.loadBefore, report.LoadAvg())
-	fmt.Printf("Setup: envtest etcd + kube-apiserver; the manager binary (`go build ./cmd/manager`, `--leader-elect=false --gateway-auth=none --gateway-tls=false --upstream-allow-cidrs=127.0.0.0/8`%s, "+
-		"ready %s after exec); %d fixture process(es) (`mcp-fixture --http=127.0.0.1:0`) in %s, %d tools each; "+
+	fmt.Printf("Setup: envtest etcd + kube-apiserver; %s of the manager binary (`go build ./cmd/manager`, `--leader-elect=false --gateway-auth=none --gateway-tls=false --upstream-allow-cidrs=127.0.0.0/8 "+
+		"--replica-name=rI --manager-namespace=%s`%s, each with its own loopback ports, started one after another; "+
+		"every replica ready and seeing all of them live %s after the first exec); %d fixture process(es) (`mcp-fixture --http=127.0.0.1:0`) in %s, %d tools each; "+
 		"%d McpServers (streamable-http, one serverName each, spec defaults) created by %d concurrent clients; "+
 		"negotiated protocol in status: %s.\n\n",
-		argsNote(), b.mgrStartup.Round(time.Millisecond), len(b.fixtures), mode, *flagTools+builtinTools,
+		replicasNote(), managerNamespace, argsNote(), b.mgrStartup.Round(time.Millisecond), len(b.fixtures), mode, *flagTools+builtinTools,
 		n, *flagCreators, fmtIntCounts(r.protocols))
 
 	fmt.Println("| Measurement | Value | Goal | Met |")
@@ -1224,11 +1202,22 @@ func (b *bench) print() {
 		row("Resources that needed more than 4 writes", strconv.Itoa(r.over4), "0", report.YesNo(r.over4 == 0))
 	}
 	row("Writes to McpServers after their Ready, up to the end of the idle phase", strconv.Itoa(r.afterReady), "", "")
-	row("Manager peak RSS (VmHWM) up to every resource Ready", mb(b.hwmReady), "≤ 300 MB", report.YesNo(b.hwmReady > 0 && b.hwmReady <= goalRSS))
-	row("Manager peak RSS (VmHWM) at the end of the idle phase", mb(b.hwmEnd), "≤ 300 MB", report.YesNo(b.hwmEnd > 0 && b.hwmEnd <= goalRSS))
-	row("Manager RSS (VmRSS) at the end of the idle phase", mb(b.rssEnd), "", "")
+	ts := b.collectToolSets()
+	if len(ts.toReady) > 0 {
+		row("McpToolSet writes per server (watch ADDED/MODIFIED/DELETED) up to every resource Ready: max", strconv.Itoa(slices.Max(ts.toReady)), "", "")
+		row("McpToolSet writes per server up to every resource Ready: mean", fmt.Sprintf("%.2f", mean(ts.toReady)), "", "")
+	}
+	row("McpToolSet writes from the first create to every resource Ready / after, up to the end of the idle phase",
+		fmt.Sprintf("%d / %d", ts.ramp, ts.afterReady), "", "")
+	if m := b.managers[0]; len(b.managers) == 1 {
+		row("Manager peak RSS (VmHWM) up to every resource Ready", mb(m.hwmReady), "≤ 300 MB", report.YesNo(m.hwmReady > 0 && m.hwmReady <= goalRSS))
+		row("Manager peak RSS (VmHWM) at the end of the idle phase", mb(m.hwmEnd), "≤ 300 MB", report.YesNo(m.hwmEnd > 0 && m.hwmEnd <= goalRSS))
+		row("Manager RSS (VmRSS) at the end of the idle phase", mb(m.rssEnd), "", "")
+	}
+	b.replicaRows(row)
 	idle := fmt.Sprintf("%s idle", dur(b.idleEnd.Sub(b.idleStart)))
 	row("McpServer writes seen by the watch, "+idle, fmt.Sprintf("%d (events: %s)", r.idleMod, fmtIntCounts(r.idleEvents)), "0", report.YesNo(r.idleMod == 0))
+	row("McpToolSet writes seen by the watch, "+idle, strconv.Itoa(ts.idle), "0", report.YesNo(ts.idle == 0))
 	m0, m1 := b.mgrAt["idle0"], b.mgrAt["idle1"]
 	if m0 != nil && m1 != nil {
 		req := delta(m0.by("rest_client_requests_total", "method", nil), m1.by("rest_client_requests_total", "method", nil))
@@ -1236,7 +1225,7 @@ func (b *bench) print() {
 		row("Manager apiserver requests (`rest_client_requests_total`), "+idle, fmtCounts(req), "", "")
 		renewals := b.renewalsBetween(b.idleStart, b.idleEnd)
 		row("of which writes (POST/PUT/PATCH/DELETE)", fmt.Sprintf("%.0f", total(w)), "", "")
-		row("of those, the replica renewing its own Lease (one per third of `--replica-lease-duration`, whatever the fleet)", strconv.Itoa(renewals), "", "")
+		row("of those, the replicas renewing their own Leases (one per replica per third of `--replica-lease-duration`, whatever the fleet)", strconv.Itoa(renewals), "", "")
 		row("of those, writes for the fleet", fmt.Sprintf("%.0f", total(w)-float64(renewals)), "0", report.YesNo(total(w)-float64(renewals) <= 0))
 		rec := m1.sum("controller_runtime_reconcile_total", map[string]string{"controller": "mcpserver"}) -
 			m0.sum("controller_runtime_reconcile_total", map[string]string{"controller": "mcpserver"})
@@ -1246,7 +1235,7 @@ func (b *bench) print() {
 		row("Apiserver write requests by resource (`apiserver_request_total`), "+idle, fmtCounts(apiWrites(a0, a1)), "", "")
 	}
 	row("McpServer writes between every resource Ready and the idle phase ("+dur(b.idleStart.Sub(b.lastReady))+")", strconv.Itoa(r.settleMod), "", "")
-	row("Manager SIGTERM → exit, with every supervisor running", fmt.Sprintf("%s%s", dur(b.shutdown), errNote(b.shutdownErr)), "≤ 30 s", report.YesNo(b.shutdownErr == nil && b.shutdown <= 30*time.Second))
+	b.shutdownRow(row)
 	row("McpServer writes during the manager's shutdown", strconv.Itoa(r.shutdownMod), "", "")
 	fmt.Println()
 
@@ -1262,11 +1251,11 @@ func argsNote() string {
 	return " `" + *flagManagerArgs + "`"
 }
 
-func errNote(err error) string {
-	if err == nil {
-		return ""
+func replicasNote() string {
+	if *flagReplicas == 1 {
+		return "one replica"
 	}
-	return " (" + err.Error() + ")"
+	return fmt.Sprintf("%d replicas", *flagReplicas)
 }
 
 // printRamp is what the ramp (first create → every resource Ready) cost.
@@ -1302,6 +1291,7 @@ func (b *bench) printRamp(r results) {
 			}
 		}
 		fmt.Printf("- Apiserver writes to McpServers and Events: %s.\n", fmtCounts(mine))
+		fmt.Printf("- Apiserver time per request, mean (`apiserver_request_duration_seconds`, server side): %s.\n", apiLatency(a0, a1))
 	}
 	if c0 != nil && c1 != nil {
 		var parts []string
@@ -1318,7 +1308,7 @@ func (b *bench) printRamp(r results) {
 	sort.Strings(seqs)
 	fmt.Printf("- Phases seen by the watch per resource: %s.\n", strings.Join(seqs, "; "))
 	if m1 := b.mgrAt["idle1"]; m1 != nil {
-		fmt.Printf("- Manager at the end of the idle phase: %.0f goroutines, Go heap in use %s, goroutine stacks %s, Go runtime total from the OS %s, %.0f open fds.\n",
+		fmt.Printf("- Manager (all replicas together) at the end of the idle phase: %.0f goroutines, Go heap in use %s, goroutine stacks %s, Go runtime total from the OS %s, %.0f open fds.\n",
 			m1.sum("go_goroutines", nil), mb(int64(m1.sum("go_memstats_heap_inuse_bytes", nil))),
 			mb(int64(m1.sum("go_memstats_stack_inuse_bytes", nil))),
 			mb(int64(m1.sum("go_memstats_sys_bytes", nil))), m1.sum("process_open_fds", nil))
@@ -1365,7 +1355,7 @@ func (b *bench) printTimeline() {
 	step := max(1, (len(rows)+29)/30)
 	fmt.Println("Timeline (t from the first create; rates and CPU over the preceding interval):")
 	fmt.Println()
-	fmt.Println("| t | created | Ready | manager requests/s (by method) | workqueue depth | manager RSS | CPU cores: manager / apiserver / etcd / fixture / bench |")
+	fmt.Println("| t | created | Ready | manager requests/s (by method) | workqueue depth | manager RSS (all replicas) | CPU cores: manager / apiserver / etcd / fixture / bench |")
 	fmt.Println("|--:|--:|--:|---|--:|--:|---|")
 	for i := step; i < len(rows); i += step {
 		s0, s1 := rows[i-step], rows[i]
@@ -1445,11 +1435,7 @@ func (b *bench) printNotes(r results) {
 		notes = append(notes, fmt.Sprintf("watch errors: %s", strings.Join(b.watchErrs, "; ")))
 	}
 	b.mu.Unlock()
-	if lines := logProblems(b.manager.log); len(lines) > 0 {
-		notes = append(notes, "manager log, error and warn lines: "+strings.Join(lines, "; "))
-	} else {
-		notes = append(notes, "manager log: no error or warn lines")
-	}
+	notes = append(notes, b.logProblemNotes()...)
 	notes = append(notes, b.notes...)
 	fmt.Println("Percentiles are nearest-rank. Create → Ready runs from just before the create call to the watch event that shows " +
 		"the resource Ready; status writes are the watch's MODIFIED events of the resource up to and including that one (the " +
