@@ -226,8 +226,9 @@ func holderChanged() predicate.Predicate {
 }
 
 // moved maps a replica joining or leaving to the servers whose owner may
-// have changed for this replica: those it owns now but does not run, and
-// those it runs but no longer owns. The others keep their connection.
+// have changed for this replica, or that wait for one that left: those it
+// owns but does not run, and those it runs but no longer owns. The others
+// keep their connection.
 func (r *McpServerReconciler) moved(ctx context.Context, _ client.Object) []reconcile.Request {
 	list := &v1alpha1.McpServerList{}
 	if err := r.Client.List(ctx, list); err != nil {
@@ -238,8 +239,10 @@ func (r *McpServerReconciler) moved(ctx context.Context, _ client.Object) []reco
 	for i := range list.Items {
 		m := &list.Items[i]
 		key := client.ObjectKeyFromObject(m)
-		owns := r.ownerOf(m) == r.Replica
-		if owns != (m.Status.Replica == r.Replica) || !owns && r.Supervisors.Get(key) != nil {
+		owns, runs := r.ownerOf(m) == r.Replica, r.Supervisors.Get(key) != nil
+		// Owned but not run: new here, or waiting for a holder that may
+		// just have left (HandingOver).
+		if owns != (m.Status.Replica == r.Replica) || owns != runs {
 			reqs = append(reqs, reconcile.Request{NamespacedName: key})
 		}
 	}

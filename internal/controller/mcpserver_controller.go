@@ -137,8 +137,13 @@ func (r *McpServerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	// Nothing watches an object with a Pod-runtime name that we do not
 	// own (the caches hold only ours): look again later.
 	res = ctrl.Result{}
-	if v.reason == v1alpha1.ReasonPodObjectConflict {
+	switch v.reason {
+	case v1alpha1.ReasonPodObjectConflict:
 		res.RequeueAfter = podObjectRetry
+	case v1alpha1.ReasonHandingOver:
+		// The holder's release or its Lease's end reconciles this server
+		// (moved); this is the net under a missed event.
+		res.RequeueAfter = handOverRetry
 	}
 	if equality.Semantic.DeepEqual(orig.Status, obj.Status) {
 		return res, nil
@@ -346,6 +351,10 @@ const notJoinedRetry = time.Second
 
 // conflictRetry is how soon a status write that lost a race is retried.
 const conflictRetry = 50 * time.Millisecond
+
+// handOverRetry is how often a server whose stdio connection another live
+// replica still holds looks again.
+const handOverRetry = 2 * time.Second
 
 // podObjectRetry is how often a server whose Deployment or token Secret
 // name is taken by someone else's object checks whether it is gone.

@@ -207,7 +207,12 @@ var _ = Describe("The Pod runtime", Ordered, func() {
 
 	It("renews the token and the shim's key pair with every roll, and opens the tunnel only to the pinned certificate", func(ctx SpecContext) {
 		ns := podNamespace()
-		Expect(k8s.Create(ctx, podServer(ns, "fx"))).To(Succeed())
+		obj := podServer(ns, "fx")
+		// The refused shim is replaced once status shows the refusal: the
+		// attempts must outlast that, however busy the machine (four at
+		// 50-400 ms were spent in 600 ms under a full make test).
+		obj.Spec.Reconnect.MaxAttempts = ptr32(1000)
+		Expect(k8s.Create(ctx, obj)).To(Succeed())
 		d1 := deploymentOf(ns, "fx")
 		s1 := tokenSecretOf(ns, "fx")
 		Expect(s1.Annotations).To(HaveKeyWithValue(podruntime.IssuedForAnnotation, templateHash(d1)))

@@ -41,15 +41,21 @@ func startReplicas(t *testing.T, ns string, n int) []*replica {
 	t.Helper()
 	rs := make([]*replica, n)
 	for i := range rs {
-		r := &replica{name: fmt.Sprintf("r%d", i+1), gateway: freeAddr(t), probes: freeAddr(t), metrics: freeAddr(t)}
-		r.proc = runManager(t, r.probes, "--kubeconfig="+env.KubeconfigPath, "--health-probe-bind-address="+r.probes,
-			"--metrics-bind-address="+r.metrics, "--metrics-secure=false", "--gateway-bind-address="+r.gateway,
-			"--gateway-auth=none", "--gateway-tls=false", "--upstream-allow-cidrs=127.0.0.0/8",
-			"--replica-name="+r.name, "--replica-bind-address="+freeAddr(t), "--replica-lease-duration=3s",
-			"--manager-namespace="+ns)
-		rs[i] = r
+		rs[i] = startReplica(t, ns, fmt.Sprintf("r%d", i+1))
 	}
 	return rs
+}
+
+// startReplica runs one manager named name whose Lease lives in ns.
+func startReplica(t *testing.T, ns, name string) *replica {
+	t.Helper()
+	r := &replica{name: name, gateway: freeAddr(t), probes: freeAddr(t), metrics: freeAddr(t)}
+	r.proc = runManager(t, r.probes, "--kubeconfig="+env.KubeconfigPath, "--health-probe-bind-address="+r.probes,
+		"--metrics-bind-address="+r.metrics, "--metrics-secure=false", "--gateway-bind-address="+r.gateway,
+		"--gateway-auth=none", "--gateway-tls=false", "--upstream-allow-cidrs=127.0.0.0/8", "--local-stdio-namespaces=*",
+		"--replica-name="+r.name, "--replica-bind-address="+freeAddr(t), "--replica-lease-duration=3s",
+		"--manager-namespace="+ns)
+	return r
 }
 
 // auditLines counts the audit lines of tool in a replica's log.
@@ -405,34 +411,44 @@ func (cl *caller) failed() []string {
 }
 
 // TestReplicaKilledCallsWaitForTheNewOwner SIGKILLs the replica that owns
-// a server while an agent calls it through another replica: the agent's
-// calls wait for the new owner instead of failing (only the one in flight
-// on the killed replica may fail), and no server of the other replicas
-// moves or reconnects.
+// a stdio server while an agent calls it through another replica, and
+// starts a replacement at once, as a Deployment does: the agent's calls
+// wait for the new owner instead of failing (only the one in flight on the
+// killed replica may fail), the killed replica's servers, Streamable HTTP
+// and stdio, are Ready elsewhere once its Lease has expired (those that
+// move to the replacement wait for that too), and no other server moves
+// or reconnects but to the replacement.
 func TestReplicaKilledCallsWaitForTheNewOwner(t *testing.T) {
-	const n = 6
+	const n = 8
 	g := NewWithT(t)
+	bin := stdioFixture(t)
 	leases, tenant := newNamespace(t, "replicas-"), newNamespace(t, "tenant-")
 	rs := startReplicas(t, leases, 3)
 	names := make([]string, n)
 	for i := range names {
 		names[i] = fmt.Sprintf("s%d", i)
-		createHTTPServer(t, tenant, names[i], serveFixture(t, fixture.Options{}))
+		if i%2 == 0 {
+			createHTTPServer(t, tenant, names[i], serveFixture(t, fixture.Options{}))
+			continue
+		}
+		g.Expect(env.Client.Create(ctx(t), &v1alpha1.McpServer{ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: names[i]},
+			Spec: v1alpha1.McpServerSpec{Transport: v1alpha1.TransportStdio, Stdio: &v1alpha1.StdioTransport{Command: bin}}})).To(Succeed())
 	}
 	before := allReadyOn(t, tenant, names, []string{"r1", "r2", "r3"})
 	var victim, entry *replica
 	for _, r := range rs {
-		if r.name == before["s0"].Status.Replica {
+		if r.name == before["s1"].Status.Replica {
 			victim = r
 		} else {
 			entry = r
 		}
 	}
-	cl := startCaller(t, entry.gateway, tenant, "mcp__s0__"+fixture.ToolEcho)
+	cl := startCaller(t, entry.gateway, tenant, "mcp__s1__"+fixture.ToolEcho)
 	g.Eventually(cl.succeeded, 30*time.Second, 20*time.Millisecond).Should(BeNumerically(">=", 10), "forwarded calls: %v", cl.failed)
 
 	g.Expect(victim.proc.stop(syscall.SIGKILL)).To(HaveOccurred()) // killed
-	var survivors []string
+	startReplica(t, leases, "r4") // joins while the killed one's Lease lives on
+	survivors := []string{"r4"}
 	for _, r := range rs {
 		if r != victim {
 			survivors = append(survivors, r.name)
@@ -446,6 +462,9 @@ func TestReplicaKilledCallsWaitForTheNewOwner(t *testing.T) {
 	for _, name := range names {
 		if before[name].Status.Replica == victim.name {
 			continue
+		}
+		if after[name].Status.Replica == "r4" {
+			continue // moved to the replacement
 		}
 		g.Expect(after[name].Status.Replica).To(Equal(before[name].Status.Replica), name)
 		g.Expect(after[name].Status.ConnectionGeneration).To(Equal(before[name].Status.ConnectionGeneration), name)
