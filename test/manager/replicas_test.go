@@ -447,7 +447,7 @@ func TestReplicaKilledCallsWaitForTheNewOwner(t *testing.T) {
 	g.Eventually(cl.succeeded, 30*time.Second, 20*time.Millisecond).Should(BeNumerically(">=", 10), "forwarded calls: %v", cl.failed)
 
 	g.Expect(victim.proc.stop(syscall.SIGKILL)).To(HaveOccurred()) // killed
-	startReplica(t, leases, "r4") // joins while the killed one's Lease lives on
+	startReplica(t, leases, "r4")                                  // joins while the killed one's Lease lives on
 	survivors := []string{"r4"}
 	for _, r := range rs {
 		if r != victim {
