@@ -75,6 +75,7 @@ type Gateway struct {
 	DrainDelay time.Duration
 
 	draining    atomic.Bool
+	posts       atomic.Int64 // requests in flight but GET streams, for draining
 	serving     atomic.Bool // served by a drainingServer, which ends the sessions
 	drainedOnce sync.Once
 	drained     chan struct{}
@@ -95,6 +96,10 @@ func (g *Gateway) Handler() http.Handler {
 
 func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 	ns := r.PathValue("namespace")
+	if r.Method != http.MethodGet {
+		g.posts.Add(1)
+		defer g.posts.Add(-1)
+	}
 	if g.draining.Load() {
 		w.Header().Set("Connection", "close") // the next request goes elsewhere
 	}
@@ -360,8 +365,9 @@ func (g *Gateway) AddToManager(mgr manager.Manager, ln net.Listener) error {
 // for DrainDelay it still serves, every answer with Connection: close, so
 // that agents' next requests go to other replicas while the Service stops
 // sending new connections here (readiness fails at once); then it stops
-// accepting, ends the agents' sessions, which other replicas take up, and
-// finishes the requests in flight (at most gatewayShutdown).
+// accepting, finishes the requests in flight (at most gatewayShutdown),
+// cuts the open GET streams and ends the agents' sessions, which other
+// replicas take up.
 // See docs/design.md, "Replicas and ownership" (shutdown).
 type drainingServer struct {
 	g   *Gateway
@@ -381,23 +387,40 @@ func (d *drainingServer) Start(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	d.g.draining.Store(true)
-	// Kept-alive connections idle now are closed now, while their agents
-	// are not writing on them; the busy ones close after their answer.
-	d.srv.SetKeepAlivesEnabled(false)
 	select {
 	case err := <-served:
 		return err
 	case <-time.After(d.g.DrainDelay):
 	}
-	// The agents' sessions end first: their open GET streams are requests
-	// that Shutdown would otherwise wait for. Their agents reopen them
-	// elsewhere, where the sealed session is taken up.
-	d.g.closeSessions()
+	// Stop accepting and wait for the POSTs in flight. Idle kept-alive
+	// connections are closed now, but an agent calling all along has had
+	// each of its connections here closed by an answer with Connection:
+	// close meanwhile. Open GET streams are requests Shutdown would wait
+	// for: once no POST is left they are cut (their connections are not
+	// reused, their agents reopen them elsewhere and the sealed session is
+	// taken up there), and only then the sessions ended, which would
+	// otherwise end the streams' responses cleanly and leave their
+	// connections idle, where an agent's next POST could race the close.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), gatewayShutdown)
 	defer cancel()
-	err := d.srv.Shutdown(sctx)
+	shut := make(chan error, 1)
+	go func() { shut <- d.srv.Shutdown(sctx) }()
+	for d.g.posts.Load() > 0 && sctx.Err() == nil {
+		select {
+		case err := <-shut:
+			d.g.closeSessions()
+			return ignoreClosed(err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	_ = d.srv.Close()
+	d.g.closeSessions()
+	return ignoreClosed(<-shut)
+}
+
+func ignoreClosed(err error) error {
 	if errors.Is(err, http.ErrServerClosed) {
-		err = nil
+		return nil
 	}
 	return err
 }
