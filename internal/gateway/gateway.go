@@ -76,7 +76,7 @@ type Gateway struct {
 
 	draining    atomic.Bool
 	posts       atomic.Int64 // requests in flight but GET streams, for draining
-	serving     atomic.Bool // served by a drainingServer, which ends the sessions
+	serving     atomic.Bool  // served by a drainingServer, which ends the sessions
 	drainedOnce sync.Once
 	drained     chan struct{}
 
