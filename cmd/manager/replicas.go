@@ -166,11 +166,13 @@ func (s replicaSet) IsLive(name string) bool {
 // that the Service sends agents elsewhere while it hands its servers over).
 func addReadiness(mgr ctrl.Manager, members *membership.Membership, mirror *toolsets.Mirror) error {
 	var draining atomic.Bool
-	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+	// On every replica, and stopped with the gateway: a RunnableFunc would
+	// wait for leadership and be stopped after everything else.
+	if err := mgr.Add(&endedRunnable{Runnable: manager.RunnableFunc(func(ctx context.Context) error {
 		<-ctx.Done()
 		draining.Store(true)
 		return nil
-	})); err != nil {
+	}), ended: make(chan struct{})}); err != nil {
 		return err
 	}
 	return mgr.AddReadyzCheck("replica", func(req *http.Request) error {
