@@ -10,7 +10,7 @@ import (
 // else should. See docs/design.md, "Replicas and ownership".
 //
 // +kubebuilder:object:root=true
-// +kubebuilder:resource:categories=mcpbridge
+// +kubebuilder:resource:scope=Namespaced
 // +kubebuilder:printcolumn:name="Server",type=string,JSONPath=`.spec.serverName`
 // +kubebuilder:printcolumn:name="Holder",type=string,JSONPath=`.spec.holder`
 // +kubebuilder:printcolumn:name="Tools",type=integer,JSONPath=`.spec.toolCount`
