@@ -9,9 +9,10 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/mcpbridge/operator/internal/peer"
 	"github.com/mcpbridge/operator/internal/registry"
@@ -26,8 +27,8 @@ import (
 //	go test ./internal/peer -run XXX -bench Forward -benchtime 2s
 //
 // Benchmarks, not tests: a missed target is logged, never a failure. The
-// CA Secret lives in a fake client: what the apiserver decides is not
-// measured here.
+// CA Secret lives on a real control plane, started for the benchmark and
+// used before the timed calls only.
 
 // forwardTarget is what a forward may add to a call at p50 (docs/design.md,
 // "How it is tested").
@@ -50,7 +51,15 @@ func BenchmarkForward(b *testing.B) {
 	ctx := ctrl.LoggerInto(context.Background(), logr.Discard())
 	owner := trivialCaller{result: benchResult}
 	local := func(ns, o string) (registry.Caller, bool) { return owner, ns == "team" && o == "team/search" }
-	c := fake.NewClientBuilder().Build()
+	env, err := testenv.Start()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = env.Stop() })
+	c := env.Client
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ops"}}); err != nil {
+		b.Fatal(err)
+	}
 	a := benchReplica(b, ctx, c, "replica-a", func(string, string) (registry.Caller, bool) { return nil, false })
 	bRep := benchReplica(b, ctx, c, "replica-b", local)
 	to := peer.Target{Name: "replica-b", Address: bRep.Endpoint().Addr().String()}
@@ -90,7 +99,7 @@ func BenchmarkForward(b *testing.B) {
 }
 
 // benchReplica runs a replica until the benchmark ends.
-func benchReplica(b *testing.B, ctx context.Context, c client.WithWatch, name string, local peer.LocalFunc) *peer.Replica {
+func benchReplica(b *testing.B, ctx context.Context, c client.Client, name string, local peer.LocalFunc) *peer.Replica {
 	b.Helper()
 	r, err := peer.New(peer.Config{Name: name, Namespace: "ops", BindAddress: "127.0.0.1:0", Client: c, Local: local, Log: logr.Discard()})
 	if err != nil {
