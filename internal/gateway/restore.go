@@ -118,7 +118,7 @@ func (v *view) serveOpening(w http.ResponseWriter, r *http.Request) {
 // end it. It returns false when it answered r itself (a budget's 429);
 // otherwise the SDK serves r, and answers 404 if sid is still unknown.
 func (v *view) takeUp(w http.ResponseWriter, r *http.Request, sid string) bool {
-	if v.hasSession(sid) || v.e.sealer.ended.has(sid) {
+	if v.e.sealer.ended.has(sid) || v.served(sid) {
 		return true
 	}
 	st, ok := v.e.sealer.open(sid, v.e.ns)
@@ -135,10 +135,26 @@ func (v *view) takeUp(w http.ResponseWriter, r *http.Request, sid string) bool {
 		return false
 	}
 	defer release()
+	v.replaying.Store(sid, struct{}{})
+	defer v.replaying.Delete(sid)
 	if err := v.replay(r.Context(), sid, st.Params); err != nil {
 		v.e.log.Error(err, "agent session not taken up")
 	}
 	return true
+}
+
+// served: sid is a session of this view that takes requests. The SDK lists
+// a session from its Connect, before its handler knows the id (a request
+// then gets 404) and before the replayed handshake ends; a request that
+// sees a session still replaying waits for takingUp. Sessions() is read
+// first: the id is in replaying before the replay's Connect and leaves it
+// after the handshake.
+func (v *view) served(sid string) bool {
+	if !v.hasSession(sid) {
+		return false
+	}
+	_, replaying := v.replaying.Load(sid)
+	return !replaying
 }
 
 // replay runs a session's handshake through the SDK's handler, under sid,

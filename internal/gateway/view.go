@@ -68,10 +68,12 @@ type view struct {
 
 	// identity is the SHA-256 of the identity's key (endpoint.hold), as
 	// sealed in its session ids; mint hands the SDK the id of each session
-	// opened, and takingUp takes up one session id at a time (restore.go).
-	identity []byte
-	mint     mint
-	takingUp sync.Mutex
+	// opened, and takingUp takes up one session id at a time; replaying
+	// holds the ids whose handshake is being replayed (restore.go).
+	identity  []byte
+	mint      mint
+	takingUp  sync.Mutex
+	replaying sync.Map
 }
 
 func newView(e *endpoint, u *kubeauth.User) *view {
