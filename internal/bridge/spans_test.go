@@ -267,7 +267,9 @@ func TestTracingConnectFailures(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
 			p := tc.policy(t)
-			p.ConnectionTimeout, p.FailOnStartupError = 300*time.Millisecond, true
+			// Long enough for the fixture to start and answer what it does
+			// answer on a loaded machine: the stage is where the stall is.
+			p.ConnectionTimeout, p.FailOnStartupError = 2*time.Second, true
 			tp, exp := spanRecorder(t)
 			s, _ := startSupervisor(t, p, withTracing(tp), func(o *Options) {
 				if tc.egress != nil {
