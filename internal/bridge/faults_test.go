@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -284,9 +285,13 @@ func TestFaultHugeSchemasPublishedWhole(t *testing.T) {
 	if !ok {
 		t.Fatal("tool_0019 missing")
 	}
-	schema, ok := tool.Upstream.InputSchema.(map[string]any)
+	raw, ok := tool.Upstream.InputSchema.(json.RawMessage)
 	if !ok {
 		t.Fatalf("schema %T", tool.Upstream.InputSchema)
+	}
+	var schema map[string]any
+	if err := json.Unmarshal(raw, &schema); err != nil {
+		t.Fatal(err)
 	}
 	if d, _ := schema["description"].(string); len(d) != 100000 {
 		t.Errorf("schema description has %d bytes, want 100000", len(d))

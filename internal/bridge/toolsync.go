@@ -41,6 +41,10 @@ func (s *Supervisor) syncTools(ctx context.Context, g *generation) (stage string
 	if err != nil {
 		return StageToolsList(page), err
 	}
+	for _, t := range tools {
+		// Kept for a retried swap: as JSON, not as decoded maps (memory).
+		_ = registry.CompactSchemas(t) // decoded from JSON: it encodes
+	}
 	g.fetched = tools
 	s.publish(g, tools)
 	return "", nil

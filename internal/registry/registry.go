@@ -203,6 +203,10 @@ func regPrepare(owner, serverName string, tools []*mcp.Tool) ([]Tool, [][sha256.
 		if err := json.Unmarshal(raw, up); err != nil {
 			return nil, nil, 0, fmt.Errorf("tool %q cannot be decoded from JSON: %w", t.Name, err)
 		}
+		paramHeaders := hasKey(up.InputSchema, "x-mcp-header")
+		if err := CompactSchemas(up); err != nil {
+			return nil, nil, 0, fmt.Errorf("tool %q cannot be encoded as JSON: %w", t.Name, err)
+		}
 		canonical, err := json.Marshal(up)
 		if err != nil {
 			return nil, nil, 0, fmt.Errorf("tool %q cannot be encoded as JSON: %w", t.Name, err)
@@ -215,7 +219,7 @@ func regPrepare(owner, serverName string, tools []*mcp.Tool) ([]Tool, [][sha256.
 				ServerName:   serverName,
 				Owner:        owner,
 				Upstream:     up,
-				ParamHeaders: hasKey(up.InputSchema, "x-mcp-header"),
+				ParamHeaders: paramHeaders,
 			},
 			digest: sha256.Sum256(canonical),
 		})
@@ -289,6 +293,29 @@ func (r *Registry) checkBudget(st *regNamespace, cur *regOwner, size int64) erro
 		return nil
 	}
 	return &ToolBudgetError{Bytes: size, Others: others, Max: limit}
+}
+
+// CompactSchemas replaces t's decoded schemas with their JSON, as
+// encoding/json writes them (keys sorted): the bytes take a fraction of the
+// memory of the decoded maps, which a registry would hold for every tool of
+// the fleet on every replica, while every reader (the SDK's AddTool, a
+// tools/list answer, an McpToolSet) encodes them again anyway. See
+// docs/design.md, "Replicas and ownership" (memory).
+func CompactSchemas(t *mcp.Tool) error {
+	for _, schema := range []*any{&t.InputSchema, &t.OutputSchema} {
+		if *schema == nil {
+			continue
+		}
+		if _, done := (*schema).(json.RawMessage); done {
+			continue
+		}
+		b, err := json.Marshal(*schema)
+		if err != nil {
+			return err
+		}
+		*schema = json.RawMessage(b)
+	}
+	return nil
 }
 
 // hasKey: key is a member name anywhere in the decoded JSON value v.
