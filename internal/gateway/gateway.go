@@ -100,9 +100,9 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 		g.posts.Add(1)
 		defer g.posts.Add(-1)
 	}
-	if g.draining.Load() {
-		w.Header().Set("Connection", "close") // the next request goes elsewhere
-	}
+	aw := g.closeWhileDraining(w)
+	defer aw.finish()
+	w = aw
 	var rt *requestTrace // nil: tracing off
 	if g.tracer.On() {
 		rt = g.traceRequest(w, r, ns)
@@ -416,6 +416,23 @@ func (d *drainingServer) Start(ctx context.Context) error {
 	_ = d.srv.Close()
 	d.g.closeSessions()
 	return ignoreClosed(<-shut)
+}
+
+// closeWhileDraining makes every answer that starts while the gateway
+// drains close its connection, so that the agent's next request goes to
+// another replica: an answer of a request that began before the drain too,
+// and over the SDK's own "Connection: keep-alive" on its SSE answers. An
+// answer without it leaves the connection idle here until Shutdown closes
+// it, maybe under the agent's next POST, which the agent's HTTP client does
+// not send again (it retries only idempotent requests). See
+// docs/design.md, "Replicas and ownership" (shutdown).
+func (g *Gateway) closeWhileDraining(w http.ResponseWriter) *answerWriter {
+	h := w.Header()
+	return &answerWriter{ResponseWriter: w, onAnswer: func() {
+		if g.draining.Load() {
+			h.Set("Connection", "close")
+		}
+	}}
 }
 
 func ignoreClosed(err error) error {

@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"bufio"
+	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -126,4 +128,59 @@ func TestHTTPServerClosesSilentAndIdleConnections(t *testing.T) {
 		}
 		closedWithin(t, c, 5*time.Second)
 	})
+}
+
+// While the gateway drains, every answer closes its connection, so that an
+// agent's next POST never races Shutdown's close of an idle connection
+// here: an answer through the SDK, whose SSE answers say "Connection:
+// keep-alive", and the answer of a call that began before the drain.
+func TestAnswersWhileDrainingCloseTheirConnection(t *testing.T) {
+	env := newTestEnv(t, envOptions{})
+	release := make(chan struct{})
+	env.fake.setHandle(func(ctx context.Context, _ json.RawMessage) (json.RawMessage, bool, error) {
+		select {
+		case <-release:
+			return json.RawMessage(defaultResult), false, nil
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		}
+	})
+	sid := env.agent(statefulProto).ID()
+	do := func(body string, header map[string]string) *http.Response {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, env.url, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		resp, err := env.hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	listed := `{"jsonrpc":"2.0","id":7,"method":"tools/list"}`
+	stateful := map[string]string{"Mcp-Session-Id": sid, "Mcp-Protocol-Version": statefulProto}
+	if resp := do(listed, stateful); resp.Close {
+		t.Fatal("an answer before the drain closed its connection")
+	}
+	body, header := sessionlessCall(8, echoPublic, `{}`)
+	before := make(chan *http.Response, 1)
+	go func() { before <- do(body, header) }()
+	waitFor(t, "the call to reach the upstream", func() bool { n, _ := env.fake.counts(); return n == 1 })
+
+	env.g.draining.Store(true)
+	if resp := do(listed, stateful); resp.StatusCode != http.StatusOK || !resp.Close {
+		t.Errorf("the SDK's answer while draining: status %d, Connection %q", resp.StatusCode, resp.Header.Get("Connection"))
+	}
+	close(release)
+	if resp := <-before; resp.StatusCode != http.StatusOK || !resp.Close {
+		t.Errorf("the answer of a call begun before the drain: status %d, Connection %q", resp.StatusCode, resp.Header.Get("Connection"))
+	}
 }
