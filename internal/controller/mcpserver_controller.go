@@ -12,6 +12,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -103,23 +104,28 @@ func (r *McpServerReconciler) SetupWithManager(mgr ctrl.Manager) error {
 // Reconcile brings one McpServer's supervisor in line with its spec and
 // patches status once, at the end, only when it changed.
 func (r *McpServerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
-	// Read through the API, not the cache: a status patch computed against
-	// a cache that has not seen our previous write would drop fields.
-	obj := &v1alpha1.McpServer{}
-	if err := r.APIReader.Get(ctx, req.NamespacedName, obj); err != nil {
-		if apierrors.IsNotFound(err) {
-			forgetMetrics(req.Namespace, req.Name)
-			_, err := r.halt(ctx, req.NamespacedName, verdict{})
-			return ctrl.Result{}, err
+	obj, err := r.read(ctx, req.NamespacedName)
+	if err == nil && obj.DeletionTimestamp == nil {
+		if owner := r.ownerOf(obj); owner != r.Replica {
+			return r.notOwned(ctx, obj, owner)
 		}
+		// Ours: read again through the API, not the cache: a status patch
+		// computed against a cache that has not seen our previous write
+		// would drop fields.
+		obj = &v1alpha1.McpServer{}
+		err = r.APIReader.Get(ctx, req.NamespacedName, obj)
+	}
+	if apierrors.IsNotFound(err) {
+		forgetMetrics(req.Namespace, req.Name)
+		_, err := r.halt(ctx, req.NamespacedName, verdict{})
+		return ctrl.Result{}, err
+	}
+	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if obj.DeletionTimestamp != nil {
 		_, err := r.halt(ctx, req.NamespacedName, verdict{})
 		return ctrl.Result{}, err
-	}
-	if owner := r.ownerOf(obj); owner != r.Replica {
-		return r.notOwned(ctx, obj, owner)
 	}
 	orig := obj.DeepCopy()
 	v, err := r.decide(ctx, obj)
@@ -156,6 +162,18 @@ func (r *McpServerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	return res, nil
+}
+
+// read is the McpServer as the cache has it, or as the API has it when the
+// cache has none: every replica reconciles every server, and only its owner
+// needs the API's (see docs/design.md, "Replicas and ownership").
+func (r *McpServerReconciler) read(ctx context.Context, key types.NamespacedName) (*v1alpha1.McpServer, error) {
+	obj := &v1alpha1.McpServer{}
+	err := r.Client.Get(ctx, key, obj)
+	if apierrors.IsNotFound(err) {
+		err = r.APIReader.Get(ctx, key, obj)
+	}
+	return obj, err
 }
 
 // decide checks ownership and the spec, then runs (or swaps) the supervisor.
