@@ -42,6 +42,14 @@ func (d *httpDialer) dial(_ context.Context, onLost func(error)) (link, error) {
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ResponseHeaderTimeout: 0, // a call may legitimately take toolCallTimeoutMs
+		// Each server keeps about two connections (its GET stream and a
+		// pooled one for POSTs) with a read and a write buffer each, for as
+		// long as it is connected; bufio passes reads and writes of more
+		// than a buffer through, so that large messages lose nothing by
+		// smaller ones. See docs/design.md, "Replicas and ownership"
+		// (memory).
+		ReadBufferSize:  connBufferSize,
+		WriteBufferSize: connBufferSize,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	rt := &sessionTransport{base: base, headers: d.spec.Headers, onLost: onLost, linkCtx: ctx, sniff: d.sniff, tracer: d.tracer}
@@ -130,6 +138,10 @@ func (l *httpLink) close() {
 }
 
 func (l *httpLink) closed() <-chan struct{} { return l.done }
+
+// connBufferSize is the read and write buffer of an upstream connection
+// (net/http's default is 4 KiB each).
+const connBufferSize = 1 << 10
 
 // sessionDeleteTimeout bounds the DELETE that ends a session.
 const sessionDeleteTimeout = time.Second
