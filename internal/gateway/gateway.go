@@ -76,6 +76,7 @@ type Gateway struct {
 
 	draining    atomic.Bool
 	posts       atomic.Int64 // requests in flight but GET streams, for draining
+	conns       conns        // the server's connections, closed by the drain
 	serving     atomic.Bool  // served by a drainingServer, which ends the sessions
 	drainedOnce sync.Once
 	drained     chan struct{}
@@ -99,6 +100,8 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet {
 		g.posts.Add(1)
 		defer g.posts.Add(-1)
+	} else {
+		defer g.conns.hold(r)()
 	}
 	aw := g.closeWhileDraining(w)
 	defer aw.finish()
@@ -342,6 +345,8 @@ func (g *Gateway) httpServer() *http.Server {
 		ReadHeaderTimeout: cmp.Or(g.ReadHeaderTimeout, DefaultReadHeaderTimeout),
 		IdleTimeout:       cmp.Or(g.IdleTimeout, DefaultIdleTimeout),
 		MaxHeaderBytes:    maxHeaderBytes,
+		ConnContext:       withConn,
+		ConnState:         g.conns.track,
 	}
 }
 
@@ -392,30 +397,31 @@ func (d *drainingServer) Start(ctx context.Context) error {
 		return err
 	case <-time.After(d.g.DrainDelay):
 	}
-	// Stop accepting and wait for the POSTs in flight. Idle kept-alive
-	// connections are closed now, but an agent calling all along has had
-	// each of its connections here closed by an answer with Connection:
-	// close meanwhile. Open GET streams are requests Shutdown would wait
-	// for: once no POST is left they are cut (their connections are not
-	// reused, their agents reopen them elsewhere and the sealed session is
-	// taken up there), and only then the sessions ended, which would
-	// otherwise end the streams' responses cleanly and leave their
-	// connections idle, where an agent's next POST could race the close.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), gatewayShutdown)
-	defer cancel()
-	shut := make(chan error, 1)
-	go func() { shut <- d.srv.Shutdown(sctx) }()
-	for d.g.posts.Load() > 0 && sctx.Err() == nil {
-		select {
-		case err := <-shut:
-			d.g.closeSessions()
-			return ignoreClosed(err)
-		case <-time.After(10 * time.Millisecond):
+	// Stop accepting and serve what the connections here still send: an
+	// agent calling all along has had each of them closed by an answer
+	// with Connection: close meanwhile, and a request that reaches one now
+	// is answered the same way (Shutdown would drop it unanswered). A
+	// connection idle since before the drain is closed. Open GET streams
+	// are cut once no POST is in flight (their connections are not reused,
+	// their agents reopen them elsewhere and the sealed session is taken
+	// up there); only then are the sessions ended, which would otherwise
+	// end the streams' responses cleanly and leave their connections idle,
+	// where an agent's next POST could race the close.
+	_ = d.ln.Close()
+	deadline := time.Now().Add(gatewayShutdown)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for d.g.conns.closeIdle(d.g.posts.Load() == 0) > 0 {
+		if time.Now().After(deadline) {
+			d.g.Log.Info("gateway requests still running after the drain were cut", "after", gatewayShutdown)
+			break
 		}
+		<-tick.C
 	}
 	_ = d.srv.Close()
+	<-served
 	d.g.closeSessions()
-	return ignoreClosed(<-shut)
+	return nil
 }
 
 // closeWhileDraining makes every answer that starts while the gateway

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -182,5 +183,70 @@ func TestAnswersWhileDrainingCloseTheirConnection(t *testing.T) {
 	close(release)
 	if resp := <-before; resp.StatusCode != http.StatusOK || !resp.Close {
 		t.Errorf("the answer of a call begun before the drain: status %d, Connection %q", resp.StatusCode, resp.Header.Get("Connection"))
+	}
+}
+
+// Once the drain delay is over, a request that reaches a connection the
+// gateway had accepted is still answered (closing the connection), not cut
+// under the agent, whose HTTP client would not send a POST again.
+func TestDrainAnswersARequestOnAnAcceptedConnection(t *testing.T) {
+	g := &Gateway{Registry: registry.New(), DrainDelay: 50 * time.Millisecond}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &drainingServer{g: g, srv: g.httpServer(), ln: ln}
+	accepted := make(chan struct{}, 1)
+	track := d.srv.ConnState
+	d.srv.ConnState = func(c net.Conn, s http.ConnState) {
+		if track != nil {
+			track(c, s)
+		}
+		if s == http.StateNew {
+			select {
+			case accepted <- struct{}{}:
+			default: // the test's own dials that find the listener still open
+			}
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- d.Start(ctx) }()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	waitClosed(t, "the connection accepted", accepted)
+
+	cancel()
+	waitFor(t, "the listener to close after the drain delay", func() bool {
+		probe, err := net.Dial("tcp", ln.Addr().String())
+		if err == nil {
+			probe.Close()
+		}
+		return err != nil
+	})
+	req := "POST /namespaces/agents/mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" +
+		"Accept: application/json, text/event-stream\r\nContent-Length: " + strconv.Itoa(len(initialize)) + "\r\n\r\n" + initialize
+	if _, err := c.Write([]byte(req)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	resp.Body.Close()
+	if !resp.Close {
+		t.Errorf("status %d without Connection: close", resp.StatusCode)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(waitLimit):
+		t.Fatalf("the drain did not end after %s", waitLimit)
 	}
 }
