@@ -10,6 +10,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/registry"
 )
 
@@ -78,16 +79,19 @@ func (rt *route) call(ctx context.Context, rawName string, args json.RawMessage,
 	poll := cmp.Or(m.PollInterval, 100*time.Millisecond)
 	for {
 		s, changed := m.current(rt.key)
+		holder := ""
 		if s != nil {
-			if s.holder == m.Self {
-				if c, ok := m.Local(rt.key.Namespace, rt.key.Namespace+"/"+rt.key.Name); ok {
-					return callLocal(c)
-				}
-			} else if p, ok := m.peer(s.holder); ok {
-				res, isErr, err := m.Forward(ctx, p, rt.key.Namespace, rt.key.Namespace+"/"+rt.key.Name, rawName, args, sdk)
-				if err == nil || m.Retryable == nil || !m.Retryable(err) {
-					return res, isErr, err
-				}
+			holder = s.holder
+		}
+		if res, isErr, done, err := rt.try(ctx, holder, rawName, args, sdk, callLocal); done {
+			return res, isErr, err
+		}
+		// The mirror stops with the manager's controllers, before a
+		// draining replica has answered its last calls; the cache it reads
+		// runs until then. See docs/design.md, "Replicas and ownership".
+		if h := m.cachedHolder(ctx, rt.key); h != holder {
+			if res, isErr, done, err := rt.try(ctx, h, rawName, args, sdk, callLocal); done {
+				return res, isErr, err
 			}
 		}
 		if deadline == nil {
@@ -108,6 +112,48 @@ func (rt *route) call(ctx context.Context, rawName string, args json.RawMessage,
 			return nil, false, ctx.Err()
 		}
 	}
+}
+
+// try calls holder's supervisor, here or forwarded; done is false when
+// there is no call to make yet (no holder, a holder not live or not
+// serving it here, a forward the peer refused before calling).
+func (rt *route) try(ctx context.Context, holder, rawName string, args json.RawMessage, sdk bool,
+	callLocal func(registry.Caller) (json.RawMessage, bool, error)) (res json.RawMessage, isErr, done bool, err error) {
+	m := rt.m
+	owner := rt.key.Namespace + "/" + rt.key.Name
+	if holder == "" {
+		return nil, false, false, nil
+	}
+	if holder == m.Self {
+		c, ok := m.Local(rt.key.Namespace, owner)
+		if !ok {
+			return nil, false, false, nil
+		}
+		res, isErr, err = callLocal(c)
+		return res, isErr, true, err
+	}
+	p, ok := m.peer(holder)
+	if !ok {
+		return nil, false, false, nil
+	}
+	res, isErr, err = m.Forward(ctx, p, rt.key.Namespace, owner, rawName, args, sdk)
+	if err != nil && m.Retryable != nil && m.Retryable(err) {
+		return nil, false, false, nil
+	}
+	return res, isErr, true, err
+}
+
+// cachedHolder is the holder the McpToolSet names in the cache now, "" if
+// it cannot be read.
+func (m *Mirror) cachedHolder(ctx context.Context, key types.NamespacedName) string {
+	if m.Reader == nil {
+		return ""
+	}
+	ts := &v1alpha1.McpToolSet{}
+	if err := m.Reader.Get(ctx, key, ts); err != nil {
+		return ""
+	}
+	return ts.Spec.Holder
 }
 
 func (m *Mirror) peer(name string) (Peer, bool) {
