@@ -215,9 +215,18 @@ func connectAgent(t *testing.T, url string, hc *http.Client, proto string) *mcp.
 // post sends body as a POST to the endpoint with the agent's usual headers;
 // a header given as "" is removed. It returns the status and the body.
 func (e *testEnv) post(ctx context.Context, body string, header map[string]string) (int, http.Header, []byte, error) {
+	resp, b, err := e.postResponse(ctx, body, header)
+	if resp == nil {
+		return 0, nil, nil, err
+	}
+	return resp.StatusCode, resp.Header, b, err
+}
+
+// postResponse is post with the whole response (its body read and closed).
+func (e *testEnv) postResponse(ctx context.Context, body string, header map[string]string) (*http.Response, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url, strings.NewReader(body))
 	if err != nil {
-		return 0, nil, nil, err
+		return nil, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
@@ -230,11 +239,11 @@ func (e *testEnv) post(ctx context.Context, body string, header map[string]strin
 	}
 	resp, err := e.hc.Do(req)
 	if err != nil {
-		return 0, nil, nil, err
+		return nil, nil, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Header, b, err
+	return resp, b, err
 }
 
 // mustPost is post that fails the test on a transport error.

@@ -147,43 +147,42 @@ func TestAnswersWhileDrainingCloseTheirConnection(t *testing.T) {
 		}
 	})
 	sid := env.agent(statefulProto).ID()
-	do := func(body string, header map[string]string) *http.Response {
-		t.Helper()
-		req, err := http.NewRequest(http.MethodPost, env.url, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		for k, v := range header {
-			req.Header.Set(k, v)
-		}
-		resp, err := env.hc.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return resp
-	}
 	listed := `{"jsonrpc":"2.0","id":7,"method":"tools/list"}`
 	stateful := map[string]string{"Mcp-Session-Id": sid, "Mcp-Protocol-Version": statefulProto}
-	if resp := do(listed, stateful); resp.Close {
-		t.Fatal("an answer before the drain closed its connection")
+	post := func(body string, header map[string]string) (*http.Response, error) {
+		resp, _, err := env.postResponse(context.Background(), body, header)
+		return resp, err
+	}
+	if resp, err := post(listed, stateful); err != nil || resp.Close {
+		t.Fatalf("an answer before the drain closed its connection (%v)", err)
 	}
 	body, header := sessionlessCall(8, echoPublic, `{}`)
-	before := make(chan *http.Response, 1)
-	go func() { before <- do(body, header) }()
+	type answer struct {
+		resp *http.Response
+		err  error
+	}
+	before := make(chan answer, 1)
+	go func() {
+		resp, err := post(body, header)
+		before <- answer{resp, err}
+	}()
 	waitFor(t, "the call to reach the upstream", func() bool { n, _ := env.fake.counts(); return n == 1 })
 
 	env.g.draining.Store(true)
-	if resp := do(listed, stateful); resp.StatusCode != http.StatusOK || !resp.Close {
-		t.Errorf("the SDK's answer while draining: status %d, Connection %q", resp.StatusCode, resp.Header.Get("Connection"))
+	closed := func(what string, resp *http.Response, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if resp.StatusCode != http.StatusOK || !resp.Close {
+			t.Errorf("%s: %s, Connection %q", what, resp.Status, resp.Header.Get("Connection"))
+		}
 	}
+	resp, err := post(listed, stateful)
+	closed("the SDK's answer while draining", resp, err)
 	close(release)
-	if resp := <-before; resp.StatusCode != http.StatusOK || !resp.Close {
-		t.Errorf("the answer of a call begun before the drain: status %d, Connection %q", resp.StatusCode, resp.Header.Get("Connection"))
-	}
+	a := <-before
+	closed("the answer of a call begun before the drain", a.resp, a.err)
 }
 
 // Once the drain delay is over, a request that reaches a connection the
