@@ -73,7 +73,9 @@ var _ = Describe("The operator deployed from config/default", Ordered, func() {
 			WithContext(ctx).Within(timeout).ProbeEvery(poll).Should(BeEmpty())
 
 		replacement := readyManagerPod(ctx)
-		Expect(leaseHolder(ctx)).To(HavePrefix(replacement.Name + "_"))
+		// The replacement serves before it leads (every replica serves):
+		// it takes the Lease once the old Pod has released it, or it expired.
+		Eventually(leaseHolder).WithContext(ctx).Within(timeout).ProbeEvery(poll).Should(HavePrefix(replacement.Name + "_"))
 		expectGatewayServes(ctx, replacement, toolsNS, agentToken(ctx, toolsNS, "agent"))
 	})
 
