@@ -171,11 +171,8 @@ var _ = Describe("Manager replicas under agents calling without pause (the chart
 		for _, a := range []*agent{sessionless, session} {
 			f := a.phase()
 			AddReportEntry("rollout: "+a.name+" agent", f.String())
-			// The envtest spec allows no failed call (docs/design.md,
-			// "Replicas and ownership"); here, with a real Service's
-			// endpoints and the kubelet's terminations, one per replaced
-			// replica is still allowed until runs show none.
-			Expect(f.failed).To(BeNumerically("<=", 3), "%s agent: %v", a.name, f.failures)
+			// No call fails (docs/design.md, "Replicas and ownership").
+			Expect(f.failed).To(BeZero(), "%s agent: %v", a.name, f.failures)
 			// Sessions survive a replica only when every replica can open
 			// them: with the sealing key's Secret in the manager's
 			// namespace.
