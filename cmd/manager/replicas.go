@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/mcpbridge/operator/internal/controller"
 	"github.com/mcpbridge/operator/internal/membership"
@@ -166,13 +165,7 @@ func (s replicaSet) IsLive(name string) bool {
 // that the Service sends agents elsewhere while it hands its servers over).
 func addReadiness(mgr ctrl.Manager, members *membership.Membership, mirror *toolsets.Mirror) error {
 	var draining atomic.Bool
-	// On every replica, and stopped with the gateway: a RunnableFunc would
-	// wait for leadership and be stopped after everything else.
-	if err := mgr.Add(&endedRunnable{Runnable: manager.RunnableFunc(func(ctx context.Context) error {
-		<-ctx.Done()
-		draining.Store(true)
-		return nil
-	}), ended: make(chan struct{})}); err != nil {
+	if err := mgr.Add(drainingFlag{&draining}); err != nil {
 		return err
 	}
 	return mgr.AddReadyzCheck("replica", func(req *http.Request) error {
@@ -199,15 +192,12 @@ func setupForwarding(mgr ctrl.Manager, opts *options, mirror *toolsets.Mirror, s
 	if err != nil {
 		return err
 	}
+	if err := pr.AddToManager(mgr); err != nil {
+		return err
+	}
 	// The supervisors answer the calls the endpoint has taken until it has
 	// finished them.
-	endpoint := &endedRunnable{Runnable: pr.Endpoint(), ended: make(chan struct{})}
-	sups.DrainAfter = append(sups.DrainAfter, endpoint.ended)
-	for _, run := range []manager.Runnable{pr.Runnables()[0] /* the certificate's renewal */, endpoint} {
-		if err := mgr.Add(run); err != nil {
-			return err
-		}
-	}
+	sups.DrainAfter = append(sups.DrainAfter, pr.Endpoint().Ended())
 	client := pr.Client()
 	mirror.Forward = func(ctx context.Context, p toolsets.Peer, ns, owner, tool string, args json.RawMessage, sdk bool) (json.RawMessage, bool, error) {
 		return client.Call(ctx, peer.Target{Name: p.Name, Address: p.Address},
@@ -228,16 +218,15 @@ func setupForwarding(mgr ctrl.Manager, opts *options, mirror *toolsets.Mirror, s
 	})
 }
 
-// endedRunnable closes ended when its runnable's Start returns; it runs on
-// every replica.
-type endedRunnable struct {
-	manager.Runnable
-	ended chan struct{}
+// drainingFlag is set once the manager stops. It runs on every replica,
+// and so is stopped with the gateway: a RunnableFunc would wait for
+// leadership and be stopped after everything else.
+type drainingFlag struct{ draining *atomic.Bool }
+
+func (f drainingFlag) Start(ctx context.Context) error {
+	<-ctx.Done()
+	f.draining.Store(true)
+	return nil
 }
 
-func (r *endedRunnable) Start(ctx context.Context) error {
-	defer close(r.ended)
-	return r.Runnable.Start(ctx)
-}
-
-func (r *endedRunnable) NeedLeaderElection() bool { return false }
+func (drainingFlag) NeedLeaderElection() bool { return false }

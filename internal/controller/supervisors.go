@@ -164,12 +164,10 @@ const drainTimeout = 10 * time.Second
 // at most drainTimeout: a server handed over to another replica finishes
 // the calls it had begun (new ones go to the new holder).
 func (s *Supervisors) StopWhenIdle(ctx context.Context, key types.NamespacedName) error {
-	deadline := time.Now().Add(drainTimeout)
-	for sup := s.Get(key); sup != nil && sup.InFlight() > 0 && time.Now().Before(deadline); {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
+	sup := s.Get(key)
+	if sup != nil {
+		if err := waitIdle(ctx, drainTimeout, sup.InFlight); err != nil {
+			return err
 		}
 	}
 	return s.Stop(ctx, key)
@@ -177,10 +175,21 @@ func (s *Supervisors) StopWhenIdle(ctx context.Context, key types.NamespacedName
 
 // drain waits until no supervisor answers a call, at most d.
 func (s *Supervisors) drain(d time.Duration) {
+	_ = waitIdle(context.Background(), d, s.inFlight) // the manager's context has ended
+}
+
+// waitIdle waits until inFlight counts no call, at most d; it returns
+// ctx's error if ctx ends first.
+func waitIdle(ctx context.Context, d time.Duration, inFlight func() int) error {
 	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) && s.inFlight() > 0 {
-		time.Sleep(20 * time.Millisecond)
+	for inFlight() > 0 && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
+	return nil
 }
 
 func (s *Supervisors) inFlight() int {

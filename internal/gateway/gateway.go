@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
-	"errors"
 	"net"
 	"net/http"
 	"net/url"
@@ -428,7 +427,7 @@ func (d *drainingServer) Start(ctx context.Context) error {
 // drains close its connection, so that the agent's next request goes to
 // another replica: an answer of a request that began before the drain too,
 // and over the SDK's own "Connection: keep-alive" on its SSE answers. An
-// answer without it leaves the connection idle here until Shutdown closes
+// answer without it leaves the connection idle here until the drain closes
 // it, maybe under the agent's next POST, which the agent's HTTP client does
 // not send again (it retries only idempotent requests). See
 // docs/design.md, "Replicas and ownership" (shutdown).
@@ -439,13 +438,6 @@ func (g *Gateway) closeWhileDraining(w http.ResponseWriter) *answerWriter {
 			h.Set("Connection", "close")
 		}
 	}}
-}
-
-func ignoreClosed(err error) error {
-	if errors.Is(err, http.ErrServerClosed) {
-		return nil
-	}
-	return err
 }
 
 // Drained is closed once the gateway has stopped serving and finished

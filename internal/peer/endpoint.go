@@ -54,11 +54,12 @@ type Endpoint struct {
 	mu    sync.Mutex
 	addr  net.Addr
 	bound chan struct{}
+	ended chan struct{}
 }
 
 func newEndpoint(cfg *Config, id *identity, tracer tracing.Tracer) *Endpoint {
 	return &Endpoint{bindAddress: cfg.BindAddress, id: id, local: cfg.Local, log: cfg.Log, tracer: tracer,
-		shutdownTimeout: cfg.ShutdownTimeout, bound: make(chan struct{})}
+		shutdownTimeout: cfg.ShutdownTimeout, bound: make(chan struct{}), ended: make(chan struct{})}
 }
 
 // NeedLeaderElection is false: every replica serves its endpoint.
@@ -66,6 +67,10 @@ func (e *Endpoint) NeedLeaderElection() bool { return false }
 
 // Bound is closed once the endpoint listens; Addr is then its address.
 func (e *Endpoint) Bound() <-chan struct{} { return e.bound }
+
+// Ended is closed once Start has returned: the calls the endpoint took
+// have finished, or were cut at the shutdown timeout.
+func (e *Endpoint) Ended() <-chan struct{} { return e.ended }
 
 // Addr is the address the endpoint listens on, nil before Bound.
 func (e *Endpoint) Addr() net.Addr {
@@ -78,6 +83,7 @@ func (e *Endpoint) Addr() net.Addr {
 // down: no new connection is accepted, idle ones are closed, and calls in
 // flight finish (within the shutdown timeout).
 func (e *Endpoint) Start(ctx context.Context) error {
+	defer close(e.ended)
 	ln, err := e.listen()
 	if err != nil {
 		return err
