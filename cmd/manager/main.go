@@ -148,7 +148,7 @@ func setupControllers(mgr ctrl.Manager, opts *options, members *membership.Membe
 			mb, ok := members.Live(name)
 			return toolsets.Peer{Name: mb.Name, Address: mb.Address}, ok
 		}}
-	if err := setupForwarding(mgr, opts, mirror, sups); err != nil {
+	if err := setupForwarding(mgr, opts, members, mirror, sups); err != nil {
 		return nil, fmt.Errorf("set up forwarding between replicas: %w", err)
 	}
 	if err := mirror.SetupWithManager(mgr); err != nil {
@@ -164,6 +164,7 @@ func setupControllers(mgr ctrl.Manager, opts *options, members *membership.Membe
 		Replica:     opts.replicas.name,
 		Replicas:    replicaSet{members},
 		Membership:  members.Subscribe(),
+		Leaving:     members.Leaving(),
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up the McpServer controller: %w", err)

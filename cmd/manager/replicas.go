@@ -12,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -185,7 +186,7 @@ func addReadiness(mgr ctrl.Manager, members *membership.Membership, mirror *tool
 // the replicas' own CA) to the supervisors of its own registry, and has the
 // mirror forward the calls of servers held elsewhere through its client.
 // See docs/design.md, "Forwarding between replicas".
-func setupForwarding(mgr ctrl.Manager, opts *options, mirror *toolsets.Mirror, sups *controller.Supervisors) error {
+func setupForwarding(mgr ctrl.Manager, opts *options, members *membership.Membership, mirror *toolsets.Mirror, sups *controller.Supervisors) error {
 	pr, err := peer.New(peer.Config{Name: opts.replicas.name, Namespace: opts.replicas.namespace,
 		BindAddress: opts.replicas.bindAddress, Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
 		Local: peer.LocalFunc(mirror.Local), TracerProvider: opts.tracerProvider})
@@ -199,6 +200,10 @@ func setupForwarding(mgr ctrl.Manager, opts *options, mirror *toolsets.Mirror, s
 	// finished them.
 	sups.DrainAfter = append(sups.DrainAfter, pr.Endpoint().Ended())
 	client := pr.Client()
+	members.ReportUnreachable(client.Unreachable)
+	if err := mgr.Add(peerProbe{client: client, members: members, issued: pr.Issued(), every: opts.replicas.leaseDuration}); err != nil {
+		return err
+	}
 	mirror.Forward = func(ctx context.Context, p toolsets.Peer, ns, owner, tool string, args json.RawMessage, sdk bool) (json.RawMessage, bool, error) {
 		return client.Call(ctx, peer.Target{Name: p.Name, Address: p.Address},
 			peer.Call{Namespace: ns, Owner: owner, Tool: tool, Arguments: args, SDK: sdk})
@@ -230,3 +235,53 @@ func (f drainingFlag) Start(ctx context.Context) error {
 }
 
 func (drainingFlag) NeedLeaderElection() bool { return false }
+
+// peerProbe probes the internal endpoint of every live replica, this one's
+// own included, once per lease duration, so that a replica that cannot be
+// reached at its advertised address shows in this replica's Lease
+// (membership.UnreachableAnnotation), in mcpbridge_replica_peer_unreachable
+// and in the log even while no call is forwarded to it; it forgets the
+// replicas that left. See docs/design.md, "Forwarding between replicas".
+type peerProbe struct {
+	client  *peer.Client
+	members *membership.Membership
+	issued  <-chan struct{}
+	every   time.Duration
+}
+
+func (peerProbe) NeedLeaderElection() bool { return false }
+
+func (p peerProbe) Start(ctx context.Context) error {
+	for _, ready := range []<-chan struct{}{p.issued, p.members.Joined()} {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ready:
+		}
+	}
+	t := time.NewTicker(p.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		p.round(ctx)
+	}
+}
+
+func (p peerProbe) round(ctx context.Context) {
+	live := map[string]bool{}
+	var wg sync.WaitGroup
+	for _, mb := range p.members.Members() {
+		live[mb.Name] = true
+		wg.Go(func() { _ = p.client.Probe(ctx, peer.Target{Name: mb.Name, Address: mb.Address}) })
+	}
+	wg.Wait()
+	for _, name := range p.client.Known() {
+		if !live[name] {
+			p.client.Forget(name)
+		}
+	}
+}

@@ -77,9 +77,11 @@ func (r *McpServerReconciler) letGo(ctx context.Context, obj *v1alpha1.McpServer
 		if err := stopped(r.Supervisors.StopWhenIdle(ctx, key)); err != nil {
 			return err
 		}
-		if r.Supervisors.Get(key) != nil {
-			return nil // still closing: released once closed (reconciled again then)
-		}
+	}
+	if r.Supervisors.Present(key) {
+		return nil // its last generation still closing: released once closed (reconciled again then)
+	}
+	if sup != nil || held {
 		forgetMetrics(obj.Namespace, obj.Name) // the owner reports it now
 	}
 	if held {

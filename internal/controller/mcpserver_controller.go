@@ -56,6 +56,9 @@ type McpServerReconciler struct {
 	// Membership signals each replica that joins or leaves (nil without
 	// Replicas).
 	Membership <-chan event.GenericEvent
+	// Leaving is closed once this replica, stopping, owns nothing any more
+	// (nil without Replicas): it then hands its stdio servers over.
+	Leaving <-chan struct{}
 	// MaxConcurrentReconciles defaults to 8.
 	MaxConcurrentReconciles int
 
@@ -94,6 +97,11 @@ func (r *McpServerReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// Every replica runs its own share; none waits for a leader.
 		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.MaxConcurrentReconciles, 8),
 			NeedLeaderElection: ptr.To(false)})
+	if r.Leaving != nil {
+		if err := mgr.Add(handOver{r: r, leaving: r.Leaving}); err != nil {
+			return err
+		}
+	}
 	if r.Replicas != nil {
 		b = b.Owns(&v1alpha1.McpToolSet{}, builder.WithPredicates(holderChanged())).
 			WatchesRawSource(source.Channel(r.Membership, handler.EnqueueRequestsFromMapFunc(r.moved)))

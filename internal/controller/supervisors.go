@@ -213,6 +213,25 @@ func (s *Supervisors) Get(key types.NamespacedName) *bridge.Supervisor {
 	return nil
 }
 
+// Present reports whether key has a supervisor, running or still closing:
+// while it has, no other replica may start the server's child.
+func (s *Supervisors) Present(key types.NamespacedName) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.entries[key] != nil
+}
+
+// Keys are the servers that have a supervisor, running or closing.
+func (s *Supervisors) Keys() []types.NamespacedName {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keys := make([]types.NamespacedName, 0, len(s.entries))
+	for k := range s.entries {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
 // Ensure runs a supervisor for key that runs specKey. An unchanged specKey
 // keeps the running one. A new tool filter (same Connection) is applied to
 // the running one in place when it is connected, and a new suspendAfterMs
@@ -367,12 +386,7 @@ func (s *Supervisors) remove(key types.NamespacedName, e *supervisorEntry) {
 // after the manager stops, because on a lost leader election the manager
 // exits without waiting for its runnables.
 func (s *Supervisors) DisposeAll() {
-	s.mu.Lock()
-	keys := make([]types.NamespacedName, 0, len(s.entries))
-	for k := range s.entries {
-		keys = append(keys, k)
-	}
-	s.mu.Unlock()
+	keys := s.Keys()
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	var wg sync.WaitGroup

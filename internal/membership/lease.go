@@ -25,7 +25,17 @@ const (
 	// ProcessAnnotation holds a random id per process, which tells a
 	// second process with the same --replica-name from the first.
 	ProcessAnnotation = "mcpbridge.dev/replica-process"
-	leaseSelector     = ComponentLabel + "=replica," + ManagedByLabel + "=mcpbridge"
+	// LeavingAnnotation marks the Lease of a replica that is shutting
+	// down: it is still live (its peers forward to it and wait for it to
+	// let go of a stdio server) but owns nothing, so that its servers move
+	// at once rather than when it exits.
+	LeavingAnnotation = "mcpbridge.dev/replica-leaving"
+	// UnreachableAnnotation lists the replicas this one cannot reach at
+	// their advertised addresses (itself included), with since when and
+	// why; absent while it reaches them all. See docs/design.md,
+	// "Forwarding between replicas".
+	UnreachableAnnotation = "mcpbridge.dev/replica-unreachable"
+	leaseSelector         = ComponentLabel + "=replica," + ManagedByLabel + "=mcpbridge"
 )
 
 // LeaseName is the name of a replica's Lease.
@@ -126,7 +136,7 @@ func (m *Membership) newLease() *coordinationv1.Lease {
 		ObjectMeta: metav1.ObjectMeta{
 			Name: LeaseName(m.cfg.Name), Namespace: m.cfg.Namespace,
 			Labels:      map[string]string{ComponentLabel: "replica", ManagedByLabel: "mcpbridge"},
-			Annotations: map[string]string{AddressAnnotation: m.cfg.Address, ProcessAnnotation: m.process},
+			Annotations: m.annotations(),
 		},
 		Spec: coordinationv1.LeaseSpec{
 			HolderIdentity:       ptr.To(m.cfg.Name),
@@ -152,6 +162,11 @@ func (m *Membership) renewed(l *coordinationv1.Lease) *coordinationv1.Lease {
 	for k, v := range fresh.Annotations {
 		l.Annotations[k] = v
 	}
+	for _, k := range []string{LeavingAnnotation, UnreachableAnnotation} {
+		if _, ok := fresh.Annotations[k]; !ok {
+			delete(l.Annotations, k) // no longer so, or a previous process's
+		}
+	}
 	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime =
 		fresh.Spec.HolderIdentity, fresh.Spec.LeaseDurationSeconds, fresh.Spec.RenewTime
 	return l
@@ -162,4 +177,36 @@ func (m *Membership) leaseError(verb string, err error) error {
 		return nil
 	}
 	return fmt.Errorf("%s the replica Lease %s/%s: %w", verb, m.cfg.Namespace, LeaseName(m.cfg.Name), err)
+}
+
+// annotations are those this process writes on its Lease.
+func (m *Membership) annotations() map[string]string {
+	a := map[string]string{AddressAnnotation: m.cfg.Address, ProcessAnnotation: m.process}
+	if m.leaving.Load() {
+		a[LeavingAnnotation] = "true"
+	}
+	if m.unreachable != nil {
+		if v := m.unreachable(); v != "" {
+			a[UnreachableAnnotation] = v
+		}
+	}
+	return a
+}
+
+// leave marks the Lease as leaving, so that the peers move this replica's
+// servers now, and closes Leaving whatever the outcome: the Lease that
+// could not be marked still ends with this process.
+func (m *Membership) leave(ctx context.Context, lease *coordinationv1.Lease) *coordinationv1.Lease {
+	defer m.markLeft()
+	m.leaving.Store(true)
+	m.recompute() // this replica's own view: its watch has stopped
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.LeaseDuration/3)
+	defer cancel()
+	l, err := m.renew(ctx, lease)
+	if err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "cannot mark the replica Lease as leaving; the servers move when it is deleted", "lease", lease.Name)
+		return lease
+	}
+	ctrl.LoggerFrom(ctx).Info("leaving the replicas: handing the servers over", "lease", lease.Name)
+	return l
 }

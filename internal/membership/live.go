@@ -32,8 +32,8 @@ func record(l *coordinationv1.Lease) string {
 	if t := l.Spec.RenewTime; t != nil {
 		renew = t.UTC().Format(time.RFC3339Nano)
 	}
-	return fmt.Sprintf("%s/%s/%s/%d", ptr.Deref(l.Spec.HolderIdentity, ""), l.Annotations[ProcessAnnotation],
-		renew, ptr.Deref(l.Spec.LeaseDurationSeconds, 0))
+	return fmt.Sprintf("%s/%s/%s/%d/%s", ptr.Deref(l.Spec.HolderIdentity, ""), l.Annotations[ProcessAnnotation],
+		renew, ptr.Deref(l.Spec.LeaseDurationSeconds, 0), l.Annotations[LeavingAnnotation])
 }
 
 // duration is the Lease's own duration, which its holder renews within.
@@ -82,12 +82,14 @@ func (m *Membership) gone(obj any) {
 const deadFor = 2
 
 // recompute sets the live set and tells the subscribers who joined or
-// left. It returns when the next member would expire, and the Leases dead
+// left, either the live set or the owners among it (a leaving replica is
+// live but owns nothing). It returns when the next member would expire, and the Leases dead
 // for deadFor durations.
 func (m *Membership) recompute() (next time.Duration, stale []*coordinationv1.Lease) {
 	now := m.cfg.Now()
 	m.mu.Lock()
 	var live []Member
+	leaving := map[string]bool{}
 	for name, s := range m.seen {
 		d := m.duration(s.lease)
 		left := s.at.Add(d).Sub(now)
@@ -98,16 +100,27 @@ func (m *Membership) recompute() (next time.Duration, stale []*coordinationv1.Le
 			continue
 		}
 		live = append(live, Member{Name: *s.lease.Spec.HolderIdentity, Address: s.lease.Annotations[AddressAnnotation]})
+		if _, ok := s.lease.Annotations[LeavingAnnotation]; ok || (name == LeaseName(m.cfg.Name) && m.leaving.Load()) {
+			leaving[*s.lease.Spec.HolderIdentity] = true
+		}
 		if next == 0 || left < next {
 			next = left
 		}
 	}
 	slices.SortFunc(live, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
-	names := make([]string, len(live))
-	for i, mb := range live {
-		names[i] = mb.Name
+	var names, liveNames []string
+	for _, mb := range live {
+		liveNames = append(liveNames, mb.Name)
+		if !leaving[mb.Name] {
+			names = append(names, mb.Name)
+		}
 	}
 	changed := symmetricDifference(m.names, names)
+	for _, n := range symmetricDifference(memberNames(m.live), liveNames) {
+		if !slices.Contains(changed, n) {
+			changed = append(changed, n)
+		}
+	}
 	m.live, m.names = live, names
 	self := slices.Contains(names, m.cfg.Name)
 	subs := slices.Clone(m.subs)
@@ -141,6 +154,14 @@ func (m *Membership) collect(ctx context.Context, stale []*coordinationv1.Lease)
 			ctrl.LoggerFrom(ctx).Error(err, "cannot delete the Lease of a replica that is gone", "lease", l.Name)
 		}
 	}
+}
+
+func memberNames(ms []Member) []string {
+	out := make([]string, len(ms))
+	for i, mb := range ms {
+		out[i] = mb.Name
+	}
+	return out
 }
 
 // symmetricDifference of two sorted lists.

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -58,13 +59,19 @@ type Member struct {
 // Membership keeps this replica's Lease and the live set of all replicas.
 // Start runs it; Owner, Members and Subscribe may be called at any time.
 type Membership struct {
-	cfg     Config
-	process string // random per process: a second process with our name differs
-	leases  coordinationclient.LeaseInterface
-	kick    chan struct{}
-	joined  chan struct{}
+	cfg      Config
+	process  string // random per process: a second process with our name differs
+	leases   coordinationclient.LeaseInterface
+	kick     chan struct{}
+	joined   chan struct{}
+	left     chan struct{}
+	leftOnce sync.Once
+	leaving  atomic.Bool
 	// keepLease leaves the Lease behind on stop, as a crash does (tests).
 	keepLease bool
+	// unreachable says which replicas this one cannot reach; see
+	// ReportUnreachable.
+	unreachable func() string
 
 	mu    sync.RWMutex
 	seen  map[string]*sighting // by Lease name
@@ -89,7 +96,7 @@ func New(cfg Config) (*Membership, error) {
 	return &Membership{
 		cfg: cfg, process: hex.EncodeToString(id),
 		leases: cfg.Client.CoordinationV1().Leases(cfg.Namespace),
-		kick:   make(chan struct{}, 1), joined: make(chan struct{}),
+		kick:   make(chan struct{}, 1), joined: make(chan struct{}), left: make(chan struct{}),
 		seen: map[string]*sighting{},
 	}, nil
 }
@@ -102,6 +109,17 @@ func (m *Membership) Name() string { return m.cfg.Name }
 
 // Joined is closed once this replica holds its Lease.
 func (m *Membership) Joined() <-chan struct{} { return m.joined }
+
+// ReportUnreachable has every renewal of the Lease carry f's answer (the
+// replicas this one cannot reach, "" for none) in UnreachableAnnotation.
+// Call it before Start.
+func (m *Membership) ReportUnreachable(f func() string) { m.unreachable = f }
+
+// Leaving is closed once this replica, stopping, has marked its Lease as
+// leaving (or failed to): from then on its peers own its servers, and it
+// lets go of those it still runs. See docs/design.md, "Replicas and
+// ownership": shutdown.
+func (m *Membership) Leaving() <-chan struct{} { return m.left }
 
 // Owner is the live replica that owns the McpServer with this UID, or ""
 // while no replica is live. See docs/design.md, "Replicas and ownership".
@@ -155,6 +173,7 @@ func (m *Membership) Start(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	defer m.markLeft() // however Start ends
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { inf.RunWithContext(runCtx) })
@@ -181,7 +200,7 @@ func (m *Membership) hold(ctx context.Context, lease *coordinationv1.Lease) erro
 	for {
 		select {
 		case <-ctx.Done():
-			m.release(ctx, m.holdWhileStopping(ctx, lease))
+			m.release(ctx, m.holdWhileStopping(ctx, m.leave(ctx, lease)))
 			return nil
 		case <-t.C:
 		}
@@ -242,6 +261,8 @@ func (m *Membership) holdWhileStopping(ctx context.Context, lease *coordinationv
 		}
 	}
 }
+
+func (m *Membership) markLeft() { m.leftOnce.Do(func() { close(m.left) }) }
 
 func (m *Membership) poke() {
 	select {

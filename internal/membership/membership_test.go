@@ -66,6 +66,39 @@ var _ = Describe("Replica membership", func() {
 		Eventually(changes).Should(Receive(leaseOf("b")), "b left")
 	})
 
+	It("gives the servers of a stopping replica to the others at once, and keeps it live until it has let go", func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		a := startReplica(ns, "a", withLeaseDuration(time.Minute))
+		changes := a.Subscribe()
+		letGo := make(chan struct{})
+		b := startReplica(ns, "b", withLeaseDuration(time.Minute), withReleaseAfter(letGo))
+		b.joinedWithin(10 * time.Second)
+		Eventually(memberNames(a)).WithTimeout(10 * time.Second).Should(Equal([]string{"a", "b"}))
+		Eventually(changes).Should(Receive(leaseOf("b")), "b joined")
+		uids := make([]types.UID, 50)
+		for i := range uids {
+			uids[i] = types.UID(fmt.Sprintf("uid-%d", i))
+		}
+		Expect(uids).To(ContainElement(WithTransform(a.Owner, Equal("b"))), "b owns some of 50 servers")
+
+		b.cancel() // SIGTERM: b keeps its Lease until letGo
+		Eventually(b.Leaving()).WithTimeout(10 * time.Second).Should(BeClosed())
+		Eventually(changes).Should(Receive(leaseOf("b")), "b owns nothing any more")
+		for _, uid := range uids {
+			Expect(a.Owner(uid)).To(Equal("a"), "no server is b's once it leaves")
+		}
+		Expect(b.Owner(uids[0])).To(Equal("a"), "b agrees")
+		_, live := a.Live("b")
+		Expect(live).To(BeTrue(), "b is still live: the others forward to it and wait for it to let go")
+		l, err := clientset.CoordinationV1().Leases(ns).Get(ctx, membership.LeaseName("b"), metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(l.Annotations).To(HaveKeyWithValue(membership.LeavingAnnotation, "true"))
+
+		close(letGo)
+		Eventually(b.exited).WithTimeout(10 * time.Second).Should(BeClosed())
+		Eventually(func() bool { _, ok := a.Live("b"); return ok }).WithTimeout(10 * time.Second).Should(BeFalse())
+	})
+
 	It("drops a replica that stops renewing after its lease duration, then deletes its Lease", func(ctx SpecContext) {
 		ns := newNamespace(ctx)
 		a, b := startReplica(ns, "a"), startReplica(ns, "b")

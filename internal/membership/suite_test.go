@@ -64,6 +64,10 @@ func withLeaseDuration(d time.Duration) replicaOption {
 	return func(c *membership.Config) { c.LeaseDuration = d }
 }
 
+func withReleaseAfter(ch <-chan struct{}) replicaOption {
+	return func(c *membership.Config) { c.ReleaseAfter = ch }
+}
+
 // startReplica starts a member named name in ns; it is stopped
 // gracefully when the spec ends, if it still runs.
 func startReplica(ns, name string, opts ...replicaOption) *replica {

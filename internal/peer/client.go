@@ -65,16 +65,18 @@ type Client struct {
 	tracer tracing.Tracer
 	log    logr.Logger
 
-	mu   sync.Mutex
-	down map[string]bool // by peer name: whether its last forward got no answer
+	dialer *net.Dialer
+
+	mu    sync.Mutex
+	reach map[string]reach // by peer name: whether its last forward or probe got an answer
 }
 
 func newClient(id *identity, tracer tracing.Tracer, log logr.Logger) *Client {
-	c := &Client{id: id, tracer: tracer, log: log, down: map[string]bool{}}
-	dialer := &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
+	c := &Client{id: id, tracer: tracer, log: log, reach: map[string]reach{},
+		dialer: &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}}
 	c.http = &http.Client{Transport: &http.Transport{
 		DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return c.dialTLS(ctx, dialer, network, addr)
+			return c.dialTLS(ctx, c.dialer, network, addr)
 		},
 		MaxIdleConnsPerHost: maxIdleConnsPerPeer,
 		IdleConnTimeout:     clientIdleTimeout,
@@ -235,35 +237,6 @@ func (c *countingReader) Read(p []byte) (int, error) {
 		return 0, registry.ErrResultBudget
 	}
 	return n, err
-}
-
-// reached records whether a forward to to got an answer (err nil) or not:
-// the gauge and one log line change only when that changes.
-func (c *Client) reached(to Target, err error) {
-	down := err != nil
-	c.mu.Lock()
-	was, known := c.down[to.Name]
-	c.down[to.Name] = down
-	c.mu.Unlock()
-	if known && was == down {
-		return
-	}
-	unreachable.WithLabelValues(to.Name).Set(gaugeBool(down))
-	switch {
-	case down:
-		c.log.Error(err, "cannot reach a replica: calls forwarded to it fail until it answers", "peer", to.Name, "address", to.Address)
-	case known:
-		c.log.Info("reached the replica again", "peer", to.Name, "address", to.Address)
-	}
-}
-
-// Forget drops what the Client knows of a replica that left: its
-// mcpbridge_replica_peer_unreachable series goes away.
-func (c *Client) Forget(name string) {
-	c.mu.Lock()
-	delete(c.down, name)
-	c.mu.Unlock()
-	unreachable.DeleteLabelValues(name)
 }
 
 func gaugeBool(b bool) float64 {

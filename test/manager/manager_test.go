@@ -280,7 +280,27 @@ type managerProcess struct {
 	cmd     *exec.Cmd
 	logPath string
 	exited  chan error
+	ended   chan struct{} // closed when the process has exited
 	done    bool
+	// signalled: terminate sent SIGTERM; a second one would make the
+	// manager exit at once.
+	signalled bool
+}
+
+// terminate sends SIGTERM without waiting; stop then only waits.
+func (p *managerProcess) terminate() error {
+	p.signalled = true
+	return p.cmd.Process.Signal(syscall.SIGTERM)
+}
+
+// running reports whether the process has not exited yet.
+func (p *managerProcess) running() bool {
+	select {
+	case <-p.ended:
+		return false
+	default:
+		return true
+	}
 }
 
 // stop sends sig and waits for the process to end; it returns how it
@@ -290,7 +310,9 @@ func (p *managerProcess) stop(sig syscall.Signal) error {
 		return nil
 	}
 	p.done = true
-	_ = p.cmd.Process.Signal(sig)
+	if !p.signalled || sig != syscall.SIGTERM {
+		_ = p.cmd.Process.Signal(sig)
+	}
 	select {
 	case err := <-p.exited:
 		return err
@@ -316,8 +338,12 @@ func runManager(t *testing.T, probes string, args ...string) *managerProcess {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &managerProcess{cmd: cmd, logPath: logPath, exited: make(chan error, 1)}
-	go func() { p.exited <- cmd.Wait() }()
+	p := &managerProcess{cmd: cmd, logPath: logPath, exited: make(chan error, 1), ended: make(chan struct{})}
+	go func() {
+		err := cmd.Wait()
+		close(p.ended)
+		p.exited <- err
+	}()
 	t.Cleanup(func() {
 		if err := p.stop(syscall.SIGTERM); err != nil {
 			t.Errorf("the manager exited with %v on SIGTERM", err)

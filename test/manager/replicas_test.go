@@ -19,11 +19,13 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
+	"github.com/mcpbridge/operator/internal/membership"
 	"github.com/mcpbridge/operator/internal/testenv"
 	"github.com/mcpbridge/operator/test/fixture"
 )
@@ -46,15 +48,16 @@ func startReplicas(t *testing.T, ns string, n int) []*replica {
 	return rs
 }
 
-// startReplica runs one manager named name whose Lease lives in ns.
-func startReplica(t *testing.T, ns, name string) *replica {
+// startReplica runs one manager named name whose Lease lives in ns, with
+// extra flags.
+func startReplica(t *testing.T, ns, name string, extra ...string) *replica {
 	t.Helper()
 	r := &replica{name: name, gateway: freeAddr(t), probes: freeAddr(t), metrics: freeAddr(t)}
-	r.proc = runManager(t, r.probes, "--kubeconfig="+env.KubeconfigPath, "--health-probe-bind-address="+r.probes,
-		"--metrics-bind-address="+r.metrics, "--metrics-secure=false", "--gateway-bind-address="+r.gateway,
+	r.proc = runManager(t, r.probes, append([]string{"--kubeconfig=" + env.KubeconfigPath, "--health-probe-bind-address=" + r.probes,
+		"--metrics-bind-address=" + r.metrics, "--metrics-secure=false", "--gateway-bind-address=" + r.gateway,
 		"--gateway-auth=none", "--gateway-tls=false", "--upstream-allow-cidrs=127.0.0.0/8", "--local-stdio-namespaces=*",
-		"--replica-name="+r.name, "--replica-bind-address="+freeAddr(t), "--replica-lease-duration=3s",
-		"--manager-namespace="+ns)
+		"--replica-name=" + r.name, "--replica-bind-address=" + freeAddr(t), "--replica-lease-duration=3s",
+		"--manager-namespace=" + ns}, extra...)...)
 	return r
 }
 
@@ -238,6 +241,93 @@ func TestReplicasShareTheServers(t *testing.T) {
 			g.Expect(tools).To(Equal(listed), "on %s", r.name)
 		}, 10*time.Second, 100*time.Millisecond).Should(Succeed())
 	}
+}
+
+// TestSigtermHandsTheServersOverAtOnce stops a replica that owns a
+// Streamable HTTP and a stdio server with SIGTERM while an agent calls both
+// through the other replica: the servers move to the other replica while
+// the stopping one still drains its gateway (10 s here), not when it
+// exits, and no call fails.
+func TestSigtermHandsTheServersOverAtOnce(t *testing.T) {
+	g := NewWithT(t)
+	bin := stdioFixture(t)
+	leases, tenant := newNamespace(t, "replicas-"), newNamespace(t, "sigterm-")
+	r1 := startReplica(t, leases, "r1", "--replica-drain-delay=10s")
+	r2 := startReplica(t, leases, "r2")
+	url := serveFixture(t, fixture.Options{})
+	// Servers until r1 owns one of each transport: ownership hashes the
+	// UID, so each lands on r1 one time in two.
+	var web, local string
+	for i := 0; i < 20 && (web == "" || local == ""); i++ {
+		h, s := fmt.Sprintf("web%d", i), fmt.Sprintf("local%d", i)
+		createHTTPServer(t, tenant, h, url)
+		g.Expect(env.Client.Create(ctx(t), &v1alpha1.McpServer{ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: s},
+			Spec: v1alpha1.McpServerSpec{Transport: v1alpha1.TransportStdio, Stdio: &v1alpha1.StdioTransport{Command: bin}}})).To(Succeed())
+		got := allReadyOn(t, tenant, []string{h, s}, []string{"r1", "r2"})
+		if web == "" && got[h].Status.Replica == "r1" {
+			web = h
+		}
+		if local == "" && got[s].Status.Replica == "r1" {
+			local = s
+		}
+	}
+	g.Expect(web).NotTo(BeEmpty(), "r1 owns no Streamable HTTP server of 20")
+	g.Expect(local).NotTo(BeEmpty(), "r1 owns no stdio server of 20")
+	callers := []*caller{startCaller(t, r2.gateway, tenant, "mcp__"+web+"__"+fixture.ToolEcho),
+		startCaller(t, r2.gateway, tenant, "mcp__"+local+"__"+fixture.ToolEcho)}
+	g.Eventually(func() bool { return callers[0].succeeded() > 5 && callers[1].succeeded() > 5 }, time.Minute, 20*time.Millisecond).
+		Should(BeTrue(), "the calls through r2 never succeeded: %v %v", callers[0].failed(), callers[1].failed())
+
+	g.Expect(r1.proc.terminate()).To(Succeed())
+	allReadyOn(t, tenant, []string{web, local}, []string{"r2"})
+	g.Expect(r1.proc.running()).To(BeTrue(), "the servers moved only once r1 had exited")
+	for _, c := range callers {
+		before := c.succeeded()
+		g.Eventually(c.succeeded, time.Minute, 20*time.Millisecond).Should(BeNumerically(">", before+5), "calls stalled: %v", c.failed())
+	}
+	g.Expect(r1.proc.stop(syscall.SIGTERM)).To(Succeed())
+	for _, c := range callers {
+		c.stop()
+		g.Expect(c.failed()).To(BeEmpty())
+	}
+}
+
+// TestAnUnreachableReplicaIsShown runs a replica whose advertised address
+// nothing answers at: the other replica shows it as unreachable in its
+// Lease and its metrics, the replica shows its own address so, and both
+// clear once it has gone.
+func TestAnUnreachableReplicaIsShown(t *testing.T) {
+	g := NewWithT(t)
+	leases := newNamespace(t, "replicas-")
+	nowhere := freeAddr(t) // closed again: nothing listens there
+	r1 := startReplica(t, leases, "r1")
+	r2 := startReplica(t, leases, "r2", "--replica-advertise-address="+nowhere)
+	unreachable := func(r string) func(Gomega) string {
+		return func(g Gomega) string {
+			l := &coordinationv1.Lease{}
+			g.Expect(env.Client.Get(ctx(t), client.ObjectKey{Namespace: leases, Name: membership.LeaseName(r)}, l)).To(Succeed())
+			return l.Annotations[membership.UnreachableAnnotation]
+		}
+	}
+	gauge := func(r *replica, peer string) func(Gomega) float64 {
+		return func(g Gomega) float64 {
+			text, err := scrapeText(r.metrics)
+			g.Expect(err).NotTo(HaveOccurred())
+			v, err := sample(text, fmt.Sprintf(`mcpbridge_replica_peer_unreachable{peer=%q}`, peer))
+			g.Expect(err).NotTo(HaveOccurred())
+			return v
+		}
+	}
+	for _, r := range []string{"r1", "r2"} {
+		g.Eventually(unreachable(r), 30*time.Second, 100*time.Millisecond).Should(
+			And(HavePrefix("r2 at "+nowhere+" since "), ContainSubstring("connection refused")), "in %s's Lease", r)
+	}
+	g.Eventually(gauge(r1, "r2"), 10*time.Second, 100*time.Millisecond).Should(Equal(1.0))
+	g.Eventually(gauge(r2, "r1"), 10*time.Second, 100*time.Millisecond).Should(Equal(0.0), "r2 reaches r1")
+	g.Expect(unreachable("r1")(g)).NotTo(ContainSubstring("r1 at"), "r1 reaches itself")
+
+	g.Expect(r2.proc.stop(syscall.SIGTERM)).To(Succeed())
+	g.Eventually(unreachable("r1"), 30*time.Second, 100*time.Millisecond).Should(BeEmpty(), "r1 forgets the replica that left")
 }
 
 var (
