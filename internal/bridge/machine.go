@@ -11,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
+	"github.com/mcpbridge/operator/internal/registry"
 )
 
 // The connection state machine, in the order a generation lives through it:
@@ -387,8 +388,8 @@ func (s *Supervisor) connected(g *generation) {
 // for the whole window ends the outage while it is still up) and the idle
 // timer (suspendAfterMs without a call suspends the server: errSuspended).
 func (s *Supervisor) serve(ctx context.Context, g *generation, o *outage, up time.Time) error {
-	sub := s.registry.Subscribe()
-	defer sub.Close()
+	var conflict conflictWatch
+	defer conflict.stop()
 	stable := s.clock.After(s.p.Reconnect.MaxDelay)
 	idle := &idleTimer{s: s}
 	idle.rearm()
@@ -409,9 +410,12 @@ func (s *Supervisor) serve(ctx context.Context, g *generation, o *outage, up tim
 		case <-g.lost:
 			lossErr = g.lostErr
 			g.lostAt = s.clock.Now() // uptime ends here, not after the close
-		case <-sub.C:
-			changed := sub.Drain()
-			if s.inConflict() && slices.Contains(changed, s.ns) {
+		case <-s.conflicted:
+			if conflict.start(s) {
+				kick(g.retry) // a release may have come before the watch: look once
+			}
+		case <-conflict.c():
+			if conflict.changed(s) {
 				kick(g.retry) // the resync goroutine owns syncs; serve never waits on one
 			}
 		case <-stable:
@@ -547,5 +551,45 @@ func (s *Supervisor) closeGeneration(g *generation) error {
 			sn.LastError = &StageError{Stage: StageClose, Err: ErrCloseTimeout}
 		})
 		return ErrCloseTimeout
+	}
+}
+
+// conflictWatch is serve's registry subscription while the supervisor's
+// tool set is in conflict, so that the holder's release is retried at once.
+type conflictWatch struct{ sub *registry.Subscription }
+
+// start subscribes, if the tool set is in conflict and not yet watched,
+// and reports whether it did.
+func (w *conflictWatch) start(s *Supervisor) bool {
+	if w.sub != nil || !s.inConflict() {
+		return false
+	}
+	w.sub = s.registry.Subscribe()
+	return true
+}
+
+// c is the subscription's signal, nil (never ready) while not watching.
+func (w *conflictWatch) c() <-chan struct{} {
+	if w.sub == nil {
+		return nil
+	}
+	return w.sub.C
+}
+
+// changed reports whether the namespace changed while the tool set is in
+// conflict; a tool set no longer in conflict ends the watch.
+func (w *conflictWatch) changed(s *Supervisor) bool {
+	changed := w.sub.Drain()
+	if !s.inConflict() {
+		w.stop()
+		return false
+	}
+	return slices.Contains(changed, s.ns)
+}
+
+func (w *conflictWatch) stop() {
+	if w.sub != nil {
+		w.sub.Close()
+		w.sub = nil
 	}
 }

@@ -115,6 +115,11 @@ type Supervisor struct {
 	// SetSuspendAfter, which kicks idleChanged.
 	suspendAfter atomic.Int64
 	idleChanged  chan struct{}
+	// conflicted is kicked when a sync leaves the tool set in conflict:
+	// serve then watches the registry for the holder's release, and only
+	// then (a subscription per supervisor made every registry change wake
+	// every supervisor of the fleet; docs/design.md, "Tool sync").
+	conflicted chan struct{}
 	// waking is set by the run goroutine, and read only by it, while the
 	// attempt it runs is a wake.
 	waking bool
@@ -141,6 +146,7 @@ func New(o Options) *Supervisor {
 		closed:   make(chan struct{}),
 
 		idleChanged: make(chan struct{}, 1),
+		conflicted:  make(chan struct{}, 1),
 		snap:        Snapshot{Phase: v1alpha1.PhasePending, Reason: v1alpha1.ReasonConnecting, Generation: o.BaseGeneration, MaxAttempts: o.Policy.Reconnect.MaxAttempts},
 	}
 	if o.Policy.Stdio != nil {

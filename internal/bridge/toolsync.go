@@ -131,6 +131,7 @@ func (s *Supervisor) publish(g *generation, fetched []*mcp.Tool) {
 		s.signal()
 	}
 	if err != nil {
+		kick(s.conflicted)
 		s.log.Info("tool set not published: keeping the previous set", "error", err.Error())
 		s.emit(true, reason, "Kept the previous tool set: "+err.Error())
 		return

@@ -194,12 +194,11 @@ func (m *Membership) annotations() map[string]string {
 }
 
 // leave marks the Lease as leaving, so that the peers move this replica's
-// servers now, and closes Leaving whatever the outcome: the Lease that
-// could not be marked still ends with this process.
+// servers now, and then closes Leaving. A Lease that could not be marked
+// leaves Leaving open: the peers would not take the servers, which stay
+// here until the Lease is deleted at exit.
 func (m *Membership) leave(ctx context.Context, lease *coordinationv1.Lease) *coordinationv1.Lease {
-	defer m.markLeft()
 	m.leaving.Store(true)
-	m.recompute() // this replica's own view: its watch has stopped
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.LeaseDuration/3)
 	defer cancel()
 	l, err := m.renew(ctx, lease)
@@ -207,6 +206,8 @@ func (m *Membership) leave(ctx context.Context, lease *coordinationv1.Lease) *co
 		ctrl.LoggerFrom(ctx).Error(err, "cannot mark the replica Lease as leaving; the servers move when it is deleted", "lease", lease.Name)
 		return lease
 	}
+	m.recompute() // this replica's own view (its watch has stopped): it owns nothing
 	ctrl.LoggerFrom(ctx).Info("leaving the replicas: handing the servers over", "lease", lease.Name)
+	m.markLeft()
 	return l
 }

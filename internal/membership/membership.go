@@ -116,8 +116,8 @@ func (m *Membership) Joined() <-chan struct{} { return m.joined }
 func (m *Membership) ReportUnreachable(f func() string) { m.unreachable = f }
 
 // Leaving is closed once this replica, stopping, has marked its Lease as
-// leaving (or failed to): from then on its peers own its servers, and it
-// lets go of those it still runs. See docs/design.md, "Replicas and
+// leaving: from then on its peers own its servers, and it lets go of those
+// it still runs. It is also closed when Start returns. See docs/design.md, "Replicas and
 // ownership": shutdown.
 func (m *Membership) Leaving() <-chan struct{} { return m.left }
 

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -38,6 +39,18 @@ type Encoded struct {
 	Count  int32
 }
 
+// A gzip writer allocates about a megabyte of compressor state, and a
+// reader tens of kilobytes: both are reused, as a fleet's McpToolSets are
+// written and read by the thousand (docs/design.md, "Replicas and
+// ownership": memory).
+var (
+	gzipWriters = sync.Pool{New: func() any {
+		zw, _ := gzip.NewWriterLevel(io.Discard, gzip.BestSpeed)
+		return zw
+	}}
+	gzipReaders sync.Pool
+)
+
 // Encode compresses the upstream entries of tools, in their order (the
 // registry's, by public name), so that equal sets encode alike.
 func Encode(tools []registry.Tool) (Encoded, error) {
@@ -51,7 +64,9 @@ func Encode(tools []registry.Tool) (Encoded, error) {
 	}
 	sum := sha256.Sum256(raw)
 	var buf bytes.Buffer
-	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
+	zw := gzipWriters.Get().(*gzip.Writer)
+	defer gzipWriters.Put(zw)
+	zw.Reset(&buf)
 	_, _ = zw.Write(raw)
 	if err := zw.Close(); err != nil {
 		return Encoded{}, err
@@ -67,10 +82,17 @@ func Decode(gz []byte) ([]*mcp.Tool, error) {
 	if len(gz) == 0 {
 		return nil, nil
 	}
-	zr, err := gzip.NewReader(bytes.NewReader(gz))
+	zr, _ := gzipReaders.Get().(*gzip.Reader)
+	var err error
+	if zr == nil {
+		zr, err = gzip.NewReader(bytes.NewReader(gz))
+	} else {
+		err = zr.Reset(bytes.NewReader(gz))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("decode the tools: %w", err)
 	}
+	defer gzipReaders.Put(zr)
 	raw, err := io.ReadAll(io.LimitReader(zr, maxDecodedBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("decode the tools: %w", err)
