@@ -262,12 +262,12 @@ func (p peerProbe) Start(ctx context.Context) error {
 	t := time.NewTicker(p.every)
 	defer t.Stop()
 	for {
+		p.round(ctx)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		}
-		p.round(ctx)
 	}
 }
 

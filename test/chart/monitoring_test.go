@@ -89,7 +89,7 @@ func TestPrometheusRulePassesPrometheus(t *testing.T) {
 	}
 	Expect := NewWithT(t).Expect
 	Expect(alerts).To(ConsistOf("McpBridgeServerFailed", "McpBridgeReconnectStorm", "McpBridgeGatewayErrors",
-		"McpBridgeGatewayAuthRateLimited", "McpBridgeReplicaWithoutOwnership"))
+		"McpBridgeGatewayAuthRateLimited", "McpBridgeReplicaWithoutOwnership", "McpBridgeReplicaUnreachable"))
 	failed := groups.Groups[0].Rules[0]
 	Expect(failed.For).To(Equal(model.Duration(5 * time.Minute)))
 
@@ -358,6 +358,7 @@ func liveMetricNames(t *testing.T) map[string]bool {
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(names).To(HaveKey("mcpbridge_reconnect_attempts_total"))
 		g.Expect(names).To(HaveKey("mcpbridge_tool_call_duration_seconds_bucket"))
+		g.Expect(names).To(HaveKey("mcpbridge_replica_peer_unreachable")) // once it has probed its own endpoint
 	}, time.Minute, 200*time.Millisecond).Should(Succeed())
 	return names
 }
