@@ -20,10 +20,7 @@ import (
 // break), and this replica disposes its own connection at exit. With no
 // other replica to take a server, it stays until exit, serving the calls
 // that still come. See docs/design.md, "Replicas and ownership": shutdown.
-type handOver struct {
-	r       *McpServerReconciler
-	leaving <-chan struct{}
-}
+type handOver struct{ r *McpServerReconciler }
 
 // leaveWait bounds the wait for the Lease to be marked leaving.
 const leaveWait = 5 * time.Second
@@ -34,7 +31,7 @@ func (handOver) NeedLeaderElection() bool { return false }
 func (h handOver) Start(ctx context.Context) error {
 	<-ctx.Done()
 	select {
-	case <-h.leaving:
+	case <-h.r.Leaving:
 	case <-time.After(leaveWait):
 		return nil
 	}

@@ -98,7 +98,7 @@ func (r *McpServerReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.MaxConcurrentReconciles, 8),
 			NeedLeaderElection: ptr.To(false)})
 	if r.Leaving != nil {
-		if err := mgr.Add(handOver{r: r, leaving: r.Leaving}); err != nil {
+		if err := mgr.Add(handOver{r: r}); err != nil {
 			return err
 		}
 	}

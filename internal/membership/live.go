@@ -83,8 +83,8 @@ const deadFor = 2
 
 // recompute sets the live set and tells the subscribers who joined or
 // left, either the live set or the owners among it (a leaving replica is
-// live but owns nothing). It returns when the next member would expire, and the Leases dead
-// for deadFor durations.
+// live but owns nothing). It returns when the next member would expire,
+// and the Leases dead for deadFor durations.
 func (m *Membership) recompute() (next time.Duration, stale []*coordinationv1.Lease) {
 	now := m.cfg.Now()
 	m.mu.Lock()

@@ -117,12 +117,13 @@ func (m *Membership) ReportUnreachable(f func() string) { m.unreachable = f }
 
 // Leaving is closed once this replica, stopping, has marked its Lease as
 // leaving: from then on its peers own its servers, and it lets go of those
-// it still runs. It is also closed when Start returns. See docs/design.md, "Replicas and
-// ownership": shutdown.
+// it still runs. It is also closed when Start returns. See
+// docs/design.md, "Replicas and ownership": shutdown.
 func (m *Membership) Leaving() <-chan struct{} { return m.left }
 
 // Owner is the live replica that owns the McpServer with this UID, or ""
-// while no replica is live. See docs/design.md, "Replicas and ownership".
+// while no replica is live: a leaving replica owns nothing. See
+// docs/design.md, "Replicas and ownership".
 func (m *Membership) Owner(uid types.UID) string {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
@@ -130,8 +131,8 @@ func (m *Membership) Owner(uid types.UID) string {
 }
 
 // Member reports whether this replica is in the live set as it sees it:
-// its own Lease renewed within its duration. A replica that is not owns
-// nothing (mcpbridge_replica_member 0).
+// its own Lease renewed within its duration, and not leaving. A replica
+// that is not owns nothing (mcpbridge_replica_member 0).
 func (m *Membership) Member() bool {
 	m.mu.RLock()
 	defer m.mu.RUnlock()

@@ -57,11 +57,8 @@ func (c *Client) Probe(ctx context.Context, to Target) error {
 func (c *Client) probeFailed(name string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	r, known := c.reach[name]
+	r := c.reach[name]
 	r.failedProbes++
-	if !known {
-		r.down = false
-	}
 	c.reach[name] = r
 	return r.down || r.failedProbes >= probesToDown
 }
