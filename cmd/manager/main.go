@@ -52,6 +52,7 @@ func run(args []string) error {
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts.zap)))
 	log := ctrl.Log.WithName("setup")
+	setMemoryLimit(log)
 	flushTracing, err := setupTracing(opts)
 	if err != nil {
 		return err

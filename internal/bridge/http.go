@@ -195,11 +195,21 @@ func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		// so one answer is bounded here.
 		body = &cappedBody{ReadCloser: body, left: maxMessageBytes}
 	}
-	if t.sniff != nil {
+	if t.sniff != nil && req.Context().Value(unsniffedKey{}) == nil {
 		body = &sniffReader{ReadCloser: body, fn: t.sniff}
 	}
 	resp.Body = &releasingBody{ReadCloser: body, release: done}
 	return resp, nil
+}
+
+// unsniffedKey marks a request whose answer the supervisor reads itself (a
+// forwarded tools/call): it never carries a tool list, and sniffing it would
+// hold a result of up to 16 MiB a second time, outside the result-byte budget
+// (docs/design.md, "Budgets").
+type unsniffedKey struct{}
+
+func withoutSniff(ctx context.Context) context.Context {
+	return context.WithValue(ctx, unsniffedKey{}, true)
 }
 
 // cappedBody fails with errTooLarge once more than left bytes arrive.

@@ -172,7 +172,7 @@ func (g *generation) listProbe(ctx context.Context, hl *httpLink) error {
 // left to ctx's registry.AfterAnswer when it has one, so that the result
 // is passed on first (an SSE answer's stream ends after its event).
 func (g *generation) roundTrip(ctx context.Context, hl *httpLink, id, method, name string, body []byte) (json.RawMessage, error) {
-	rctx, rcancel := context.WithCancel(context.WithoutCancel(ctx))
+	rctx, rcancel := context.WithCancel(withoutSniff(context.WithoutCancel(ctx)))
 	detach := context.AfterFunc(ctx, rcancel)
 	resp, err := g.post(rctx, hl, body, method, name)
 	if err != nil {

@@ -21,6 +21,10 @@ var taskSupportKey = []byte(`"taskSupport"`)
 // not inspected (the SDK itself refuses stdio lines over 16 MiB).
 const maxSniffLine = 16 << 20
 
+// keptSniffBuffer is the largest line buffer a sniffReader keeps between
+// lines.
+const keptSniffBuffer = 64 << 10
+
 // taskTools is the set of raw tool names that require tasks, per generation.
 type taskTools struct {
 	mu    sync.Mutex
@@ -103,5 +107,8 @@ func (s *sniffReader) feed(b []byte) {
 			s.fn(s.line)
 		}
 		s.line, s.skip, b = s.line[:0], false, b[i+1:]
+		if cap(s.line) > keptSniffBuffer {
+			s.line = nil // one long line must not keep its buffer for the server's life
+		}
 	}
 }

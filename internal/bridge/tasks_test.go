@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"io"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -50,5 +51,52 @@ func TestSniffReaderSeesWholeLines(t *testing.T) {
 	tasks.reset()
 	if tasks.required("a") {
 		t.Error("reset kept a")
+	}
+}
+
+// roundTripFunc answers every request with its func.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func TestARawCallsAnswerIsNotSniffed(t *testing.T) {
+	const answer = `data: {"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"a","execution":{"taskSupport":"required"}}]}}` + "\n\n"
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		want int
+	}{
+		{"a request of the SDK", context.Background(), 1},
+		{"a raw tools/call", withoutSniff(context.Background()), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lines := 0
+			rt := &sessionTransport{onLost: func(error) {}, linkCtx: context.Background(), sniff: func(b []byte) {
+				if strings.Contains(string(b), "taskSupport") {
+					lines++
+				}
+			}, base: roundTripFunc(func(*http.Request) (*http.Response, error) {
+				return &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {"text/event-stream"}},
+					Body: io.NopCloser(strings.NewReader(answer))}, nil
+			})}
+			req, _ := http.NewRequestWithContext(tc.ctx, http.MethodPost, "http://127.0.0.1:1/mcp", nil)
+			resp, err := rt.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if lines != tc.want {
+				t.Errorf("sniffed %d lines, want %d", lines, tc.want)
+			}
+		})
+	}
+}
+
+func TestSniffReaderDropsALongLinesBuffer(t *testing.T) {
+	r := &sniffReader{ReadCloser: io.NopCloser(strings.NewReader("")), fn: func([]byte) {}}
+	r.feed([]byte(strings.Repeat("x", 1<<20) + "\n"))
+	if cap(r.line) > keptSniffBuffer {
+		t.Errorf("after a 1 MiB line the reader keeps %d bytes, want at most %d", cap(r.line), keptSniffBuffer)
 	}
 }
