@@ -12,9 +12,12 @@
 // The fixtures run as separate processes (--http=127.0.0.1:0): the victim's
 // plain one and the attacker's hostile one (--big-result --slow-body, a
 // 12 MiB answer that arrives 1 MiB every 500 ms).
-// The gateway (--gateway-auth=none, the default budgets), the supervisors
-// and the load-generating clients run in this process, so the heap and RSS
-// are the gateway's and the clients' together. The attacks, all at once:
+// The gateway (--gateway-auth=none, the default budgets) and the
+// supervisors run in this process, so the heap and RSS are the gateway's;
+// the victim's agent and the attacker's agents run in processes of their
+// own (this program with -role), as agents run in Pods of their own. They
+// share this machine's cores with the gateway, which a cluster's agents
+// would not. The attacks, all at once:
 // -sessions loops of initialize; -oversized agents that call the slow 12 MiB
 // tool without pause; -flooders agents that call the hostile server's sleep
 // tool (1 s) without pause. Token
@@ -28,6 +31,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -37,7 +41,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"runtime/metrics"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -64,6 +70,10 @@ var (
 	flagUnread   = flag.Int("oversized", 64, "attacker agents that call the slow 12 MiB tool without pause")
 	flagFlooders = flag.Int("flooders", 16, "attacker agents that call a 1 s tool without pause")
 	flagFixture  = flag.String("fixture", "", "path of a prebuilt mcp-fixture (default: go build into a temp dir)")
+	flagRole     = flag.String("role", "", "internal: run as the victim's or the attacker's agents (victim|attacker) against -url and print what they saw as JSON")
+	flagURL      = flag.String("url", "", "internal: the gateway endpoint of -role")
+	flagNice     = flag.Int("attacker-nice", 19, "the nice value of the attacker's agents and of its upstream: at 19 they take the CPU the gateway and the victim leave idle, as the attacker's Pods would not take the gateway's cores")
+	flagProfile  = flag.String("cpuprofile", "", "write a CPU profile of the gateway's process during the attack to `FILE`")
 )
 
 const (
@@ -73,6 +83,13 @@ const (
 
 func main() {
 	flag.Parse()
+	run := run
+	switch *flagRole {
+	case "victim":
+		run = func() error { return json.NewEncoder(os.Stdout).Encode(runVictim(*flagURL, *flagDuration)) }
+	case "attacker":
+		run = runAttacker
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "isolation:", err)
 		os.Exit(1)
@@ -93,17 +110,19 @@ func run() error {
 			return err
 		}
 	}
-	victimFx, err := startFixture(bin, "--stateless")
+	victimFx, err := startFixture(0, bin, "--stateless")
 	if err != nil {
 		return err
 	}
 	defer victimFx.stop()
-	hostileFx, err := startFixture(bin, "--stateless", "--big-result="+strconv.Itoa(bigResult), "--slow-body=500ms")
+	hostileFx, err := startFixture(*flagNice, bin, "--stateless", "--big-result="+strconv.Itoa(bigResult), "--slow-body=500ms")
 	if err != nil {
 		return err
 	}
 	defer hostileFx.stop()
 
+	// The manager sets its Go memory limit to 90% of its container's.
+	debug.SetMemoryLimit(memoryLimit * 9 / 10)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	base, stop, err := startGateway(ctx, map[string]string{"tenant": victimFx.url, "attacker": hostileFx.url})
@@ -114,13 +133,109 @@ func run() error {
 	victimURL, attackerURL := base+"/namespaces/tenant/mcp", base+"/namespaces/attacker/mcp"
 
 	mem := &memPeak{}
-	unloaded := runVictim(victimURL, *flagDuration, mem)
+	unloaded, err := victimAgent(victimURL, mem)
+	if err != nil {
+		return err
+	}
 	mem.reset()
-	att := startAttack(attackerURL)
-	loaded := runVictim(victimURL, *flagDuration, mem)
-	att.stop()
-	printTable(unloaded, loaded, att, mem, loadBefore)
+	attacker, err := startAgents("attacker", attackerURL)
+	if err != nil {
+		return err
+	}
+	stopProfile, err := startProfile(*flagProfile)
+	if err != nil {
+		return err
+	}
+	histsBefore := readHists()
+	loaded, err := victimAgent(victimURL, mem)
+	stopProfile()
+	hists := [2][]metrics.Sample{histsBefore, readHists()}
+	if err != nil {
+		return err
+	}
+	var att attackCounts
+	if err := attacker.finish(&att); err != nil {
+		return err
+	}
+	printTable(unloaded, loaded, att, mem, hists, loadBefore)
 	return nil
+}
+
+// agentsProc is this program run as -role: the agents of one tenant in a
+// process of their own, as they would run in a Pod of their own, so that
+// the gateway's process holds only the gateway.
+type agentsProc struct {
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out strings.Builder
+}
+
+func startAgents(role, url string) (*agentsProc, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	nice := 0
+	if role == "attacker" {
+		nice = *flagNice
+	}
+	a := &agentsProc{cmd: exec.Command("nice", "-n", strconv.Itoa(nice), self, "-role="+role, "-url="+url, "-duration="+flagDuration.String(),
+		"-rate="+strconv.Itoa(*flagRate), "-sessions="+strconv.Itoa(*flagSessions),
+		"-oversized="+strconv.Itoa(*flagUnread), "-flooders="+strconv.Itoa(*flagFlooders))}
+	a.cmd.Stdout, a.cmd.Stderr = &a.out, os.Stderr
+	if a.in, err = a.cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	return a, a.cmd.Start()
+}
+
+// finish closes the agents' stdin, which ends an attacker, waits for them
+// and decodes what they printed into v.
+func (a *agentsProc) finish(v any) error {
+	a.in.Close()
+	if err := a.cmd.Wait(); err != nil {
+		return fmt.Errorf("%s: %w", a.cmd.Args[4], err)
+	}
+	return json.Unmarshal([]byte(a.out.String()), v)
+}
+
+// victimAgent runs the victim's agent for -duration in its own process and
+// samples this process's memory meanwhile.
+func victimAgent(url string, mem *memPeak) (victimRun, error) {
+	var r victimRun
+	a, err := startAgents("victim", url)
+	if err != nil {
+		return r, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.finish(&r) }()
+	sample := time.NewTicker(100 * time.Millisecond)
+	defer sample.Stop()
+	for {
+		select {
+		case err := <-done:
+			return r, err
+		case <-sample.C:
+			mem.sample()
+		}
+	}
+}
+
+// startProfile profiles this process's CPU into path until the returned
+// func is called; an empty path profiles nothing.
+func startProfile(path string) (func(), error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 // ---- processes and the gateway ----------------------------------------------
@@ -130,8 +245,8 @@ type fixtureProc struct {
 	url string
 }
 
-func startFixture(bin string, args ...string) (*fixtureProc, error) {
-	cmd := exec.Command(bin, append([]string{"--http=127.0.0.1:0"}, args...)...)
+func startFixture(nice int, bin string, args ...string) (*fixtureProc, error) {
+	cmd := exec.Command("nice", append([]string{"-n", strconv.Itoa(nice), bin, "--http=127.0.0.1:0"}, args...)...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -206,39 +321,35 @@ func startGateway(ctx context.Context, upstreams map[string]string) (string, fun
 // ---- the victim --------------------------------------------------------------
 
 type victimRun struct {
-	lat      []time.Duration
-	failures int
-	firstErr string
+	Lat      []time.Duration
+	Failures int
+	FirstErr string
 }
 
 // runVictim calls echo at -rate for d, one call at a time (a tick that
-// finds the previous call still running is skipped), and samples mem.
-func runVictim(url string, d time.Duration, mem *memPeak) victimRun {
+// finds the previous call still running is skipped).
+func runVictim(url string, d time.Duration) victimRun {
 	var r victimRun
 	hc := &http.Client{Timeout: 30 * time.Second}
 	tick := time.NewTicker(time.Second / time.Duration(*flagRate))
 	defer tick.Stop()
-	sample := time.NewTicker(100 * time.Millisecond)
-	defer sample.Stop()
 	end := time.After(d)
 	for i := 0; ; i++ {
 		select {
 		case <-end:
 			return r
-		case <-sample.C:
-			mem.sample()
 		case <-tick.C:
 			start := time.Now()
 			body, err := call(hc, url, i, "echo", `{"text":"still here"}`)
 			switch {
 			case err != nil:
-				r.failures++
-				r.firstErr = cmpOr(r.firstErr, err.Error())
+				r.Failures++
+				r.FirstErr = cmpOr(r.FirstErr, err.Error())
 			case !strings.Contains(body, "still here") || strings.Contains(body, `"isError":true`):
-				r.failures++
-				r.firstErr = cmpOr(r.firstErr, fmt.Sprintf("%.200s", body))
+				r.Failures++
+				r.FirstErr = cmpOr(r.FirstErr, fmt.Sprintf("%.200s", body))
 			default:
-				r.lat = append(r.lat, time.Since(start))
+				r.Lat = append(r.Lat, time.Since(start))
 			}
 		}
 	}
@@ -395,6 +506,27 @@ func (a *attack) stop() {
 	a.wg.Wait()
 }
 
+// attackCounts is what the attacker's agents got, as runAttacker prints it.
+type attackCounts struct {
+	SessionsOK, Sessions429, Held, RefusedBytes, RefusedCalls, Calls, OtherErrors int64
+	FirstToolError                                                                string
+}
+
+// runAttacker floods -url until its stdin closes, then prints what the
+// attacker got.
+func runAttacker() error {
+	a := startAttack(*flagURL)
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	a.stop()
+	c := attackCounts{SessionsOK: a.sessionsOK.Load(), Sessions429: a.sessions429.Load(), Held: a.held.Load(),
+		RefusedBytes: a.refusedBytes.Load(), RefusedCalls: a.refusedCalls.Load(), Calls: a.calls.Load(),
+		OtherErrors: a.otherErrors.Load()}
+	if e := a.firstToolError.Load(); e != nil {
+		c.FirstToolError = *e
+	}
+	return json.NewEncoder(os.Stdout).Encode(c)
+}
+
 const fixtureBig = "big"
 
 // ---- memory ------------------------------------------------------------------
@@ -427,11 +559,11 @@ func rss() uint64 {
 
 // ---- the table -----------------------------------------------------------------
 
-func printTable(unloaded, loaded victimRun, a *attack, mem *memPeak, loadBefore string) {
+func printTable(unloaded, loaded victimRun, a attackCounts, mem *memPeak, hists [2][]metrics.Sample, loadBefore string) {
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/1e6) }
-	p := func(r victimRun, q float64) time.Duration { return report.Percentile(r.lat, q) }
-	fmt.Printf("`go run ./hack/bench/isolation -duration=%s -rate=%d -sessions=%d -oversized=%d -flooders=%d`"+
-		" (load average %s before, %s after)\n\n", *flagDuration, *flagRate, *flagSessions, *flagUnread, *flagFlooders,
+	p := func(r victimRun, q float64) time.Duration { return report.Percentile(r.Lat, q) }
+	fmt.Printf("`go run ./hack/bench/isolation -duration=%s -rate=%d -sessions=%d -oversized=%d -flooders=%d -attacker-nice=%d`"+
+		" (load average %s before, %s after)\n\n", *flagDuration, *flagRate, *flagSessions, *flagUnread, *flagFlooders, *flagNice,
 		loadBefore, report.LoadAvg())
 	fmt.Println("| Victim run | Calls | Failures | p50 | p99 |")
 	fmt.Println("|---|---|---|---|---|")
@@ -439,24 +571,71 @@ func printTable(unloaded, loaded victimRun, a *attack, mem *memPeak, loadBefore 
 		name string
 		run  victimRun
 	}{{"unloaded", unloaded}, {"under attack", loaded}} {
-		fmt.Printf("| %s | %d | %d | %s | %s |\n", r.name, len(r.run.lat), r.run.failures, ms(p(r.run, 50)), ms(p(r.run, 99)))
+		fmt.Printf("| %s | %d | %d | %s | %s |\n", r.name, len(r.run.Lat), r.run.Failures, ms(p(r.run, 50)), ms(p(r.run, 99)))
 	}
 	fmt.Println()
 	fmt.Printf("Attacker: %d sessions opened, %d initialize refused with 429; %d answers of 12 MiB received, %d calls refused "+
 		"by the result-byte budget, %d by the in-flight budgets, %d answered, %d other errors.\n\n",
-		a.sessionsOK.Load(), a.sessions429.Load(), a.held.Load(), a.refusedBytes.Load(), a.refusedCalls.Load(),
-		a.calls.Load(), a.otherErrors.Load())
+		a.SessionsOK, a.Sessions429, a.Held, a.RefusedBytes, a.RefusedCalls, a.Calls, a.OtherErrors)
+	fmt.Println("| Gateway's process under attack | Count | p99 | max |")
+	fmt.Println("|---|--:|--:|--:|")
+	for i, h := range runtimeHists {
+		n, b := histDelta(hists[0][i], hists[1][i], 0.99, 1)
+		fmt.Printf("| %s (bucket bounds) | %d | ≤ %.2f ms | ≤ %.2f ms |\n", h.what, n, b[0]*1e3, b[1]*1e3)
+	}
+	fmt.Println()
 	fmt.Println("| Goal (docs/design.md, Budgets) | Measured | Met |")
 	fmt.Println("|---|---|---|")
 	ratio := float64(p(loaded, 99)) / float64(max(p(unloaded, 99), 1))
 	fmt.Printf("| victim p99 under attack ≤ 2× unloaded | %.2f× | %s |\n", ratio, report.YesNo(ratio <= 2))
-	fmt.Printf("| victim failures under attack = 0 | %d | %s |\n", loaded.failures, report.YesNo(loaded.failures == 0))
-	fmt.Printf("| peak RSS (gateway and load generators) under the manager's %d MiB limit | %d MiB (heap objects %d MiB) | %s |\n",
+	fmt.Printf("| victim failures under attack = 0 | %d | %s |\n", loaded.Failures, report.YesNo(loaded.Failures == 0))
+	fmt.Printf("| peak RSS of the gateway's process under the manager's %d MiB limit | %d MiB (heap objects %d MiB) | %s |\n",
 		memoryLimit>>20, mem.rss>>20, mem.heap>>20, report.YesNo(mem.rss < memoryLimit))
-	if e := a.firstToolError.Load(); e != nil {
-		fmt.Printf("\nFirst tool error the attacker got: %.300s\n", *e)
+	if a.FirstToolError != "" {
+		fmt.Printf("\nFirst tool error the attacker got: %.300s\n", a.FirstToolError)
 	}
-	if loaded.firstErr != "" {
-		fmt.Printf("\nFirst victim failure under attack: %s\n", loaded.firstErr)
+	if loaded.FirstErr != "" {
+		fmt.Printf("\nFirst victim failure under attack: %s\n", loaded.FirstErr)
 	}
+}
+
+// runtimeHists are the Go runtime's histograms of the gateway's process
+// that show how long its goroutines waited: to run once runnable, and for
+// the garbage collector's stop-the-world pauses.
+var runtimeHists = []struct{ name, what string }{
+	{"/sched/latencies:seconds", "runnable goroutine waits to run"},
+	{"/sched/pauses/total/gc:seconds", "GC stop-the-world pauses"},
+}
+
+func readHists() []metrics.Sample {
+	s := make([]metrics.Sample, len(runtimeHists))
+	for i, h := range runtimeHists {
+		s[i].Name = h.name
+	}
+	metrics.Read(s)
+	return s
+}
+
+// histDelta is what a histogram counted between two reads: how many, and
+// the upper bounds of the buckets of the quantiles qs.
+func histDelta(before, after metrics.Sample, qs ...float64) (uint64, []float64) {
+	a, b := after.Value.Float64Histogram(), before.Value.Float64Histogram()
+	counts := make([]uint64, len(a.Counts))
+	var total uint64
+	for i := range a.Counts {
+		counts[i] = a.Counts[i] - b.Counts[i]
+		total += counts[i]
+	}
+	bounds := make([]float64, len(qs))
+	for k, q := range qs {
+		var acc uint64
+		for i, c := range counts {
+			acc += c
+			if acc > 0 && float64(acc) >= q*float64(total) {
+				bounds[k] = a.Buckets[i+1]
+				break
+			}
+		}
+	}
+	return total, bounds
 }
