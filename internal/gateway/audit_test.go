@@ -7,9 +7,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr/funcr"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpbridge/operator/internal/registry"
 )
 
 // logLines collects what a logger writes.
@@ -76,5 +79,47 @@ func TestAuditLinesNeverHoldArgumentsOrResults(t *testing.T) {
 		if strings.Contains(l, secret) {
 			t.Errorf("a log line holds the secret: %s", l)
 		}
+	}
+}
+
+func TestRefusalFoldWritesOneLineASecond(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	var f refusalFold
+	for _, step := range []struct {
+		at         time.Duration
+		write      bool
+		wantFolded int
+	}{
+		{0, true, 0},
+		{10 * time.Millisecond, false, 0},
+		{999 * time.Millisecond, false, 0},
+		{time.Second, true, 2},
+		{time.Second + time.Millisecond, false, 0},
+		{5 * time.Second, true, 1},
+		{7 * time.Second, true, 0},
+	} {
+		folded, write := f.admit(t0.Add(step.at))
+		if write != step.write || folded != step.wantFolded {
+			t.Errorf("at %v: write %v with %d folded, want %v with %d", step.at, write, folded, step.write, step.wantFolded)
+		}
+	}
+}
+
+// A refused call folded into the next line is counted there; other
+// outcomes are never folded.
+func TestRefusedCallsAuditLinesAreFolded(t *testing.T) {
+	logs := &logLines{}
+	v := &view{e: &endpoint{auditLog: funcr.New(logs.add, funcr.Options{})}}
+	tool := registry.Tool{Owner: "ns/fx"}
+	v.refusals.last = time.Now().Add(time.Hour) // every refusal now falls in the current second
+	v.audit("mcp__fx__echo", tool, "refused", 0)
+	v.audit("mcp__fx__echo", tool, "refused", 0)
+	v.audit("mcp__fx__echo", tool, "success", 0)
+	v.refusals.last = time.Time{} // the second has passed
+	v.audit("mcp__fx__echo", tool, "refused", 0)
+	lines := logs.all()
+	if len(lines) != 2 || !strings.Contains(lines[0], `"outcome"="success"`) ||
+		!strings.Contains(lines[1], `"outcome"="refused"`) || !strings.Contains(lines[1], `"foldedRefusals"=2`) {
+		t.Fatalf("audit lines %q, want the success, then one refused line with foldedRefusals 2", lines)
 	}
 }

@@ -59,6 +59,7 @@ type view struct {
 
 	inflight inflight
 	activity activity
+	refusals refusalFold // audit lines of refused calls (audit.go)
 
 	// calls in flight of this identity; opening counts the requests that
 	// may be opening a session now (budgets.go).
