@@ -43,6 +43,7 @@ var _ = Describe("The operator deployed from config/default", Ordered, func() {
 		pod := readyManagerPod(ctx)
 		Eventually(leaseHolder).WithContext(ctx).Within(timeout).ProbeEvery(poll).Should(HavePrefix(pod.Name + "_"))
 		expectHardened(pod)
+		expectGoMemoryLimit(ctx, pod)
 	})
 
 	It("publishes a Streamable HTTP server Pod's tools and serves them through the gateway to a ServiceAccount", func(ctx SpecContext) {
@@ -220,6 +221,15 @@ func expectHardened(pod *corev1.Pod) {
 	}
 	Expect(seen).To(HaveKey("tini"))
 	Expect(seen).To(HaveKey("manager"))
+}
+
+// expectGoMemoryLimit: the manager set its Go memory limit from its
+// container's (512Mi in config/default), which it logs once at start.
+func expectGoMemoryLimit(ctx context.Context, pod *corev1.Pod) {
+	logs, err := cluster.Kubectl(ctx, "logs", "-n", pod.Namespace, pod.Name, "-c", "manager")
+	Expect(err).NotTo(HaveOccurred())
+	Expect(logs).To(MatchRegexp(`Go memory limit set below the container's.*"containerLimit": ?536870912`),
+		"the manager read its container's memory limit")
 }
 
 func readProc(pid int, file string) string {
