@@ -3,26 +3,28 @@
 // tool at a steady rate, first alone and then while an attacker in another
 // namespace floods the gateway for the same time, and it prints a markdown
 // table with the command that reproduces it: the victim's p50/p99 and
-// failures in both runs, what the attacker got, and the peak heap and RSS
-// (goal: victim p99 ≤ 2× unloaded, 0 failures, RSS under the manager's
+// failures in both runs, what the attacker got, the gateway's scheduling
+// latency and GC pauses under attack, and its peak heap and RSS (goal: victim p99 ≤ 2× unloaded, 0 failures, RSS under the manager's
 // 512 MiB limit).
 //
-//	go run ./hack/bench/isolation [-duration=20s] [-rate=50] [-sessions=1] [-oversized=64] [-flooders=16]
+//	go run ./hack/bench/isolation [-duration=20s] [-rate=50] [-sessions=1] [-oversized=64] [-flooders=16] [-attacker-nice=19] [-cpuprofile=FILE]
 //
 // The fixtures run as separate processes (--http=127.0.0.1:0): the victim's
 // plain one and the attacker's hostile one (--big-result --slow-body, a
 // 12 MiB answer that arrives 1 MiB every 500 ms).
-// The gateway (--gateway-auth=none, the default budgets) and the
-// supervisors run in this process, so the heap and RSS are the gateway's;
-// the victim's agent and the attacker's agents run in processes of their
-// own (this program with -role), as agents run in Pods of their own. They
-// share this machine's cores with the gateway, which a cluster's agents
-// would not. The attacks, all at once:
-// -sessions loops of initialize; -oversized agents that call the slow 12 MiB
-// tool without pause; -flooders agents that call the hostile server's sleep
-// tool (1 s) without pause. Token
-// floods and per-server authorization fan-out need token authentication and
-// are not part of this program.
+// The gateway (--gateway-auth=none, the default budgets, the Go memory limit
+// the manager sets in its 512 MiB container) and the supervisors run in this
+// process, so the heap, RSS and runtime histograms are the gateway's; the
+// victim's agent and the attacker's agents run in processes of their own
+// (this program with -role), as agents run in Pods of their own. They share
+// this machine's cores with the gateway, which a cluster's agents would
+// not: the attacker's agents and its upstream run at -attacker-nice, and at
+// 19 they take only the CPU the gateway and the victim leave idle. The
+// attacks, all at once: -sessions loops of initialize; -oversized agents
+// that call the slow 12 MiB tool without pause; -flooders agents that call
+// the hostile server's sleep tool (1 s) without pause. Token floods,
+// per-server authorization fan-out and list_changed storms need token
+// authentication or a storming upstream and are not part of this program.
 // It is a benchmark, not a test: it asserts nothing and exits 0 whether or
 // not a goal is met (exit 1 only when it cannot measure at all).
 // See docs/design.md, "Budgets".
