@@ -1010,3 +1010,38 @@ func TestCallToolJSONResumesAStreamFromItsLastEventID(t *testing.T) {
 		t.Fatalf("resumed from %q, want ev-1", from)
 	}
 }
+
+// A forwarded call's answer is not read by the taskSupport sniffer: it would
+// hold the result a second time, and an answer is no tool list. A result
+// shaped like one, marking echo task-required, leaves echo callable.
+func TestARawCallsAnswerIsNotReadForTaskSupport(t *testing.T) {
+	up := httpServe(t, httpFixture(t, fixture.Options{}))
+	s, _ := startSupervisor(t, httpPolicy(up.URL()))
+	waitFor(t, s, "Ready", isReady)
+	ctx := httpCtx(t)
+	for _, sse := range []bool{false, true} {
+		up.setIntercept(func(w http.ResponseWriter, r httpRecord) bool {
+			if r.RPCMethod != "tools/call" || !bytes.HasPrefix(r.RPCID, []byte(`"`+rawIDPrefix)) {
+				return false
+			}
+			answer := `{"jsonrpc":"2.0","id":` + string(r.RPCID) + `,"result":{"content":[{"type":"text","text":"x"}],` +
+				`"tools":[{"name":"` + fixture.ToolEcho + `","execution":{"taskSupport":"required"}}]}}`
+			if !sse {
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = io.WriteString(w, answer)
+				return true
+			}
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = io.WriteString(w, "event: message\ndata: "+answer+"\n\n")
+			return true
+		})
+		_, _, err := s.CallToolJSON(ctx, fixture.ToolEcho, json.RawMessage(`{"text":"x"}`))
+		up.setIntercept(nil)
+		if err != nil {
+			t.Fatalf("sse=%v: %v", sse, err)
+		}
+		if s.tasks.required(fixture.ToolEcho) {
+			t.Fatalf("sse=%v: a call's answer marked echo task-required", sse)
+		}
+	}
+}
