@@ -40,13 +40,11 @@ func (v *view) audit(public string, tool registry.Tool, outcome string, d time.D
 	if tool.Owner != "" {
 		server = serverOf(tool)
 	}
+	kv := []any{"user", user, "tool", cut(public), "server", server, "outcome", outcome, "durationSeconds", d.Seconds()}
 	if folded > 0 {
-		v.e.auditLog.Info("tools/call", "user", user, "tool", cut(public), "server", server,
-			"outcome", outcome, "durationSeconds", d.Seconds(), "foldedRefusals", folded)
-		return
+		kv = append(kv, "foldedRefusals", folded)
 	}
-	v.e.auditLog.Info("tools/call", "user", user, "tool", cut(public), "server", server,
-		"outcome", outcome, "durationSeconds", d.Seconds())
+	v.e.auditLog.Info("tools/call", kv...)
 }
 
 // refusalFold lets one refused call's audit line a second through and
