@@ -179,17 +179,11 @@ func run() error {
 			return err
 		}
 	}
-	if *flagCPUProfile != "" {
-		f, err := os.Create(*flagCPUProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := report.CPUProfile(*flagCPUProfile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	started, loadBefore := time.Now(), report.LoadAvg()
 	for _, proto := range strings.Split(*flagProtocols, ",") {
 		if err := b.protocol(strings.TrimSpace(proto), callers); err != nil {

@@ -45,7 +45,6 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"runtime/metrics"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -144,7 +143,8 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	stopProfile, err := startProfile(*flagProfile)
+	defer attacker.kill() // on an early return; a no-op once it has finished
+	stopProfile, err := report.CPUProfile(*flagProfile)
 	if err != nil {
 		return err
 	}
@@ -167,9 +167,10 @@ func run() error {
 // process of their own, as they would run in a Pod of their own, so that
 // the gateway's process holds only the gateway.
 type agentsProc struct {
-	cmd *exec.Cmd
-	in  io.WriteCloser
-	out strings.Builder
+	role string
+	cmd  *exec.Cmd
+	in   io.WriteCloser
+	out  strings.Builder
 }
 
 func startAgents(role, url string) (*agentsProc, error) {
@@ -181,7 +182,7 @@ func startAgents(role, url string) (*agentsProc, error) {
 	if role == "attacker" {
 		nice = *flagNice
 	}
-	a := &agentsProc{cmd: exec.Command("nice", "-n", strconv.Itoa(nice), self, "-role="+role, "-url="+url, "-duration="+flagDuration.String(),
+	a := &agentsProc{role: role, cmd: niced(nice, self, "-role="+role, "-url="+url, "-duration="+flagDuration.String(),
 		"-rate="+strconv.Itoa(*flagRate), "-sessions="+strconv.Itoa(*flagSessions),
 		"-oversized="+strconv.Itoa(*flagUnread), "-flooders="+strconv.Itoa(*flagFlooders))}
 	a.cmd.Stdout, a.cmd.Stderr = &a.out, os.Stderr
@@ -191,12 +192,20 @@ func startAgents(role, url string) (*agentsProc, error) {
 	return a, a.cmd.Start()
 }
 
+// kill ends the agents if they are still running.
+func (a *agentsProc) kill() {
+	if a.cmd.ProcessState == nil {
+		_ = a.cmd.Process.Kill()
+		_ = a.cmd.Wait()
+	}
+}
+
 // finish closes the agents' stdin, which ends an attacker, waits for them
 // and decodes what they printed into v.
 func (a *agentsProc) finish(v any) error {
 	a.in.Close()
 	if err := a.cmd.Wait(); err != nil {
-		return fmt.Errorf("%s: %w", a.cmd.Args[4], err)
+		return fmt.Errorf("%s agents: %w", a.role, err)
 	}
 	return json.Unmarshal([]byte(a.out.String()), v)
 }
@@ -223,24 +232,13 @@ func victimAgent(url string, mem *memPeak) (victimRun, error) {
 	}
 }
 
-// startProfile profiles this process's CPU into path until the returned
-// func is called; an empty path profiles nothing.
-func startProfile(path string) (func(), error) {
-	if path == "" {
-		return func() {}, nil
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, err
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return func() { pprof.StopCPUProfile(); f.Close() }, nil
-}
-
 // ---- processes and the gateway ----------------------------------------------
+
+// niced runs bin at nice value n; set before exec, it holds for every
+// thread the process starts.
+func niced(n int, bin string, args ...string) *exec.Cmd {
+	return exec.Command("nice", append([]string{"-n", strconv.Itoa(n), bin}, args...)...)
+}
 
 type fixtureProc struct {
 	cmd *exec.Cmd
@@ -248,7 +246,7 @@ type fixtureProc struct {
 }
 
 func startFixture(nice int, bin string, args ...string) (*fixtureProc, error) {
-	cmd := exec.Command("nice", append([]string{"-n", strconv.Itoa(nice), bin, "--http=127.0.0.1:0"}, args...)...)
+	cmd := niced(nice, bin, append([]string{"--http=127.0.0.1:0"}, args...)...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -1,5 +1,6 @@
 // Package report holds what the benchmark programs under hack/bench share
-// for their tables: percentiles, the goal column and the machine's load.
+// for their tables: percentiles, the goal column and the machine's load,
+// and the CPU profile some of them write on request.
 package report
 
 import (
