@@ -220,7 +220,7 @@ var eventReaders = sync.Pool{New: func() any { return bufio.NewReader(nil) }}
 // readEventLine reads one line without its line ending, at most
 // maxMessageBytes, into memory of its own.
 func readEventLine(r *bufio.Reader, held *heldBytes) ([]byte, error) {
-	var line lineBuffer
+	var line blockBuffer
 	for {
 		frag, err := r.ReadSlice('\n')
 		if err := held.take(len(frag)); err != nil {
@@ -234,47 +234,6 @@ func readEventLine(r *bufio.Reader, held *heldBytes) ([]byte, error) {
 			return bytes.TrimRight(line.bytes(), "\r\n"), err
 		}
 	}
-}
-
-// lineBlock is the largest block a lineBuffer copies in one piece.
-const lineBlock = 256 << 10
-
-// lineBuffer collects a line in blocks and joins them once, block by block.
-// Growing one slice by append would copy what it holds in one memmove,
-// which cannot be preempted: for a 12 MiB answer that held the garbage
-// collector's stop-the-world for tens of milliseconds, and every other
-// tenant's call with it (docs/design.md, "Budgets").
-type lineBuffer struct {
-	full [][]byte // blocks filled, each at most lineBlock
-	last []byte
-	n    int
-}
-
-func (b *lineBuffer) write(p []byte) {
-	b.n += len(p)
-	for len(p) > 0 {
-		if len(b.last) == cap(b.last) {
-			if b.last != nil {
-				b.full = append(b.full, b.last)
-			}
-			// Blocks grow from the first fragment's size, so that a short
-			// line, the common case, is held in exactly its length.
-			b.last = make([]byte, 0, min(lineBlock, max(len(p), 2*cap(b.last))))
-		}
-		k := min(len(p), cap(b.last)-len(b.last))
-		b.last, p = append(b.last, p[:k]...), p[k:]
-	}
-}
-
-func (b *lineBuffer) bytes() []byte {
-	if b.full == nil {
-		return b.last
-	}
-	line := make([]byte, 0, b.n)
-	for _, blk := range b.full {
-		line = append(line, blk...)
-	}
-	return append(line, b.last...)
 }
 
 // sseEvent is one event being read.

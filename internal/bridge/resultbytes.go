@@ -22,7 +22,74 @@ func readBody(r io.Reader, size int64, rb registry.ResultBytes) ([]byte, error) 
 	if rb != nil {
 		r = &countingReader{r: r, rb: rb}
 	}
-	return io.ReadAll(io.LimitReader(r, maxMessageBytes+1))
+	var b blockBuffer
+	err := b.readFrom(io.LimitReader(r, maxMessageBytes+1))
+	return b.bytes(), err
+}
+
+// maxBlock is the largest block a blockBuffer copies in one piece.
+const maxBlock = 256 << 10
+
+// blockBuffer collects an answer of unknown length (a JSON body without
+// Content-Length, an SSE line) in blocks, and joins them once, block by
+// block. Growing one slice, as append and io.ReadAll do, copies what it
+// holds in one memmove, which cannot be preempted: for a 12 MiB answer
+// that held the garbage collector's stop-the-world for tens of
+// milliseconds, and every other tenant's call with it (docs/design.md,
+// "Budgets").
+type blockBuffer struct {
+	full [][]byte // blocks filled, each at most maxBlock
+	last []byte
+	n    int
+}
+
+// next starts a block, twice the last one's size up to maxBlock and at
+// least atLeast: a short answer, the common case, is held in one block of
+// about its length.
+func (b *blockBuffer) next(atLeast int) {
+	if b.last != nil {
+		b.full = append(b.full, b.last)
+	}
+	b.last = make([]byte, 0, min(maxBlock, max(atLeast, 2*cap(b.last))))
+}
+
+func (b *blockBuffer) write(p []byte) {
+	b.n += len(p)
+	for len(p) > 0 {
+		if len(b.last) == cap(b.last) {
+			b.next(len(p))
+		}
+		k := min(len(p), cap(b.last)-len(b.last))
+		b.last, p = append(b.last, p[:k]...), p[k:]
+	}
+}
+
+// readFrom reads r to its end into the blocks; io.EOF is no error.
+func (b *blockBuffer) readFrom(r io.Reader) error {
+	for {
+		if len(b.last) == cap(b.last) {
+			b.next(512) // io.ReadAll's first read
+		}
+		n, err := r.Read(b.last[len(b.last):cap(b.last)])
+		b.last, b.n = b.last[:len(b.last)+n], b.n+n
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func (b *blockBuffer) bytes() []byte {
+	if b.full == nil {
+		return b.last
+	}
+	joined := make([]byte, 0, b.n)
+	for _, blk := range b.full {
+		joined = append(joined, blk...)
+	}
+	return append(joined, b.last...)
 }
 
 // countingReader takes what it reads from rb.
