@@ -1,33 +1,44 @@
 // Command isolation measures whether one tenant can take the gateway from
 // another (docs/design.md, "Budgets"): a victim's agent calls its tenant's echo
 // tool at a steady rate, first alone and then while an attacker in another
-// namespace floods the gateway for the same time, and it prints a markdown
-// table with the command that reproduces it: the victim's p50/p99 and
-// failures in both runs, what the attacker got, the gateway's scheduling
-// latency and GC pauses under attack, and its peak heap and RSS (goal: victim p99 ≤ 2× unloaded, 0 failures, RSS under the manager's
-// 512 MiB limit).
+// namespace floods the gateway with every attack at once for the same time,
+// and it prints a markdown table with the command that reproduces it: the
+// victim's p50/p99 and failures in both runs, what the attacker got, the
+// gateway's scheduling latency and GC pauses under attack, and its peak
+// heap and RSS (goal: victim p99 ≤ 2× unloaded, 0 failures, RSS under the
+// manager's 512 MiB limit).
 //
-//	go run ./hack/bench/isolation [-duration=20s] [-rate=50] [-sessions=1] [-oversized=64] [-flooders=16] [-attacker-nice=19] [-cpuprofile=FILE]
+//	go run ./hack/bench/isolation [-duration=20s] [-rate=50] [-sessions=1] [-oversized=64] [-flooders=16]
+//		[-tokens=true] [-token-flooders=16] [-probers=4] [-phantoms=5000] [-storm-tools=1000]
+//		[-attacker-nice=19] [-cpuprofile=FILE]
 //
 // The fixtures run as separate processes (--http=127.0.0.1:0): the victim's
-// plain one and the attacker's hostile one (--big-result --slow-body, a
-// 12 MiB answer that arrives 1 MiB every 500 ms).
-// The gateway (--gateway-auth=none, the default budgets, the Go memory limit
-// the manager sets in its 512 MiB container) and the supervisors run in this
+// plain one, the attacker's hostile one (--big-result --slow-body, a 12 MiB
+// answer that arrives 1 MiB every 500 ms) and its storming one (-storm-tools
+// tools, the list changed every millisecond). With -tokens (the default) a
+// control plane (bin/k8s, as for make test) answers the gateway's
+// TokenReviews and SubjectAccessReviews with the manager's default caches
+// and limits. The gateway (the default budgets, the Go memory limit the
+// manager sets in its 512 MiB container) and the supervisors run in this
 // process, so the heap, RSS and runtime histograms are the gateway's; the
 // victim's agent and the attacker's agents run in processes of their own
 // (this program with -role), as agents run in Pods of their own. They share
 // this machine's cores with the gateway, which a cluster's agents would
-// not: the attacker's agents and its upstream run at -attacker-nice, and at
-// 19 they take only the CPU the gateway and the victim leave idle. The
-// attacks, all at once: -sessions loops of initialize; -oversized agents
-// that call the slow 12 MiB tool without pause; -flooders agents that call
-// the hostile server's sleep tool (1 s) without pause. Token floods,
-// per-server authorization fan-out and list_changed storms need token
-// authentication or a storming upstream and are not part of this program.
+// not: the attacker's agents, its upstreams and the control plane run at
+// -attacker-nice, and at 19 they take only the CPU the gateway and the
+// victim leave idle.
+//
+// The attacks, all at once: -sessions loops of initialize; -oversized
+// agents that call the slow 12 MiB tool without pause; -flooders agents
+// that call the hostile server's sleep tool (1 s) without pause; the
+// storm's re-syncs; with -tokens, -token-flooders agents that send a new
+// forged token (a well-formed JWT for the gateway's audience, so that only
+// a TokenReview can refuse it) on every request, each from a loopback
+// address of its own, and -probers agents of an identity that may use none
+// of the -phantoms McpServers of the attacker's namespace, listing tools
+// without pause (per-server authorization fan-out).
 // It is a benchmark, not a test: it asserts nothing and exits 0 whether or
 // not a goal is met (exit 1 only when it cannot measure at all).
-// See docs/design.md, "Budgets".
 package main
 
 import (
@@ -45,9 +56,9 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"runtime/metrics"
+	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -75,6 +86,20 @@ var (
 	flagURL      = flag.String("url", "", "internal: the gateway endpoint of -role")
 	flagNice     = flag.Int("attacker-nice", 19, "the nice value of the attacker's agents and of its upstream: at 19 they take the CPU the gateway and the victim leave idle, as the attacker's Pods would not take the gateway's cores")
 	flagProfile  = flag.String("cpuprofile", "", "write a CPU profile of the gateway's process during the attack to `FILE`")
+	flagTokens   = flag.Bool("tokens", true, "authenticate agents with ServiceAccount tokens (a control plane answers the reviews) and add the token attacks: "+
+		"-token-flooders, -probers and -phantoms")
+	flagForgers = flag.Int("token-flooders", 16, "attacker agents that send a new forged token on every request, each from an address of its own (127.0.0.2, ...)")
+	flagProbers = flag.Int("probers", 4, "attacker agents, of an identity that may use none of its namespace's McpServers, that list tools without pause: "+
+		"each list a per-server authorization fan-out over -phantoms")
+	flagPhantoms = flag.Int("phantoms", 5000, "McpServers of the attacker's namespace that its agents may not use")
+	flagStorm    = flag.Int("storm-tools", 1000, "tools of the attacker's storming upstream, whose list changes every millisecond (0: no storm)")
+)
+
+// The tenants and their servers.
+const (
+	victimNS, attackerNS        = "tenant", "attacker"
+	victimServer, hostileServer = "tools", "tools"
+	stormServer                 = "storm"
 )
 
 const (
@@ -111,35 +136,38 @@ func run() error {
 			return err
 		}
 	}
-	victimFx, err := startFixture(0, bin, "--stateless")
+	var auth *authEnv
+	if *flagTokens {
+		var err error
+		if auth, err = startAuth(*flagNice); err != nil {
+			return fmt.Errorf("control plane (-tokens=false runs without): %w", err)
+		}
+		defer auth.stop()
+	}
+	upstreams, stopFixtures, err := startFixtures(bin)
+	defer stopFixtures()
 	if err != nil {
 		return err
 	}
-	defer victimFx.stop()
-	hostileFx, err := startFixture(*flagNice, bin, "--stateless", "--big-result="+strconv.Itoa(bigResult), "--slow-body=500ms")
-	if err != nil {
-		return err
-	}
-	defer hostileFx.stop()
 
 	// The manager sets its Go memory limit to 90% of its container's.
 	debug.SetMemoryLimit(memoryLimit * 9 / 10)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	base, stop, err := startGateway(ctx, map[string]string{"tenant": victimFx.url, "attacker": hostileFx.url})
+	base, stop, err := startGateway(ctx, upstreams, auth)
 	if err != nil {
 		return err
 	}
 	defer stop()
-	victimURL, attackerURL := base+"/namespaces/tenant/mcp", base+"/namespaces/attacker/mcp"
+	victimURL, attackerURL := base+"/namespaces/"+victimNS+"/mcp", base+"/namespaces/"+attackerNS+"/mcp"
 
 	mem := &memPeak{}
-	unloaded, err := victimAgent(victimURL, mem)
+	unloaded, err := victimAgent(victimURL, auth.token(victimNS), mem)
 	if err != nil {
 		return err
 	}
 	mem.reset()
-	attacker, err := startAgents("attacker", attackerURL)
+	attacker, err := startAgents("attacker", attackerURL, auth.token(attackerNS), auth.token(prober))
 	if err != nil {
 		return err
 	}
@@ -148,10 +176,11 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	histsBefore := readHists()
-	loaded, err := victimAgent(victimURL, mem)
+	histsBefore, changesBefore := readHists(), attackerChanges.Load()
+	loaded, err := victimAgent(victimURL, auth.token(victimNS), mem)
 	stopProfile()
 	hists := [2][]metrics.Sample{histsBefore, readHists()}
+	changes := attackerChanges.Load() - changesBefore
 	if err != nil {
 		return err
 	}
@@ -159,8 +188,49 @@ func run() error {
 	if err := attacker.finish(&att); err != nil {
 		return err
 	}
-	printTable(unloaded, loaded, att, mem, hists, loadBefore)
+	printTable(unloaded, loaded, att, changes, mem, hists, loadBefore)
 	return nil
+}
+
+// upstream is one supervised server.
+type upstream struct{ ns, name, url string }
+
+type fixtureSpec struct {
+	up   upstream
+	nice int
+	args []string
+}
+
+// startFixtures starts the victim's plain upstream, the attacker's hostile
+// one and, with -storm-tools, its storming one; stop ends those started.
+func startFixtures(bin string) ([]upstream, func(), error) {
+	var started []*fixtureProc
+	stop := func() {
+		for _, fx := range started {
+			fx.stop()
+		}
+	}
+	specs := []fixtureSpec{
+		{upstream{ns: victimNS, name: victimServer}, 0, []string{"--stateless"}},
+		{upstream{ns: attackerNS, name: hostileServer}, *flagNice,
+			[]string{"--stateless", "--big-result=" + strconv.Itoa(bigResult), "--slow-body=500ms"}},
+	}
+	if *flagStorm > 0 {
+		// Sessions, so that the supervisor's stream hears every change.
+		specs = append(specs, fixtureSpec{upstream{ns: attackerNS, name: stormServer}, *flagNice,
+			[]string{"--tools=" + strconv.Itoa(*flagStorm), "--schema-bytes=256", "--list-changed-every=1ms"}})
+	}
+	var ups []upstream
+	for _, sp := range specs {
+		fx, err := startFixture(sp.nice, bin, sp.args...)
+		if err != nil {
+			return nil, stop, err
+		}
+		started = append(started, fx)
+		sp.up.url = fx.url
+		ups = append(ups, sp.up)
+	}
+	return ups, stop, nil
 }
 
 // agentsProc is this program run as -role: the agents of one tenant in a
@@ -173,7 +243,7 @@ type agentsProc struct {
 	out  strings.Builder
 }
 
-func startAgents(role, url string) (*agentsProc, error) {
+func startAgents(role, url, token, proberToken string) (*agentsProc, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -184,7 +254,12 @@ func startAgents(role, url string) (*agentsProc, error) {
 	}
 	a := &agentsProc{role: role, cmd: niced(nice, self, "-role="+role, "-url="+url, "-duration="+flagDuration.String(),
 		"-rate="+strconv.Itoa(*flagRate), "-sessions="+strconv.Itoa(*flagSessions),
-		"-oversized="+strconv.Itoa(*flagUnread), "-flooders="+strconv.Itoa(*flagFlooders))}
+		"-oversized="+strconv.Itoa(*flagUnread), "-flooders="+strconv.Itoa(*flagFlooders),
+		"-tokens="+strconv.FormatBool(*flagTokens), "-token-flooders="+strconv.Itoa(*flagForgers), "-probers="+strconv.Itoa(*flagProbers))}
+	a.cmd.Env = append(os.Environ(), tokenEnv+"="+token)
+	if role == "attacker" {
+		a.cmd.Env = append(a.cmd.Env, proberTokenEnv+"="+proberToken)
+	}
 	a.cmd.Stdout, a.cmd.Stderr = &a.out, os.Stderr
 	if a.in, err = a.cmd.StdinPipe(); err != nil {
 		return nil, err
@@ -212,9 +287,9 @@ func (a *agentsProc) finish(v any) error {
 
 // victimAgent runs the victim's agent for -duration in its own process and
 // samples this process's memory meanwhile.
-func victimAgent(url string, mem *memPeak) (victimRun, error) {
+func victimAgent(url, token string, mem *memPeak) (victimRun, error) {
 	var r victimRun
-	a, err := startAgents("victim", url)
+	a, err := startAgents("victim", url, token, "")
 	if err != nil {
 		return r, err
 	}
@@ -274,19 +349,23 @@ func (fx *fixtureProc) stop() {
 // startGateway supervises one server per namespace ("tools" in each) and
 // serves the gateway with the default budgets on a loopback port; it
 // returns once every server is Ready.
-func startGateway(ctx context.Context, upstreams map[string]string) (string, func(), error) {
+func startGateway(ctx context.Context, upstreams []upstream, auth *authEnv) (string, func(), error) {
 	reg := registry.New()
 	var sups []*bridge.Supervisor
-	for ns, url := range upstreams {
-		p := &policy.Policy{ServerName: "tools", Transport: v1alpha1.TransportStreamableHTTP, HTTP: &policy.HTTP{URL: url},
+	for _, up := range upstreams {
+		p := &policy.Policy{ServerName: up.name, Transport: v1alpha1.TransportStreamableHTTP, HTTP: &policy.HTTP{URL: up.url},
 			ToolCallTimeout: 30 * time.Second, ConnectionTimeout: 10 * time.Second,
 			Reconnect: policy.Reconnect{Enabled: true, InitialDelay: 100 * time.Millisecond, MaxDelay: time.Second, MaxAttempts: 10}}
-		sup := bridge.New(bridge.Options{Namespace: ns, Name: "tools", Policy: p, Registry: reg, Log: logr.Discard(),
+		sup := bridge.New(bridge.Options{Namespace: up.ns, Name: up.name, Policy: p, Registry: reg, Log: logr.Discard(),
 			Egress: egress.New([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})})
 		sup.Start(ctx)
 		sups = append(sups, sup)
 	}
+	go countChanges(ctx, reg.Subscribe(), attackerNS, &attackerChanges)
 	g := &gateway.Gateway{Registry: reg, Log: logr.Discard()}
+	if auth != nil {
+		g.Auth = auth.access()
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", nil, err
@@ -316,6 +395,26 @@ func startGateway(ctx context.Context, upstreams map[string]string) (string, fun
 		}
 	}
 	return "http://" + ln.Addr().String(), stop, nil
+}
+
+// attackerChanges counts the changes of the attacker's published tools:
+// with -storm-tools, the storm's re-syncs that reached the registry.
+var attackerChanges atomic.Int64
+
+// countChanges counts in n the changes of ns that sub reports, until ctx
+// ends.
+func countChanges(ctx context.Context, sub *registry.Subscription, ns string, n *atomic.Int64) {
+	defer sub.Close()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-sub.C:
+			if slices.Contains(sub.Drain(), ns) {
+				n.Add(1)
+			}
+		}
+	}
 }
 
 // ---- the victim --------------------------------------------------------------
@@ -395,247 +494,11 @@ func post(hc *http.Client, url, body string, header map[string]string) (*http.Re
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
+	if token := os.Getenv(tokenEnv); token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
 	return hc.Do(req)
-}
-
-// ---- the attacker ------------------------------------------------------------
-
-type attack struct {
-	done                      chan struct{}
-	wg                        sync.WaitGroup
-	sessionsOK, sessions429   atomic.Int64
-	held, refusedBytes, calls atomic.Int64
-	refusedCalls, otherErrors atomic.Int64
-	firstToolError            atomic.Pointer[string]
-}
-
-func startAttack(url string) *attack {
-	a := &attack{done: make(chan struct{})}
-	for range *flagSessions {
-		a.loop(func(hc *http.Client, i int) { a.initialize(hc, url) })
-	}
-	for range *flagUnread {
-		a.loop(func(hc *http.Client, i int) { a.unread(hc, url, i) })
-	}
-	for range *flagFlooders {
-		a.loop(func(hc *http.Client, i int) { a.flood(hc, url, i) })
-	}
-	return a
-}
-
-// loop runs step until the attack stops, each loop on a connection of its own.
-func (a *attack) loop(step func(*http.Client, int)) {
-	a.wg.Go(func() {
-		hc := &http.Client{Transport: &http.Transport{}, Timeout: 60 * time.Second}
-		for i := 0; ; i++ {
-			select {
-			case <-a.done:
-				return
-			default:
-			}
-			step(hc, i)
-		}
-	})
-}
-
-func (a *attack) initialize(hc *http.Client, url string) {
-	resp, err := post(hc, url, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25",`+
-		`"capabilities":{},"clientInfo":{"name":"attacker","version":"0"}}}`, nil)
-	if err != nil {
-		a.otherErrors.Add(1)
-		return
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode == http.StatusTooManyRequests {
-		a.sessions429.Add(1)
-	} else {
-		a.sessionsOK.Add(1)
-	}
-}
-
-// unread calls the slow 12 MiB tool and reads the answer or the refusal.
-func (a *attack) unread(hc *http.Client, url string, i int) {
-	resp, err := post(hc, url, callBody(i, fixtureBig, `{}`), callHeaders(fixtureBig))
-	if err != nil {
-		a.otherErrors.Add(1)
-		return
-	}
-	if resp.ContentLength > 64<<10 {
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		a.held.Add(1)
-		return
-	}
-	a.countRefusal(resp)
-}
-
-func (a *attack) flood(hc *http.Client, url string, i int) {
-	resp, err := post(hc, url, callBody(i, "sleep", `{"ms":1000}`), callHeaders("sleep"))
-	if err != nil {
-		a.otherErrors.Add(1)
-		return
-	}
-	a.countRefusal(resp)
-}
-
-func (a *attack) countRefusal(resp *http.Response) {
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	s := string(b)
-	switch {
-	case strings.Contains(s, gateway.FlagMaxResultBytesPerNamespace):
-		a.refusedBytes.Add(1)
-	case strings.Contains(s, "-inflight-calls-"):
-		a.refusedCalls.Add(1)
-	case strings.Contains(s, `"result"`):
-		a.calls.Add(1)
-		if strings.Contains(s, `"isError":true`) {
-			a.firstToolError.CompareAndSwap(nil, &s)
-		}
-	default:
-		a.otherErrors.Add(1)
-	}
-}
-
-func (a *attack) stop() {
-	close(a.done)
-	a.wg.Wait()
-}
-
-// attackCounts is what the attacker's agents got, as runAttacker prints it.
-type attackCounts struct {
-	SessionsOK, Sessions429, Held, RefusedBytes, RefusedCalls, Calls, OtherErrors int64
-	FirstToolError                                                                string
-}
-
-// runAttacker floods -url until its stdin closes, then prints what the
-// attacker got.
-func runAttacker() error {
-	a := startAttack(*flagURL)
-	_, _ = io.Copy(io.Discard, os.Stdin)
-	a.stop()
-	c := attackCounts{SessionsOK: a.sessionsOK.Load(), Sessions429: a.sessions429.Load(), Held: a.held.Load(),
-		RefusedBytes: a.refusedBytes.Load(), RefusedCalls: a.refusedCalls.Load(), Calls: a.calls.Load(),
-		OtherErrors: a.otherErrors.Load()}
-	if e := a.firstToolError.Load(); e != nil {
-		c.FirstToolError = *e
-	}
-	return json.NewEncoder(os.Stdout).Encode(c)
-}
-
-const fixtureBig = "big"
-
-// ---- memory ------------------------------------------------------------------
-
-type memPeak struct{ heap, rss uint64 }
-
-func (m *memPeak) reset() { m.heap, m.rss = 0, 0 }
-
-func (m *memPeak) sample() {
-	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	metrics.Read(s)
-	m.heap = max(m.heap, s[0].Value.Uint64())
-	m.rss = max(m.rss, rss())
-}
-
-// rss is the resident set of this process (VmRSS), in bytes.
-func rss() uint64 {
-	data, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for line := range strings.Lines(string(data)) {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseUint(strings.Fields(v)[0], 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
-}
-
-// ---- the table -----------------------------------------------------------------
-
-func printTable(unloaded, loaded victimRun, a attackCounts, mem *memPeak, hists [2][]metrics.Sample, loadBefore string) {
-	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/1e6) }
-	p := func(r victimRun, q float64) time.Duration { return report.Percentile(r.Lat, q) }
-	fmt.Printf("`go run ./hack/bench/isolation -duration=%s -rate=%d -sessions=%d -oversized=%d -flooders=%d -attacker-nice=%d`"+
-		" (load average %s before, %s after)\n\n", *flagDuration, *flagRate, *flagSessions, *flagUnread, *flagFlooders, *flagNice,
-		loadBefore, report.LoadAvg())
-	fmt.Println("| Victim run | Calls | Failures | p50 | p99 |")
-	fmt.Println("|---|---|---|---|---|")
-	for _, r := range []struct {
-		name string
-		run  victimRun
-	}{{"unloaded", unloaded}, {"under attack", loaded}} {
-		fmt.Printf("| %s | %d | %d | %s | %s |\n", r.name, len(r.run.Lat), r.run.Failures, ms(p(r.run, 50)), ms(p(r.run, 99)))
-	}
-	fmt.Println()
-	fmt.Printf("Attacker: %d sessions opened, %d initialize refused with 429; %d answers of 12 MiB received, %d calls refused "+
-		"by the result-byte budget, %d by the in-flight budgets, %d answered, %d other errors.\n\n",
-		a.SessionsOK, a.Sessions429, a.Held, a.RefusedBytes, a.RefusedCalls, a.Calls, a.OtherErrors)
-	fmt.Println("| Gateway's process under attack | Count | p99 | max |")
-	fmt.Println("|---|--:|--:|--:|")
-	for i, h := range runtimeHists {
-		n, b := histDelta(hists[0][i], hists[1][i], 0.99, 1)
-		fmt.Printf("| %s (bucket bounds) | %d | ≤ %.2f ms | ≤ %.2f ms |\n", h.what, n, b[0]*1e3, b[1]*1e3)
-	}
-	fmt.Println()
-	fmt.Println("| Goal (docs/design.md, Budgets) | Measured | Met |")
-	fmt.Println("|---|---|---|")
-	ratio := float64(p(loaded, 99)) / float64(max(p(unloaded, 99), 1))
-	fmt.Printf("| victim p99 under attack ≤ 2× unloaded | %.2f× | %s |\n", ratio, report.YesNo(ratio <= 2))
-	fmt.Printf("| victim failures under attack = 0 | %d | %s |\n", loaded.Failures, report.YesNo(loaded.Failures == 0))
-	fmt.Printf("| peak RSS of the gateway's process under the manager's %d MiB limit | %d MiB (heap objects %d MiB) | %s |\n",
-		memoryLimit>>20, mem.rss>>20, mem.heap>>20, report.YesNo(mem.rss < memoryLimit))
-	if a.FirstToolError != "" {
-		fmt.Printf("\nFirst tool error the attacker got: %.300s\n", a.FirstToolError)
-	}
-	if loaded.FirstErr != "" {
-		fmt.Printf("\nFirst victim failure under attack: %s\n", loaded.FirstErr)
-	}
-}
-
-// runtimeHists are the Go runtime's histograms of the gateway's process
-// that show how long its goroutines waited: to run once runnable, and for
-// the garbage collector's stop-the-world pauses.
-var runtimeHists = []struct{ name, what string }{
-	{"/sched/latencies:seconds", "runnable goroutine waits to run"},
-	{"/sched/pauses/total/gc:seconds", "GC stop-the-world pauses"},
-}
-
-func readHists() []metrics.Sample {
-	s := make([]metrics.Sample, len(runtimeHists))
-	for i, h := range runtimeHists {
-		s[i].Name = h.name
-	}
-	metrics.Read(s)
-	return s
-}
-
-// histDelta is what a histogram counted between two reads: how many, and
-// the upper bounds of the buckets of the quantiles qs.
-func histDelta(before, after metrics.Sample, qs ...float64) (uint64, []float64) {
-	a, b := after.Value.Float64Histogram(), before.Value.Float64Histogram()
-	counts := make([]uint64, len(a.Counts))
-	var total uint64
-	for i := range a.Counts {
-		counts[i] = a.Counts[i] - b.Counts[i]
-		total += counts[i]
-	}
-	bounds := make([]float64, len(qs))
-	for k, q := range qs {
-		var acc uint64
-		for i, c := range counts {
-			acc += c
-			if acc > 0 && float64(acc) >= q*float64(total) {
-				bounds[k] = a.Buckets[i+1]
-				break
-			}
-		}
-	}
-	return total, bounds
 }

@@ -1,0 +1,218 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mcpbridge/operator/internal/gateway"
+	"github.com/mcpbridge/operator/internal/registry"
+)
+
+// ---- the attacker ------------------------------------------------------------
+
+type attack struct {
+	done                      chan struct{}
+	wg                        sync.WaitGroup
+	sessionsOK, sessions429   atomic.Int64
+	held, refusedBytes, calls atomic.Int64
+	refusedCalls, otherErrors atomic.Int64
+	forged401, forged429      atomic.Int64
+	probes403, probes429      atomic.Int64
+	firstToolError            atomic.Pointer[string]
+}
+
+func startAttack(url string) *attack {
+	a := &attack{done: make(chan struct{})}
+	for range *flagSessions {
+		a.loop(func(hc *http.Client, i int) { a.initialize(hc, url) })
+	}
+	for range *flagUnread {
+		a.loop(func(hc *http.Client, i int) { a.unread(hc, url, i) })
+	}
+	for range *flagFlooders {
+		a.loop(func(hc *http.Client, i int) { a.flood(hc, url, i) })
+	}
+	if !*flagTokens {
+		return a
+	}
+	for k := range *flagForgers {
+		a.loopFrom(netip.AddrFrom4([4]byte{127, 0, 0, byte(2 + k%250)}), func(hc *http.Client, i int) { a.forge(hc, url) })
+	}
+	probe := "Bearer " + os.Getenv(proberTokenEnv)
+	for range *flagProbers {
+		a.loop(func(hc *http.Client, i int) { a.probe(hc, url, i, probe) })
+	}
+	return a
+}
+
+// loop runs step until the attack stops, each loop on a connection of its own.
+func (a *attack) loop(step func(*http.Client, int)) {
+	a.loopFrom(netip.Addr{}, step)
+}
+
+// loopFrom is loop with connections from the loopback address src (any
+// when it is not valid), which the gateway sees as the agent's address.
+func (a *attack) loopFrom(src netip.Addr, step func(*http.Client, int)) {
+	a.wg.Go(func() {
+		tr := &http.Transport{}
+		if src.IsValid() {
+			d := &net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0))}
+			tr.DialContext = d.DialContext
+		}
+		hc := &http.Client{Transport: tr, Timeout: 60 * time.Second}
+		for i := 0; ; i++ {
+			select {
+			case <-a.done:
+				return
+			default:
+			}
+			step(hc, i)
+		}
+	})
+}
+
+func (a *attack) initialize(hc *http.Client, url string) {
+	resp, err := post(hc, url, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25",`+
+		`"capabilities":{},"clientInfo":{"name":"attacker","version":"0"}}}`, nil)
+	if err != nil {
+		a.otherErrors.Add(1)
+		return
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode == http.StatusTooManyRequests {
+		a.sessions429.Add(1)
+	} else {
+		a.sessionsOK.Add(1)
+	}
+}
+
+// unread calls the slow 12 MiB tool and reads the answer or the refusal.
+func (a *attack) unread(hc *http.Client, url string, i int) {
+	resp, err := post(hc, url, callBody(i, fixtureBig, `{}`), callHeaders(fixtureBig))
+	if err != nil {
+		a.otherErrors.Add(1)
+		return
+	}
+	if resp.ContentLength > 64<<10 {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		a.held.Add(1)
+		return
+	}
+	a.countRefusal(resp)
+}
+
+func (a *attack) flood(hc *http.Client, url string, i int) {
+	resp, err := post(hc, url, callBody(i, "sleep", `{"ms":1000}`), callHeaders("sleep"))
+	if err != nil {
+		a.otherErrors.Add(1)
+		return
+	}
+	a.countRefusal(resp)
+}
+
+// forge sends a request with a token never seen before, which only a
+// TokenReview can refuse: 401 once reviewed, 429 when the reviews' limits
+// refuse to ask.
+func (a *attack) forge(hc *http.Client, url string) {
+	resp, err := post(hc, url, listBody(1), map[string]string{"Authorization": "Bearer " + forgedToken(),
+		"Mcp-Protocol-Version": registry.SessionlessProtocol, "Mcp-Method": "tools/list"})
+	if err != nil {
+		a.otherErrors.Add(1)
+		return
+	}
+	a.countStatus(resp, &a.forged401, http.StatusUnauthorized, &a.forged429)
+}
+
+// probe lists tools as an identity that may use no McpServer of the
+// namespace: 403 once the reviews find none, 429 when the per-identity
+// limit of reviews refuses to ask.
+func (a *attack) probe(hc *http.Client, url string, i int, auth string) {
+	resp, err := post(hc, url, listBody(i), map[string]string{"Authorization": auth,
+		"Mcp-Protocol-Version": registry.SessionlessProtocol, "Mcp-Method": "tools/list"})
+	if err != nil {
+		a.otherErrors.Add(1)
+		return
+	}
+	a.countStatus(resp, &a.probes403, http.StatusForbidden, &a.probes429)
+}
+
+// countStatus counts resp in refused when its status is want, in limited
+// when it is 429, and as an other error otherwise.
+func (a *attack) countStatus(resp *http.Response, refused *atomic.Int64, want int, limited *atomic.Int64) {
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	switch resp.StatusCode {
+	case want:
+		refused.Add(1)
+	case http.StatusTooManyRequests:
+		limited.Add(1)
+	default:
+		a.otherErrors.Add(1)
+	}
+}
+
+func listBody(id int) string {
+	return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/list","params":{`+
+		`"_meta":{"io.modelcontextprotocol/protocolVersion":%q,"io.modelcontextprotocol/clientCapabilities":{},`+
+		`"io.modelcontextprotocol/clientInfo":{"name":"bench","version":"0"}}}}`, id, registry.SessionlessProtocol)
+}
+
+func (a *attack) countRefusal(resp *http.Response) {
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	s := string(b)
+	switch {
+	case strings.Contains(s, gateway.FlagMaxResultBytesPerNamespace):
+		a.refusedBytes.Add(1)
+	case strings.Contains(s, "-inflight-calls-"):
+		a.refusedCalls.Add(1)
+	case strings.Contains(s, `"result"`):
+		a.calls.Add(1)
+		if strings.Contains(s, `"isError":true`) {
+			a.firstToolError.CompareAndSwap(nil, &s)
+		}
+	default:
+		a.otherErrors.Add(1)
+	}
+}
+
+func (a *attack) stop() {
+	close(a.done)
+	a.wg.Wait()
+}
+
+// attackCounts is what the attacker's agents got, as runAttacker prints it.
+type attackCounts struct {
+	SessionsOK, Sessions429, Held, RefusedBytes, RefusedCalls, Calls, OtherErrors int64
+	Forged401, Forged429, Probes403, Probes429                                    int64
+	FirstToolError                                                                string
+}
+
+// runAttacker floods -url until its stdin closes, then prints what the
+// attacker got.
+func runAttacker() error {
+	a := startAttack(*flagURL)
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	a.stop()
+	c := attackCounts{SessionsOK: a.sessionsOK.Load(), Sessions429: a.sessions429.Load(), Held: a.held.Load(),
+		RefusedBytes: a.refusedBytes.Load(), RefusedCalls: a.refusedCalls.Load(), Calls: a.calls.Load(),
+		OtherErrors: a.otherErrors.Load(), Forged401: a.forged401.Load(), Forged429: a.forged429.Load(),
+		Probes403: a.probes403.Load(), Probes429: a.probes429.Load()}
+	if e := a.firstToolError.Load(); e != nil {
+		c.FirstToolError = *e
+	}
+	return json.NewEncoder(os.Stdout).Encode(c)
+}
+
+const fixtureBig = "big"

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"runtime/metrics"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mcpbridge/operator/hack/bench/internal/report"
+)
+
+// ---- memory ------------------------------------------------------------------
+
+type memPeak struct{ heap, rss uint64 }
+
+func (m *memPeak) reset() { m.heap, m.rss = 0, 0 }
+
+func (m *memPeak) sample() {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(s)
+	m.heap = max(m.heap, s[0].Value.Uint64())
+	m.rss = max(m.rss, rss())
+}
+
+// rss is the resident set of this process (VmRSS), in bytes.
+func rss() uint64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(data)) {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseUint(strings.Fields(v)[0], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// ---- the table -----------------------------------------------------------------
+
+func printTable(unloaded, loaded victimRun, a attackCounts, changes int64, mem *memPeak, hists [2][]metrics.Sample, loadBefore string) {
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/1e6) }
+	p := func(r victimRun, q float64) time.Duration { return report.Percentile(r.Lat, q) }
+	fmt.Printf("`go run ./hack/bench/isolation -duration=%s -rate=%d -sessions=%d -oversized=%d -flooders=%d -attacker-nice=%d"+
+		" -tokens=%t -token-flooders=%d -probers=%d -phantoms=%d -storm-tools=%d` (load average %s before, %s after)\n\n",
+		*flagDuration, *flagRate, *flagSessions, *flagUnread, *flagFlooders, *flagNice,
+		*flagTokens, *flagForgers, *flagProbers, *flagPhantoms, *flagStorm, loadBefore, report.LoadAvg())
+	fmt.Println("| Victim run | Calls | Failures | p50 | p99 |")
+	fmt.Println("|---|---|---|---|---|")
+	for _, r := range []struct {
+		name string
+		run  victimRun
+	}{{"unloaded", unloaded}, {"under attack", loaded}} {
+		fmt.Printf("| %s | %d | %d | %s | %s |\n", r.name, len(r.run.Lat), r.run.Failures, ms(p(r.run, 50)), ms(p(r.run, 99)))
+	}
+	fmt.Println()
+	fmt.Printf("Attacker: %d sessions opened, %d initialize refused with 429; %d answers of 12 MiB received, %d calls refused "+
+		"by the result-byte budget, %d by the in-flight budgets, %d answered, %d other errors.\n\n",
+		a.SessionsOK, a.Sessions429, a.Held, a.RefusedBytes, a.RefusedCalls, a.Calls, a.OtherErrors)
+	if *flagTokens {
+		fmt.Printf("Forged tokens: %d refused with 401 after a TokenReview, %d with 429 by the TokenReview limits. "+
+			"Probers' lists: %d refused with 403, %d with 429 by the SubjectAccessReview limits (per request and per identity).\n\n",
+			a.Forged401, a.Forged429, a.Probes403, a.Probes429)
+	}
+	if *flagStorm > 0 {
+		fmt.Printf("Storm: the attacker's published tools changed %d times in %s (its upstream changes its list every millisecond).\n\n",
+			changes, *flagDuration)
+	}
+	fmt.Println("| Gateway's process under attack | Count | p99 | max |")
+	fmt.Println("|---|--:|--:|--:|")
+	for i, h := range runtimeHists {
+		n, b := histDelta(hists[0][i], hists[1][i], 0.99, 1)
+		fmt.Printf("| %s (bucket bounds) | %d | ≤ %.2f ms | ≤ %.2f ms |\n", h.what, n, b[0]*1e3, b[1]*1e3)
+	}
+	fmt.Println()
+	fmt.Println("| Goal (docs/design.md, Budgets) | Measured | Met |")
+	fmt.Println("|---|---|---|")
+	ratio := float64(p(loaded, 99)) / float64(max(p(unloaded, 99), 1))
+	fmt.Printf("| victim p99 under attack ≤ 2× unloaded | %.2f× | %s |\n", ratio, report.YesNo(ratio <= 2))
+	fmt.Printf("| victim failures under attack = 0 | %d | %s |\n", loaded.Failures, report.YesNo(loaded.Failures == 0))
+	fmt.Printf("| peak RSS of the gateway's process under the manager's %d MiB limit | %d MiB (heap objects %d MiB) | %s |\n",
+		memoryLimit>>20, mem.rss>>20, mem.heap>>20, report.YesNo(mem.rss < memoryLimit))
+	if a.FirstToolError != "" {
+		fmt.Printf("\nFirst tool error the attacker got: %.300s\n", a.FirstToolError)
+	}
+	if loaded.FirstErr != "" {
+		fmt.Printf("\nFirst victim failure under attack: %s\n", loaded.FirstErr)
+	}
+}
+
+// runtimeHists are the Go runtime's histograms of the gateway's process
+// that show how long its goroutines waited: to run once runnable, and for
+// the garbage collector's stop-the-world pauses.
+var runtimeHists = []struct{ name, what string }{
+	{"/sched/latencies:seconds", "runnable goroutine waits to run"},
+	{"/sched/pauses/total/gc:seconds", "GC stop-the-world pauses"},
+}
+
+func readHists() []metrics.Sample {
+	s := make([]metrics.Sample, len(runtimeHists))
+	for i, h := range runtimeHists {
+		s[i].Name = h.name
+	}
+	metrics.Read(s)
+	return s
+}
+
+// histDelta is what a histogram counted between two reads: how many, and
+// the upper bounds of the buckets of the quantiles qs.
+func histDelta(before, after metrics.Sample, qs ...float64) (uint64, []float64) {
+	a, b := after.Value.Float64Histogram(), before.Value.Float64Histogram()
+	counts := make([]uint64, len(a.Counts))
+	var total uint64
+	for i := range a.Counts {
+		counts[i] = a.Counts[i] - b.Counts[i]
+		total += counts[i]
+	}
+	bounds := make([]float64, len(qs))
+	for k, q := range qs {
+		var acc uint64
+		for i, c := range counts {
+			acc += c
+			if acc > 0 && float64(acc) >= q*float64(total) {
+				bounds[k] = a.Buckets[i+1]
+				break
+			}
+		}
+	}
+	return total, bounds
+}
