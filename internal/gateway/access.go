@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/cache"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
@@ -60,8 +61,17 @@ type Access struct {
 	// maxServerReviews bounds the per-server reviews one request may ask
 	// for (answers already cached are free): a caller denied namespace-wide
 	// in a namespace of many McpServers gets errReviewBound, and its next
-	// request goes on where the cached denials end.
+	// request goes on where the denials end.
 	maxServerReviews int
+	// walked remembers, per token and namespace, the name before which
+	// every McpServer was denied lately, so that a request goes on from
+	// there at a cost of its own reviews, not of the namespace's size; it
+	// lives as long as the denials it stands on. found remembers the
+	// server the caller was last found to be allowed by name, which is
+	// tried first when the "some server" answer has expired.
+	walked, found *cache.LRUExpireCache
+	// names lists each namespace's McpServers sorted, for at most namesTTL.
+	names *cache.LRUExpireCache
 }
 
 // DefaultMaxServerReviewsPerRequest is Access's bound of per-server
@@ -83,9 +93,23 @@ func NewAccess(authn *kubeauth.Authenticator, authz *kubeauth.Authorizer, server
 	if size <= 0 {
 		size = kubeauth.DefaultMaxEntries
 	}
-	return &Access{authn: authn, authz: authz, servers: servers, some: cache.NewLRUExpireCache(size), someTTL: ttl,
-		maxServerReviews: DefaultMaxServerReviewsPerRequest}
+	var clk clock.PassiveClock = clock.RealClock{}
+	if o.Clock != nil {
+		clk = o.Clock
+	}
+	newCache := func() *cache.LRUExpireCache { return cache.NewLRUExpireCacheWithClock(size, clk) }
+	return &Access{authn: authn, authz: authz, servers: servers, some: newCache(), someTTL: ttl,
+		maxServerReviews: DefaultMaxServerReviewsPerRequest, walked: newCache(), found: newCache(), names: newCache()}
 }
+
+// namesTTL is how long Access reuses a namespace's list of McpServers:
+// listing a namespace of thousands from the informer cache copies every
+// object, which a caller's every request must not cost.
+const namesTTL = time.Second
+
+// foundTTL is how long Access remembers the server a caller was last
+// allowed by name; a stale one costs one review.
+const foundTTL = 10 * time.Minute
 
 // WithMaxServerReviewsPerRequest sets the bound of per-server reviews in
 // one request (--gateway-max-access-reviews-per-request); 0 keeps
@@ -135,11 +159,11 @@ func (a *Access) someServer(ctx context.Context, u *kubeauth.User, ns string) (b
 	if some, ok := a.some.Get(key); ok {
 		return some.(bool), nil
 	}
-	names, err := a.servers(ctx, ns)
+	names, err := a.sortedNames(ctx, ns)
 	if err != nil {
 		return false, err
 	}
-	some, err := a.anyAllowed(ctx, u, ns, names)
+	some, err := a.anyAllowed(ctx, u, ns, names, key)
 	if err != nil {
 		return false, err
 	}
@@ -147,28 +171,61 @@ func (a *Access) someServer(ctx context.Context, u *kubeauth.User, ns string) (b
 	return some, nil
 }
 
-// anyAllowed: u may use one of names, asking at most maxServerReviews
-// reviews; cached answers are taken first and cost nothing.
-func (a *Access) anyAllowed(ctx context.Context, u *kubeauth.User, ns string, names []string) (bool, error) {
-	var unknown []string
-	for _, name := range names {
-		allowed, ok := a.authz.Cached(u, use(ns, name))
-		switch {
-		case !ok:
-			unknown = append(unknown, name)
-		case allowed:
+// anyAllowed: u may use one of names (sorted), asking at most
+// maxServerReviews reviews. It tries the server u was last allowed first,
+// then walks the names from where its last walk in ns stopped (key is u's
+// in ns), taking cached answers at no cost. A walk that stops at the bound
+// or at an error remembers where, for the next request.
+func (a *Access) anyAllowed(ctx context.Context, u *kubeauth.User, ns string, names []string, key [32]byte) (bool, error) {
+	if v, ok := a.found.Get(key); ok {
+		if _, present := slices.BinarySearch(names, v.(string)); present {
+			if allowed, err := a.authz.Allowed(ctx, u, use(ns, v.(string))); err != nil || allowed {
+				return allowed, err
+			}
+		}
+	}
+	from := 0
+	if v, ok := a.walked.Get(key); ok {
+		from, _ = slices.BinarySearch(names, v.(string))
+	}
+	reviews := 0
+	for _, name := range names[from:] {
+		allowed, known := a.authz.Cached(u, use(ns, name))
+		if !known {
+			if reviews == a.maxServerReviews {
+				a.walked.Add(key, name, a.someTTL)
+				return false, errReviewBound
+			}
+			reviews++
+			var err error
+			if allowed, err = a.authz.Allowed(ctx, u, use(ns, name)); err != nil {
+				a.walked.Add(key, name, a.someTTL)
+				return false, err
+			}
+		}
+		if allowed {
+			a.found.Add(key, name, foundTTL)
+			a.walked.Remove(key)
 			return true, nil
 		}
 	}
-	for i, name := range unknown {
-		if i == a.maxServerReviews {
-			return false, errReviewBound
-		}
-		if some, err := a.authz.Allowed(ctx, u, use(ns, name)); err != nil || some {
-			return some, err
-		}
-	}
+	a.walked.Remove(key)
 	return false, nil
+}
+
+// sortedNames is ns's McpServers, sorted, as listed at most namesTTL ago.
+func (a *Access) sortedNames(ctx context.Context, ns string) ([]string, error) {
+	if v, ok := a.names.Get(ns); ok {
+		return v.([]string), nil
+	}
+	names, err := a.servers(ctx, ns)
+	if err != nil {
+		return nil, err
+	}
+	names = slices.Clone(names)
+	slices.Sort(names)
+	a.names.Add(ns, names, namesTTL)
+	return names, nil
 }
 
 // namespaceLabel is ns for a refusal by limit in ns, or "" before the
@@ -177,7 +234,7 @@ func (a *Access) namespaceLabel(ctx context.Context, ns, limit string) string {
 	if limit == LimitTokenReviews || limit == LimitTokenReviewsPerSource {
 		return ""
 	}
-	if names, err := a.servers(ctx, ns); err != nil || len(names) == 0 {
+	if names, err := a.sortedNames(ctx, ns); err != nil || len(names) == 0 {
 		return ""
 	}
 	return ns

@@ -64,3 +64,28 @@ func BenchmarkAccessCached(b *testing.B) {
 		})
 	}
 }
+
+// What one request costs a caller that may use none of a namespace's 5,000
+// McpServers once its per-identity reviews are spent (a prober in a loop,
+// docs/benchmarks.md "Gateway in a shared cluster"): it must not grow with
+// the namespace.
+//
+//	go test -run XXX -bench AccessDeniedInALargeNamespace -benchmem ./internal/gateway/
+func BenchmarkAccessDeniedInALargeNamespace(b *testing.B) {
+	names := make([]string, 5000)
+	for i := range names {
+		names[i] = fmt.Sprintf("srv%05d", i)
+	}
+	servers := func(context.Context, string) ([]string, error) { return names, nil }
+	o := kubeauth.Options{Audiences: []string{"mcpbridge.dev"}, AccessReviewsPerSecond: 1e-9, AccessReviewBurst: 100}
+	api := &countingReviewer{} // allows no one the namespace, nor any of its servers to "prober"
+	a := NewAccess(kubeauth.NewAuthenticator(api, o), kubeauth.NewAuthorizer(api, o), servers, o)
+	ctx := context.Background()
+	token := agentToken("prober")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := a.grant(ctx, token, "", "bench"); err == nil {
+			b.Fatal("the prober was let in")
+		}
+	}
+}

@@ -8,9 +8,11 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/mcpbridge/operator/internal/kubeauth"
@@ -114,5 +116,39 @@ func TestAccessReviewsAreLimitedPerIdentity(t *testing.T) {
 	}
 	if g, err := a.grant(ctx, agentToken("srv007"), "", "ns-0"); err != nil || g.user == nil {
 		t.Fatalf("another identity during the loop: %v", err)
+	}
+}
+
+// A caller allowed one server by name, deep in a namespace of many, is let
+// in again after every cached answer has expired with two reviews (the
+// namespace-wide one and that server's), not after another walk through
+// the namespace at the per-request bound.
+func TestTheServerLastAllowedIsTriedFirst(t *testing.T) {
+	names := make([]string, 100)
+	for i := range names {
+		names[i] = fmt.Sprintf("srv%03d", i)
+	}
+	servers := func(context.Context, string) ([]string, error) { return names, nil }
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1_700_000_000, 0))
+	api := &countingReviewer{}
+	o := kubeauth.Options{Audiences: []string{"mcpbridge.dev"}, AccessReviewBurst: 1000, Clock: clk}
+	a := NewAccess(kubeauth.NewAuthenticator(api, o), kubeauth.NewAuthorizer(api, o), servers, o)
+	ctx := context.Background()
+	for i := 0; ; i++ {
+		_, err := a.grant(ctx, agentToken("srv070"), "", "agents")
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, errReviewBound) || i == 3 {
+			t.Fatalf("request %d: %v", i+1, err)
+		}
+	}
+	clk.SetTime(clk.Now().Add(time.Minute)) // past every cached answer
+	before := api.reviews.Load()
+	if _, err := a.grant(ctx, agentToken("srv070"), "", "agents"); err != nil {
+		t.Fatalf("after the answers expired: %v", err)
+	}
+	if n := api.reviews.Load() - before; n != 2 {
+		t.Fatalf("%d reviews, want 2", n)
 	}
 }
