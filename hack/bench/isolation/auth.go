@@ -115,11 +115,13 @@ func (a *authEnv) tokenOf(ctx context.Context, ns, name string) (string, error) 
 // McpServers of each namespace as the manager's cache would list them
 // (this program runs supervisors, not McpServer objects).
 func (a *authEnv) access() *gateway.Access {
-	// Its own servers first, so that the attacker's agents are let in
-	// after one review; the probers find none of the phantoms allowed.
+	// The gateway reviews a caller McpServer by McpServer in name order:
+	// the phantoms sort after the attacker's own servers, so that its agents
+	// are let in after a review or two, while the probers, allowed none,
+	// walk through all of them.
 	attacker := []string{hostileServer, stormServer}
 	for i := range *flagPhantoms {
-		attacker = append(attacker, fmt.Sprintf("phantom-%05d", i))
+		attacker = append(attacker, fmt.Sprintf("x-phantom-%05d", i))
 	}
 	names := map[string][]string{victimNS: {victimServer}, attackerNS: attacker}
 	servers := func(_ context.Context, ns string) ([]string, error) { return names[ns], nil }
