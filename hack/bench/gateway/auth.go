@@ -5,12 +5,11 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
-	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/mcpbridge/operator/internal/gateway"
@@ -88,12 +87,11 @@ func (a *authEnv) setUp(ctx context.Context) error {
 		}
 	}
 	for _, mode := range []string{"namespace", "servers"} {
-		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: mode}}
-		tr := &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{Audiences: []string{gatewayAudience}, ExpirationSeconds: ptr.To[int64](7200)}}
-		if err := a.c.SubResource("token").Create(ctx, sa, tr); err != nil {
+		token, err := testenv.ServiceAccountToken(ctx, a.c, namespace, mode, 2*time.Hour, gatewayAudience)
+		if err != nil {
 			return err
 		}
-		a.tokens[mode] = tr.Status.Token
+		a.tokens[mode] = token
 	}
 	return nil
 }

@@ -14,11 +14,9 @@ import (
 	"syscall"
 	"time"
 
-	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/mcpbridge/operator/internal/gateway"
@@ -89,7 +87,7 @@ func (a *authEnv) setUp(ctx context.Context) error {
 			}
 		}
 		var err error
-		if a.tokens[ns], err = a.tokenOf(ctx, ns, "agent"); err != nil {
+		if a.tokens[ns], err = testenv.ServiceAccountToken(ctx, a.c, ns, "agent", 2*time.Hour, gatewayAudience); err != nil {
 			return err
 		}
 	}
@@ -97,17 +95,8 @@ func (a *authEnv) setUp(ctx context.Context) error {
 		return err
 	}
 	var err error
-	a.tokens[prober], err = a.tokenOf(ctx, attackerNS, prober)
+	a.tokens[prober], err = testenv.ServiceAccountToken(ctx, a.c, attackerNS, prober, 2*time.Hour, gatewayAudience)
 	return err
-}
-
-// tokenOf asks for a token of the ServiceAccount ns/name for the gateway's
-// audience.
-func (a *authEnv) tokenOf(ctx context.Context, ns, name string) (string, error) {
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
-	tr := &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{Audiences: []string{gatewayAudience}, ExpirationSeconds: ptr.To[int64](7200)}}
-	err := a.c.SubResource("token").Create(ctx, sa, tr)
-	return tr.Status.Token, err
 }
 
 // access is what the gateway checks callers with: the manager's

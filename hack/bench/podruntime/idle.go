@@ -27,7 +27,6 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	appsv1 "k8s.io/api/apps/v1"
-	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -42,6 +41,7 @@ import (
 	"github.com/mcpbridge/operator/internal/podruntime"
 	"github.com/mcpbridge/operator/internal/policy"
 	"github.com/mcpbridge/operator/internal/registry"
+	"github.com/mcpbridge/operator/internal/testenv"
 )
 
 const (
@@ -380,12 +380,7 @@ func (b *bench) agentToken(ctx context.Context) (string, error) {
 	if err := c.Create(ctx, rb); err != nil && !apierrors.IsAlreadyExists(err) {
 		return "", err
 	}
-	tr := &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{
-		Audiences: []string{tokenAudience, apiAudience}, ExpirationSeconds: ptr[int64](3600)}}
-	if err := c.SubResource("token").Create(ctx, sa, tr); err != nil {
-		return "", err
-	}
-	return tr.Status.Token, nil
+	return testenv.ServiceAccountToken(ctx, c, sa.Namespace, sa.Name, time.Hour, tokenAudience, apiAudience)
 }
 
 // standalone is a Deployment of the fixture without an McpServer, scaled
