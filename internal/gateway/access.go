@@ -177,9 +177,10 @@ func (a *Access) someServer(ctx context.Context, u *kubeauth.User, ns string) (b
 // in ns), taking cached answers at no cost. A walk that stops at the bound
 // or at an error remembers where, for the next request.
 func (a *Access) anyAllowed(ctx context.Context, u *kubeauth.User, ns string, names []string, key [32]byte) (bool, error) {
+	reviews := 0
 	if v, ok := a.found.Get(key); ok {
 		if _, present := slices.BinarySearch(names, v.(string)); present {
-			if allowed, err := a.authz.Allowed(ctx, u, use(ns, v.(string))); err != nil || allowed {
+			if allowed, err := a.decide(ctx, u, ns, v.(string), &reviews); err != nil || allowed {
 				return allowed, err
 			}
 		}
@@ -188,20 +189,11 @@ func (a *Access) anyAllowed(ctx context.Context, u *kubeauth.User, ns string, na
 	if v, ok := a.walked.Get(key); ok {
 		from, _ = slices.BinarySearch(names, v.(string))
 	}
-	reviews := 0
 	for _, name := range names[from:] {
-		allowed, known := a.authz.Cached(u, use(ns, name))
-		if !known {
-			if reviews == a.maxServerReviews {
-				a.walked.Add(key, name, a.someTTL)
-				return false, errReviewBound
-			}
-			reviews++
-			var err error
-			if allowed, err = a.authz.Allowed(ctx, u, use(ns, name)); err != nil {
-				a.walked.Add(key, name, a.someTTL)
-				return false, err
-			}
+		allowed, err := a.decide(ctx, u, ns, name, &reviews)
+		if err != nil {
+			a.walked.Add(key, name, a.someTTL)
+			return false, err
 		}
 		if allowed {
 			a.found.Add(key, name, foundTTL)
@@ -211,6 +203,20 @@ func (a *Access) anyAllowed(ctx context.Context, u *kubeauth.User, ns string, na
 	}
 	a.walked.Remove(key)
 	return false, nil
+}
+
+// decide is whether u may use ns/name: the cached answer, or a review
+// while *reviews, which it counts, is under the per-request bound, and
+// errReviewBound past it.
+func (a *Access) decide(ctx context.Context, u *kubeauth.User, ns, name string, reviews *int) (bool, error) {
+	if allowed, known := a.authz.Cached(u, use(ns, name)); known {
+		return allowed, nil
+	}
+	if *reviews == a.maxServerReviews {
+		return false, errReviewBound
+	}
+	*reviews++
+	return a.authz.Allowed(ctx, u, use(ns, name))
 }
 
 // sortedNames is ns's McpServers, sorted, as listed at most namesTTL ago.

@@ -23,6 +23,7 @@ import (
 type countingReviewer struct {
 	client.Client
 	reviews atomic.Int64
+	denyAll atomic.Bool // from now on, allow no one anything
 }
 
 func (c *countingReviewer) Create(_ context.Context, obj client.Object, _ ...client.CreateOption) error {
@@ -32,7 +33,7 @@ func (c *countingReviewer) Create(_ context.Context, obj client.Object, _ ...cli
 			User: authnv1.UserInfo{Username: agentOf(o.Spec.Token)}}
 	case *authzv1.SubjectAccessReview:
 		c.reviews.Add(1)
-		o.Status.Allowed = o.Spec.ResourceAttributes.Name == o.Spec.User
+		o.Status.Allowed = o.Spec.ResourceAttributes.Name == o.Spec.User && !c.denyAll.Load()
 	}
 	return nil
 }
@@ -150,5 +151,17 @@ func TestTheServerLastAllowedIsTriedFirst(t *testing.T) {
 	}
 	if n := api.reviews.Load() - before; n != 2 {
 		t.Fatalf("%d reviews, want 2", n)
+	}
+
+	// Once that server is denied too, its review counts toward the
+	// request's bound.
+	api.denyAll.Store(true)
+	clk.SetTime(clk.Now().Add(time.Minute))
+	before = api.reviews.Load()
+	if _, err := a.grant(ctx, agentToken("srv070"), "", "agents"); !errors.Is(err, errReviewBound) {
+		t.Fatalf("after the server was denied: %v, want the per-request bound", err)
+	}
+	if n := api.reviews.Load() - before; n != int64(1+DefaultMaxServerReviewsPerRequest) {
+		t.Fatalf("%d reviews, want the namespace's and %d", n, DefaultMaxServerReviewsPerRequest)
 	}
 }
