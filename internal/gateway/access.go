@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/cache"
-	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
@@ -89,17 +88,9 @@ func NewAccess(authn *kubeauth.Authenticator, authz *kubeauth.Authorizer, server
 	if ttl <= 0 {
 		ttl = kubeauth.DefaultDenyTTL
 	}
-	size := o.MaxEntries
-	if size <= 0 {
-		size = kubeauth.DefaultMaxEntries
-	}
-	var clk clock.PassiveClock = clock.RealClock{}
-	if o.Clock != nil {
-		clk = o.Clock
-	}
-	newCache := func() *cache.LRUExpireCache { return cache.NewLRUExpireCacheWithClock(size, clk) }
-	return &Access{authn: authn, authz: authz, servers: servers, some: newCache(), someTTL: ttl,
-		maxServerReviews: DefaultMaxServerReviewsPerRequest, walked: newCache(), found: newCache(), names: newCache()}
+	return &Access{authn: authn, authz: authz, servers: servers, some: kubeauth.NewCache(o), someTTL: ttl,
+		maxServerReviews: DefaultMaxServerReviewsPerRequest, walked: kubeauth.NewCache(o), found: kubeauth.NewCache(o),
+		names: kubeauth.NewCache(o)}
 }
 
 // namesTTL is how long Access reuses a namespace's list of McpServers:

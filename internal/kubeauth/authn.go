@@ -138,8 +138,8 @@ func NewAuthenticator(c client.Client, o Options) *Authenticator {
 		audiences: slices.Clone(o.Audiences),
 		allowTTL:  cmp.Or(o.AllowTTL, DefaultAllowTTL),
 		denyTTL:   cmp.Or(o.DenyTTL, DefaultDenyTTL),
-		answers:   newCache(o),
-		valid:     newCache(o),
+		answers:   NewCache(o),
+		valid:     NewCache(o),
 		limit:     rate.NewLimiter(rate.Limit(cmp.Or(o.ReviewsPerSecond, DefaultReviewsPerSecond)), cmp.Or(o.ReviewBurst, DefaultReviewBurst)),
 		sources: newKeyedLimits(o, cmp.Or(o.ReviewsPerSourcePerSecond, DefaultReviewsPerSourcePerSecond),
 			cmp.Or(o.ReviewSourceBurst, DefaultReviewSourceBurst)),
@@ -262,7 +262,9 @@ func (a *Authenticator) audienceMatches(got []string) bool {
 	return false
 }
 
-func newCache(o Options) *cache.LRUExpireCache {
+// NewCache is a cache of decisions bounded and timed as o says (MaxEntries,
+// Clock), as the Authenticator's and Authorizer's are.
+func NewCache(o Options) *cache.LRUExpireCache {
 	return cache.NewLRUExpireCacheWithClock(cmp.Or(o.MaxEntries, DefaultMaxEntries), clockOf(o))
 }
 

@@ -41,7 +41,7 @@ func NewAuthorizer(c client.Client, o Options) *Authorizer {
 		client:   c,
 		allowTTL: cmp.Or(o.AllowTTL, DefaultAllowTTL),
 		denyTTL:  cmp.Or(o.DenyTTL, DefaultDenyTTL),
-		answers:  newCache(o),
+		answers:  NewCache(o),
 		limits: newKeyedLimits(o, cmp.Or(o.AccessReviewsPerSecond, DefaultAccessReviewsPerSecond),
 			cmp.Or(o.AccessReviewBurst, DefaultAccessReviewBurst)),
 	}

@@ -25,7 +25,7 @@ type keyedLimits struct {
 const limiterIdle = 10 * time.Minute
 
 func newKeyedLimits(o Options, every float64, burst int) *keyedLimits {
-	return &keyedLimits{limiters: newCache(o), every: rate.Limit(every), burst: burst}
+	return &keyedLimits{limiters: NewCache(o), every: rate.Limit(every), burst: burst}
 }
 
 // allow takes one from key's budget; the empty key has none of its own.
