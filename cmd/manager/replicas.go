@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/mcpbridge/operator/internal/bridge"
 	"github.com/mcpbridge/operator/internal/controller"
 	"github.com/mcpbridge/operator/internal/membership"
 	"github.com/mcpbridge/operator/internal/peer"
@@ -141,7 +142,10 @@ func setupMembership(mgr ctrl.Manager, o *replicaOptions, releaseAfter <-chan st
 		return nil, err
 	}
 	m, err := membership.New(membership.Config{Name: o.name, Address: o.advertiseAddress, Namespace: o.namespace,
-		LeaseDuration: o.leaseDuration, Client: cs, ReleaseAfter: releaseAfter})
+		LeaseDuration: o.leaseDuration, Client: cs, ReleaseAfter: releaseAfter,
+		// The supervisors run with the default close barrier: what a
+		// fenced replica needs at most to reap a stdio server's child.
+		HoldGrace: bridge.DefaultCloseBarrier})
 	if err != nil {
 		return nil, err
 	}
@@ -155,10 +159,7 @@ var hostname = os.Hostname
 // replicaSet is the membership as the McpServer reconciler asks it.
 type replicaSet struct{ *membership.Membership }
 
-func (s replicaSet) IsLive(name string) bool {
-	_, ok := s.Live(name)
-	return ok
-}
+func (s replicaSet) MayHold(name string) (bool, time.Duration) { return s.Membership.MayHold(name) }
 
 // addReadiness makes /readyz pass only while this replica can serve the
 // whole registry: it has joined the replicas, its gateway serves every

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -30,8 +31,11 @@ type Replicas interface {
 	// Owner is the live replica that owns the McpServer with this UID, or
 	// "" while this replica knows of none.
 	Owner(uid types.UID) string
-	// IsLive reports whether the replica called name is live.
-	IsLive(name string) bool
+	// MayHold reports whether the replica called name may still run a
+	// stdio server's child, and for how long that answer holds: while it
+	// is live, and for a grace after its Lease expired (a replica cut off
+	// from the apiserver stops its children in that time).
+	MayHold(name string) (bool, time.Duration)
 }
 
 // ownerOf is the replica that owns obj: this one when there are no
@@ -108,9 +112,11 @@ func (r *McpServerReconciler) claimConnection(ctx context.Context, obj *v1alpha1
 		return verdict{}, true, nil
 	case ts.Spec.Holder == r.Replica:
 		return verdict{}, true, nil
-	case ts.Spec.Holder != "" && r.Replicas != nil && r.Replicas.IsLive(ts.Spec.Holder):
-		return verdict{phase: v1alpha1.PhasePending, reason: v1alpha1.ReasonHandingOver,
-			message: fmt.Sprintf("Waiting for replica %q to close the server's connection; this replica starts it then", ts.Spec.Holder)}, false, nil
+	case ts.Spec.Holder != "" && r.Replicas != nil:
+		if held, _ := r.Replicas.MayHold(ts.Spec.Holder); held {
+			return verdict{phase: v1alpha1.PhasePending, reason: v1alpha1.ReasonHandingOver,
+				message: fmt.Sprintf("Waiting for replica %q to close the server's connection; this replica starts it then", ts.Spec.Holder)}, false, nil
+		}
 	}
 	return verdict{}, true, r.setHolder(ctx, ts, r.Replica)
 }

@@ -56,7 +56,11 @@ func (m *Membership) acquire(ctx context.Context) (*coordinationv1.Lease, error)
 		cur, err := m.leases.Get(ctx, name, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
+			sent := m.cfg.Now()
 			l, err := m.leases.Create(ctx, m.newLease(), metav1.CreateOptions{})
+			if err == nil {
+				m.accepted(sent)
+			}
 			if err == nil || !apierrors.IsAlreadyExists(err) {
 				return l, m.leaseError("create", err)
 			}
@@ -74,7 +78,11 @@ func (m *Membership) acquire(ctx context.Context) (*coordinationv1.Lease, error)
 		case !m.cfg.Now().Before(deadline):
 			l := m.renewed(cur)
 			l.Spec.AcquireTime = l.Spec.RenewTime
+			sent := m.cfg.Now()
 			l, err = m.leases.Update(ctx, l, metav1.UpdateOptions{})
+			if err == nil {
+				m.accepted(sent)
+			}
 			if err == nil || !apierrors.IsConflict(err) {
 				return l, m.leaseError("take over", err)
 			}
@@ -90,8 +98,20 @@ func (m *Membership) acquire(ctx context.Context) (*coordinationv1.Lease, error)
 }
 
 // renew writes a new renewTime. A Lease deleted by someone is created
-// again; one another process took over ends this replica.
+// again (a peer collects it once it has been expired for long enough, as
+// when this replica was cut off from the apiserver: the update of a
+// deleted object fails its uid precondition with a conflict, not
+// NotFound); one another process took over ends this replica.
 func (m *Membership) renew(ctx context.Context, lease *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	sent := m.cfg.Now()
+	l, err := m.write(ctx, lease)
+	if err == nil {
+		m.accepted(sent)
+	}
+	return l, err
+}
+
+func (m *Membership) write(ctx context.Context, lease *coordinationv1.Lease) (*coordinationv1.Lease, error) {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.LeaseDuration/3)
 	defer cancel()
 	l, err := m.leases.Update(ctx, m.renewed(lease), metav1.UpdateOptions{})
@@ -100,6 +120,9 @@ func (m *Membership) renew(ctx context.Context, lease *coordinationv1.Lease) (*c
 		return m.leases.Create(ctx, m.newLease(), metav1.CreateOptions{})
 	case apierrors.IsConflict(err):
 		cur, err := m.leases.Get(ctx, lease.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return m.leases.Create(ctx, m.newLease(), metav1.CreateOptions{})
+		}
 		if err != nil {
 			return nil, err
 		}

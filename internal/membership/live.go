@@ -69,16 +69,29 @@ func (m *Membership) gone(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
-	if l, ok := obj.(*coordinationv1.Lease); ok {
-		m.mu.Lock()
-		delete(m.seen, l.Name)
-		m.mu.Unlock()
-		m.poke()
+	l, ok := obj.(*coordinationv1.Lease)
+	if !ok || l.Name == LeaseName(m.cfg.Name) {
+		// This replica's own Lease, deleted by someone, is created again
+		// at the next renewal; meanwhile it stays live by its renewals.
+		return
 	}
+	if _, leaving := l.Annotations[LeavingAnnotation]; !leaving {
+		// Not a replica that stopped (it marks its Lease leaving, lets go
+		// of its servers, then deletes it): someone deleted the Lease of
+		// a replica that may still run, so it goes when the Lease would
+		// have expired, as a crashed one does, and its children count as
+		// running until HoldGrace after that.
+		return
+	}
+	m.mu.Lock()
+	delete(m.seen, l.Name)
+	m.mu.Unlock()
+	m.poke()
 }
 
-// deadFor is how long past its expiry a peer's Lease is deleted by
-// whichever replica notices first: a crashed replica leaves it behind.
+// deadFor is how long past its expiry, in durations, a peer's Lease is
+// deleted by whichever replica notices first (never within HoldGrace): a
+// crashed replica leaves it behind.
 const deadFor = 2
 
 // recompute sets the live set and tells the subscribers who joined or
@@ -90,12 +103,17 @@ func (m *Membership) recompute() (next time.Duration, stale []*coordinationv1.Le
 	m.mu.Lock()
 	var live []Member
 	leaving := map[string]bool{}
+	own := LeaseName(m.cfg.Name)
 	for name, s := range m.seen {
 		d := m.duration(s.lease)
 		left := s.at.Add(d).Sub(now)
+		if name == own {
+			left = min(left, m.renewedAt.Add(fenceAfter(d)).Sub(now))
+		}
 		if left <= 0 {
-			if -left > deadFor*d && name != LeaseName(m.cfg.Name) {
+			if -left > max(deadFor*d, m.cfg.HoldGrace) && name != own {
 				stale = append(stale, s.lease)
+				delete(m.seen, name) // collected below, or deleted already
 			}
 			continue
 		}

@@ -44,7 +44,18 @@ type Config struct {
 	// manager closes it once its supervisors are disposed, so that no
 	// peer starts a server's child while this replica's may still run.
 	ReleaseAfter <-chan struct{}
+	// HoldGrace is how long after a peer's Lease expired the peer may
+	// still be reaping the children of the stdio servers it held (the
+	// supervisors' close barrier): MayHold answers true until then. See
+	// docs/design.md, "Replicas and ownership": fencing.
+	HoldGrace time.Duration
 }
+
+// fenceAfter is how long after its last accepted renewal a replica counts
+// itself out of the live set: two thirds of the duration, as client-go's
+// leader election gives up at its renew deadline, so that it lets go of
+// its servers a third of a duration before any peer may take them.
+func fenceAfter(d time.Duration) time.Duration { return d * 2 / 3 }
 
 // MaxReleaseWait bounds how long a stopping replica keeps its Lease for
 // Config.ReleaseAfter, within a Pod's default grace period of 30 s.
@@ -73,11 +84,16 @@ type Membership struct {
 	// ReportUnreachable.
 	unreachable func() string
 
-	mu    sync.RWMutex
-	seen  map[string]*sighting // by Lease name
-	live  []Member             // sorted by name
-	names []string             // the names of live, for Owner
-	subs  []chan event.GenericEvent
+	mu   sync.RWMutex
+	seen map[string]*sighting // by Lease name
+	// renewedAt is when, by this replica's clock, it sent the last write
+	// of its Lease that the apiserver accepted: every peer saw that write
+	// later, so a replica that judges itself from it leaves their live
+	// sets after it has left its own (fenceAfter).
+	renewedAt time.Time
+	live      []Member // sorted by name
+	names     []string // the names of live, for Owner
+	subs      []chan event.GenericEvent
 }
 
 // New checks cfg; the Membership does nothing until Start.
@@ -139,6 +155,34 @@ func (m *Membership) Member() bool {
 	return slices.Contains(m.names, m.cfg.Name)
 }
 
+// MayHold reports whether the replica called name may still run the child
+// of a stdio server it held: while it is live, and for HoldGrace after its
+// Lease expired, in which a replica cut off from the apiserver has reaped
+// its children (it counts itself out of the live set before its peers do).
+// A replica whose Lease was deleted has let go of everything. left is how
+// long the answer stays true.
+func (m *Membership) MayHold(name string) (ok bool, left time.Duration) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	s := m.seen[LeaseName(name)]
+	if s == nil {
+		return false, 0
+	}
+	left = s.at.Add(m.duration(s.lease) + m.cfg.HoldGrace).Sub(m.cfg.Now())
+	return left > 0, max(left, 0)
+}
+
+// accepted records that the apiserver accepted a write of this replica's
+// Lease sent at sent, and has the live set judged again.
+func (m *Membership) accepted(sent time.Time) {
+	m.mu.Lock()
+	if sent.After(m.renewedAt) {
+		m.renewedAt = sent
+	}
+	m.mu.Unlock()
+	m.poke()
+}
+
 // Members are the live replicas, sorted by name.
 func (m *Membership) Members() []Member {
 	m.mu.RLock()
@@ -186,7 +230,7 @@ func (m *Membership) Start(ctx context.Context) error {
 		return err
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		m.release(ctx, lease) // stopped before the first list
+		m.release(ctx, m.leave(ctx, lease)) // stopped before the first list
 		return nil
 	}
 	log.Info("joined the replicas", "lease", lease.Name, "address", m.cfg.Address)

@@ -53,7 +53,7 @@ var _ = Describe("Replica membership", func() {
 
 	It("drops a replica that stops gracefully at once, long before its Lease would expire", func(ctx SpecContext) {
 		ns := newNamespace(ctx)
-		a := startReplica(ns, "a", withLeaseDuration(time.Minute))
+		a := startReplica(ns, "a", withLeaseDuration(time.Minute), withHoldGrace(time.Minute))
 		changes := a.Subscribe()
 		b := startReplica(ns, "b", withLeaseDuration(time.Minute))
 		Eventually(memberNames(a)).WithTimeout(10 * time.Second).Should(Equal([]string{"a", "b"}))
@@ -64,6 +64,7 @@ var _ = Describe("Replica membership", func() {
 		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "b's Lease is deleted when it stops: %v", err)
 		Eventually(memberNames(a)).WithTimeout(10 * time.Second).Should(Equal([]string{"a"}))
 		Eventually(changes).Should(Receive(leaseOf("b")), "b left")
+		Expect(a.MayHold("b")).To(BeFalse(), "a replica that deleted its Lease has let go of every child")
 	})
 
 	It("gives the servers of a stopping replica to the others at once, and keeps it live until it has let go", func(ctx SpecContext) {
@@ -113,6 +114,51 @@ var _ = Describe("Replica membership", func() {
 			return apierrors.IsNotFound(err)
 		}).WithTimeout(20*time.Second).Should(BeTrue(), "the dead replica's Lease is collected")
 		Consistently(memberNames(a)).WithTimeout(3*time.Second).Should(Equal([]string{"a"}), "a keeps renewing")
+	})
+
+	It("counts a replica cut off from the apiserver out of its own live set a third of a duration before its peers do, and waits the grace after that for its children", func(ctx SpecContext) {
+		const d, grace = 6 * time.Second, 3 * time.Second
+		ns := newNamespace(ctx)
+		a := startReplica(ns, "a", withLeaseDuration(d), withHoldGrace(grace))
+		x := startReplica(ns, "x", withLeaseDuration(d), withClient(leaseWriterWithoutUpdate(ctx, ns)))
+		x.joinedWithin(10 * time.Second)
+		Eventually(memberNames(a)).WithTimeout(10 * time.Second).Should(Equal([]string{"a", "x"}))
+		uids := make([]types.UID, 50)
+		for i := range uids {
+			uids[i] = types.UID(fmt.Sprintf("uid-%d", i))
+		}
+		Expect(uids).To(ContainElement(WithTransform(a.Owner, Equal("x"))), "x owns some of 50 servers")
+
+		// x's renewals are refused from its first one on: it created its
+		// Lease and no write of it is accepted since.
+		Eventually(x.Member).WithTimeout(d).WithPolling(10 * time.Millisecond).Should(BeFalse())
+		for _, uid := range uids {
+			Expect(x.Owner(uid)).To(Equal("a"), "x owns nothing once it counts itself out")
+		}
+		Consistently(func() bool { _, live := a.Live("x"); return live }).WithTimeout(d/6).Should(BeTrue(),
+			"a still counts x in: x let go first")
+		Eventually(memberNames(a)).WithTimeout(d).Should(Equal([]string{"a"}))
+
+		held, left := a.MayHold("x")
+		Expect(held).To(BeTrue(), "x may still be reaping the children of its stdio servers")
+		Expect(left).To(BeNumerically("<=", grace))
+		Eventually(func() bool { ok, _ := a.MayHold("x"); return ok }).WithTimeout(2 * grace).Should(BeFalse())
+	})
+
+	It("creates its Lease again when someone deletes it, and stays a member", func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		a := startReplica(ns, "a")
+		a.joinedWithin(10 * time.Second)
+		l, err := clientset.CoordinationV1().Leases(ns).Get(ctx, membership.LeaseName("a"), metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+
+		Expect(clientset.CoordinationV1().Leases(ns).Delete(ctx, l.Name, metav1.DeleteOptions{})).To(Succeed())
+		Eventually(func(g Gomega) {
+			now, err := clientset.CoordinationV1().Leases(ns).Get(ctx, l.Name, metav1.GetOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(now.UID).NotTo(Equal(l.UID))
+		}).WithTimeout(10 * time.Second).Should(Succeed())
+		Consistently(a.Member).WithTimeout(4 * time.Second).Should(BeTrue())
 	})
 
 	It("refuses a second process with the name of a live replica, and leaves the first alone", func(ctx SpecContext) {
@@ -182,8 +228,8 @@ var _ = Describe("Replica membership", func() {
 		Eventually(x.Member).WithTimeout(10 * time.Second).Should(BeTrue())
 		Eventually(memberNames(a)).WithTimeout(10 * time.Second).Should(Equal([]string{"a", "x"}))
 
-		// x's renewals are refused: after its 2 s it sees itself gone, as
-		// a does, and says so in its metric.
+		// x's renewals are refused: within two thirds of its 2 s it sees
+		// itself gone, a does after 2 s, and x says so in its metric.
 		Eventually(x.Member).WithTimeout(10 * time.Second).Should(BeFalse())
 		Eventually(memberNames(a)).WithTimeout(10 * time.Second).Should(Equal([]string{"a"}))
 		Expect(a.stop()).To(Succeed())

@@ -64,6 +64,10 @@ func withLeaseDuration(d time.Duration) replicaOption {
 	return func(c *membership.Config) { c.LeaseDuration = d }
 }
 
+func withHoldGrace(d time.Duration) replicaOption {
+	return func(c *membership.Config) { c.HoldGrace = d }
+}
+
 func withReleaseAfter(ch <-chan struct{}) replicaOption {
 	return func(c *membership.Config) { c.ReleaseAfter = ch }
 }
