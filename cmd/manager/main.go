@@ -137,10 +137,12 @@ func run(args []string) error {
 // registry. See docs/design.md, "Replicas and ownership".
 func setupControllers(mgr ctrl.Manager, opts *options, members *membership.Membership, sups *controller.Supervisors) (*toolsets.Mirror, error) {
 	local := sups.Registry
-	// Each owner keeps its servers within the namespace's budget; the
-	// mirror serves what the owners published.
+	// Each owner keeps its servers within the namespace's budget, counting
+	// what the other replicas publish there; the mirror serves what the
+	// owners published.
 	served := registry.New()
 	served.MaxToolBytesPerNamespace = math.MaxInt64
+	local.Shared = served // one budget per namespace over the replicas
 	if err := setupGateway(mgr, opts, served, sups); err != nil {
 		return nil, fmt.Errorf("set up the gateway: %w", err)
 	}

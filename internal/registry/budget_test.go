@@ -55,6 +55,48 @@ func TestSwapRefusesASetOverTheNamespaceToolBudget(t *testing.T) {
 	}
 }
 
+// With replicas, a replica's own registry keeps one budget per namespace
+// with the others: what the shared (mirrored) registry holds beyond its
+// own sets counts, its own sets once mirrored count once, and another
+// namespace's tools do not count.
+func TestSwapCountsWhatOtherReplicasPublishTowardTheBudget(t *testing.T) {
+	c := &registryTestCaller{id: "c"}
+	shared := New()
+	shared.MaxToolBytesPerNamespace = 1 << 30
+	if _, err := shared.Swap("ns", "ns/elsewhere", "elsewhere", paddedTools("t", 5, 10<<10), c); err != nil { // ~50 KiB, another replica's
+		t.Fatal(err)
+	}
+	if _, err := shared.Swap("other", "other/big", "big", paddedTools("t", 9, 10<<10), c); err != nil {
+		t.Fatal(err)
+	}
+	local := New()
+	local.MaxToolBytesPerNamespace = 100 << 10
+	local.Shared = shared
+	if _, err := local.Swap("ns", "ns/a", "a", paddedTools("t", 4, 10<<10), c); err != nil { // ~40 KiB: 90 in all
+		t.Fatalf("a set that fits beside the other replica's was refused: %v", err)
+	}
+	if _, err := shared.Swap("ns", "ns/a", "a", paddedTools("t", 4, 10<<10), c); err != nil { // mirrored
+		t.Fatal(err)
+	}
+	_, err := local.Swap("ns", "ns/b", "b", paddedTools("t", 2, 10<<10), c) // ~20 KiB more: 110
+	var be *ToolBudgetError
+	if !errors.As(err, &be) {
+		t.Fatalf("over the budget with the other replica's tools: got %v, want a ToolBudgetError", err)
+	}
+	if be.Others < 85<<10 || be.Others > 95<<10 {
+		t.Fatalf("the refusal counts %d bytes of others, want about 90 KiB (a's own set once)", be.Others)
+	}
+	sub := local.Subscribe()
+	defer sub.Close()
+	shared.Remove("ns", "ns/elsewhere")
+	if got := sub.Drain(); len(got) != 1 || got[0] != "ns" {
+		t.Fatalf("a local subscriber heard %v of the other replica's change, want [ns]: a refused set waits for it", got)
+	}
+	if _, err := local.Swap("ns", "ns/b", "b", paddedTools("t", 2, 10<<10), c); err != nil {
+		t.Fatalf("the set fits once the other replica's server is gone: %v", err)
+	}
+}
+
 // A swap that changes one tool keeps the other entries as they were, so
 // that the gateway's views re-add only that one; x-mcp-header parameters
 // are found at publish.

@@ -50,6 +50,12 @@ type Registry struct {
 	// all servers together, as JSON; zero is DefaultMaxToolBytesPerNamespace.
 	// Set it before the registry is used.
 	MaxToolBytesPerNamespace int64
+	// Shared, when set, is the registry that serves every replica's tools
+	// (the mirror of the McpToolSets): what it holds of a namespace beyond
+	// this registry's own tools counts toward the budget too, so that the
+	// replicas together keep one budget per namespace. Set it before the
+	// registry is used. See docs/design.md, "Replicas and ownership".
+	Shared *Registry
 
 	mu         sync.RWMutex
 	namespaces map[string]*regNamespace
@@ -147,7 +153,7 @@ func (r *Registry) Swap(ns, owner, serverName string, tools []*mcp.Tool, caller 
 		cur.serverName = serverName
 		return false, nil
 	}
-	if err := r.checkBudget(st, cur, size); err != nil {
+	if err := r.checkBudget(ns, st, cur, size); err != nil {
 		if len(st.owners) == 0 {
 			delete(r.namespaces, ns)
 		}
@@ -279,20 +285,44 @@ func (e *ToolBudgetError) Error() string {
 
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 
-// checkBudget refuses a set of size bytes for owner cur (nil: new) of st
-// that would pass the namespace's budget. A set that does not grow is
-// never refused, so that a namespace over a lowered budget can shrink.
-func (r *Registry) checkBudget(st *regNamespace, cur *regOwner, size int64) error {
+// checkBudget refuses a set of size bytes for owner cur (nil: new) of st,
+// namespace ns, that would pass the namespace's budget. A set that does
+// not grow is never refused, so that a namespace over a lowered budget can
+// shrink. The other replicas' tools are what Shared holds beyond this
+// registry's: it mirrors this registry's sets too, one watch event after
+// they change, so those are left out of it whatever size it has them at.
+func (r *Registry) checkBudget(ns string, st *regNamespace, cur *regOwner, size int64) error {
 	var curBytes int64
 	if cur != nil {
 		curBytes = cur.bytes
 	}
 	others := st.bytes - curBytes
+	if r.Shared != nil {
+		others += r.Shared.bytesBeyond(ns, st.owners)
+	}
 	limit := cmp.Or(r.MaxToolBytesPerNamespace, DefaultMaxToolBytesPerNamespace)
 	if size <= curBytes || others+size <= limit {
 		return nil
 	}
 	return &ToolBudgetError{Bytes: size, Others: others, Max: limit}
+}
+
+// bytesBeyond is the size of the tools published in ns by owners other
+// than those of mine, as JSON.
+func (r *Registry) bytesBeyond(ns string, mine map[string]*regOwner) int64 {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	st := r.namespaces[ns]
+	if st == nil {
+		return 0
+	}
+	n := st.bytes
+	for name := range mine {
+		if o := st.owners[name]; o != nil {
+			n -= o.bytes
+		}
+	}
+	return n
 }
 
 // CompactSchemas replaces t's decoded schemas with their JSON, as
@@ -473,14 +503,26 @@ type Subscription struct {
 }
 
 // Subscribe returns a new change feed. The registry never blocks on a slow
-// subscriber.
+// subscriber. With Shared, the feed has Shared's changes as well: a set
+// refused for the budget is tried again when another replica's tools of
+// its namespace change.
 func (r *Registry) Subscribe() *Subscription {
 	c := make(chan struct{}, 1)
 	s := &Subscription{C: c, r: r, c: c, pending: make(map[string]struct{})}
-	r.mu.Lock()
-	r.subs[s] = struct{}{}
-	r.mu.Unlock()
+	for _, reg := range r.feeds() {
+		reg.mu.Lock()
+		reg.subs[s] = struct{}{}
+		reg.mu.Unlock()
+	}
 	return s
+}
+
+// feeds are the registries whose changes r's subscribers hear.
+func (r *Registry) feeds() []*Registry {
+	if r.Shared == nil {
+		return []*Registry{r}
+	}
+	return []*Registry{r, r.Shared}
 }
 
 // notifyLocked records that ns changed for every subscriber and signals each
@@ -525,9 +567,11 @@ func (s *Subscription) Drain() []string {
 // goroutine selecting on C never sees a spurious signal; a signal pending at
 // Close is discarded. Close is idempotent.
 func (s *Subscription) Close() {
-	s.r.mu.Lock()
-	delete(s.r.subs, s)
-	s.r.mu.Unlock()
+	for _, reg := range s.r.feeds() {
+		reg.mu.Lock()
+		delete(reg.subs, s)
+		reg.mu.Unlock()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
