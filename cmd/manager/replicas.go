@@ -159,7 +159,10 @@ var hostname = os.Hostname
 // replicaSet is the membership as the McpServer reconciler asks it.
 type replicaSet struct{ *membership.Membership }
 
-func (s replicaSet) MayHold(name string) (bool, time.Duration) { return s.Membership.MayHold(name) }
+func (s replicaSet) MayHold(name string) bool {
+	ok, _ := s.Membership.MayHold(name)
+	return ok
+}
 
 // addReadiness makes /readyz pass only while this replica can serve the
 // whole registry: it has joined the replicas, its gateway serves every

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -32,10 +31,10 @@ type Replicas interface {
 	// "" while this replica knows of none.
 	Owner(uid types.UID) string
 	// MayHold reports whether the replica called name may still run a
-	// stdio server's child, and for how long that answer holds: while it
-	// is live, and for a grace after its Lease expired (a replica cut off
-	// from the apiserver stops its children in that time).
-	MayHold(name string) (bool, time.Duration)
+	// stdio server's child: while it is live, and for a grace after its
+	// Lease expired (a replica cut off from the apiserver stops its
+	// children in that time).
+	MayHold(name string) bool
 }
 
 // ownerOf is the replica that owns obj: this one when there are no
@@ -113,7 +112,7 @@ func (r *McpServerReconciler) claimConnection(ctx context.Context, obj *v1alpha1
 	case ts.Spec.Holder == r.Replica:
 		return verdict{}, true, nil
 	case ts.Spec.Holder != "" && r.Replicas != nil:
-		if held, _ := r.Replicas.MayHold(ts.Spec.Holder); held {
+		if r.Replicas.MayHold(ts.Spec.Holder) {
 			return verdict{phase: v1alpha1.PhasePending, reason: v1alpha1.ReasonHandingOver,
 				message: fmt.Sprintf("Waiting for replica %q to close the server's connection; this replica starts it then", ts.Spec.Holder)}, false, nil
 		}

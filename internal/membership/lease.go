@@ -56,11 +56,9 @@ func (m *Membership) acquire(ctx context.Context) (*coordinationv1.Lease, error)
 		cur, err := m.leases.Get(ctx, name, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
-			sent := m.cfg.Now()
-			l, err := m.leases.Create(ctx, m.newLease(), metav1.CreateOptions{})
-			if err == nil {
-				m.accepted(sent)
-			}
+			l, err := m.stamped(func() (*coordinationv1.Lease, error) {
+				return m.leases.Create(ctx, m.newLease(), metav1.CreateOptions{})
+			})
 			if err == nil || !apierrors.IsAlreadyExists(err) {
 				return l, m.leaseError("create", err)
 			}
@@ -78,11 +76,7 @@ func (m *Membership) acquire(ctx context.Context) (*coordinationv1.Lease, error)
 		case !m.cfg.Now().Before(deadline):
 			l := m.renewed(cur)
 			l.Spec.AcquireTime = l.Spec.RenewTime
-			sent := m.cfg.Now()
-			l, err = m.leases.Update(ctx, l, metav1.UpdateOptions{})
-			if err == nil {
-				m.accepted(sent)
-			}
+			l, err = m.stamped(func() (*coordinationv1.Lease, error) { return m.leases.Update(ctx, l, metav1.UpdateOptions{}) })
 			if err == nil || !apierrors.IsConflict(err) {
 				return l, m.leaseError("take over", err)
 			}
@@ -103,8 +97,14 @@ func (m *Membership) acquire(ctx context.Context) (*coordinationv1.Lease, error)
 // deleted object fails its uid precondition with a conflict, not
 // NotFound); one another process took over ends this replica.
 func (m *Membership) renew(ctx context.Context, lease *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	return m.stamped(func() (*coordinationv1.Lease, error) { return m.write(ctx, lease) })
+}
+
+// stamped runs a write of this replica's Lease and, when the apiserver
+// accepts it, records when it was sent (fencing: see accepted).
+func (m *Membership) stamped(write func() (*coordinationv1.Lease, error)) (*coordinationv1.Lease, error) {
 	sent := m.cfg.Now()
-	l, err := m.write(ctx, lease)
+	l, err := write()
 	if err == nil {
 		m.accepted(sent)
 	}

@@ -291,6 +291,8 @@ func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 // shrink. The other replicas' tools are what Shared holds beyond this
 // registry's: it mirrors this registry's sets too, one watch event after
 // they change, so those are left out of it whatever size it has them at.
+// Lock order: r.mu is held here and Shared's is taken; Shared never takes
+// r's.
 func (r *Registry) checkBudget(ns string, st *regNamespace, cur *regOwner, size int64) error {
 	var curBytes int64
 	if cur != nil {
