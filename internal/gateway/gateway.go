@@ -68,6 +68,11 @@ type Gateway struct {
 	// SessionMaxAge: how long after its start a session may be taken up
 	// from its id; zero means DefaultSessionMaxAge.
 	SessionMaxAge time.Duration
+	// SessionsEnded, when set, is told the keys of the sessions this
+	// gateway ends (DELETE, idle) and until when they could be taken up,
+	// so that the other replicas end them too (EndedElsewhere). It must
+	// not block. See docs/design.md, "Sessions on every replica".
+	SessionsEnded func(keys []string, until time.Time)
 
 	// DrainDelay is how long the gateway still serves once the manager
 	// stops, answering with Connection: close (see drainingServer).
@@ -214,9 +219,7 @@ func (g *Gateway) view(ctx context.Context, ns string, gr grant) (*view, func(),
 	if g.endpoints == nil {
 		g.endpoints = map[string]*endpoint{}
 	}
-	if g.sealer == nil {
-		g.sealer = g.newSealer()
-	}
+	g.ensureSealerLocked()
 	e := g.endpoints[ns]
 	if e == nil {
 		e = newEndpoint(ns, g)
@@ -231,12 +234,46 @@ func (g *Gateway) view(ctx context.Context, ns string, gr grant) (*view, func(),
 	return v, release, nil
 }
 
-func (g *Gateway) newSealer() *sealer {
-	s := &sealer{keys: g.SessionKeys, maxAge: cmp.Or(g.SessionMaxAge, DefaultSessionMaxAge), now: time.Now}
-	if s.keys == nil {
-		s.keys = newLocalKeys()
+// ensureSealerLocked makes the sealer of every endpoint; g.mu is held.
+func (g *Gateway) ensureSealerLocked() *sealer {
+	if g.sealer == nil {
+		s := &sealer{keys: g.SessionKeys, maxAge: cmp.Or(g.SessionMaxAge, DefaultSessionMaxAge), now: time.Now,
+			tell: g.SessionsEnded}
+		if s.keys == nil {
+			s.keys = newLocalKeys()
+		}
+		g.sealer = s
 	}
-	return s
+	return g.sealer
+}
+
+// EndedElsewhere ends the sessions another replica ended, given by their
+// keys (what SessionsEnded was told there): they are not taken up here
+// until then, and a session this replica holds under one of them is
+// closed. Keys that are not a session key are ignored.
+func (g *Gateway) EndedElsewhere(keys []string, until time.Time) {
+	g.mu.Lock()
+	s := g.ensureSealerLocked()
+	g.mu.Unlock()
+	ended := map[[16]byte]bool{}
+	for _, k := range keys {
+		if key, ok := parseEndedKey(k); ok {
+			s.ended.addKey(key, until)
+			ended[key] = true
+		}
+	}
+	if len(ended) == 0 {
+		return
+	}
+	for _, e := range g.allEndpoints() {
+		for _, v := range e.allViews() {
+			for ss := range v.server.Sessions() {
+				if ended[endedKey(ss.ID())] {
+					_ = ss.Close()
+				}
+			}
+		}
+	}
 }
 
 // Start keeps the views equal to the registry and to what their identities

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"sync"
 	"time"
@@ -67,6 +68,22 @@ type sealer struct {
 	maxAge time.Duration
 	now    func() time.Time
 	ended  endedSessions
+	tell   func(keys []string, until time.Time) // Gateway.SessionsEnded
+}
+
+// end records that this gateway ended the sessions of ids, so that neither
+// it nor (told) another replica takes them up again while they could be.
+func (s *sealer) end(ids ...string) {
+	until := s.now().Add(s.maxAge + clockSkew)
+	keys := make([]string, len(ids))
+	for i, id := range ids {
+		k := endedKey(id)
+		s.ended.addKey(k, until)
+		keys[i] = hex.EncodeToString(k[:])
+	}
+	if s.tell != nil && len(keys) > 0 {
+		s.tell(keys, until)
+	}
 }
 
 func identityHash(id string) []byte {
@@ -166,10 +183,10 @@ func (k *localKeys) Current() (uint32, cipher.AEAD, bool) { return k.id, k.key, 
 
 func (k *localKeys) Key(id uint32) (cipher.AEAD, bool) { return k.key, id == k.id }
 
-// endedSessions remembers the sealed ids of the sessions this gateway ended
-// (DELETE, idle), until they expire, so that it does not take them up
-// again. Another replica does not know them: see docs/design.md, "Sessions
-// on every replica".
+// endedSessions remembers the sealed ids of the sessions this gateway or
+// another replica ended (DELETE, idle), by a hash, until they expire, so
+// that it does not take them up again. See docs/design.md, "Sessions on
+// every replica".
 type endedSessions struct {
 	mu  sync.Mutex
 	ids map[[16]byte]time.Time // SHA-256 prefix of the id -> when it expires
@@ -183,14 +200,28 @@ func endedKey(sid string) [16]byte {
 	return [16]byte(h[:16])
 }
 
-func (e *endedSessions) add(sid string, until time.Time) {
+// parseEndedKey reads a key as sealer.end writes it.
+func parseEndedKey(s string) ([16]byte, bool) {
+	var k [16]byte
+	if hex.DecodedLen(len(s)) != len(k) {
+		return k, false
+	}
+	_, err := hex.Decode(k[:], []byte(s))
+	return k, err == nil
+}
+
+func (e *endedSessions) addKey(k [16]byte, until time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.ids == nil {
 		e.ids = map[[16]byte]time.Time{}
 	}
-	if len(e.ids) < maxEnded {
-		e.ids[endedKey(sid)] = until
+	cur, ok := e.ids[k]
+	if ok && !until.After(cur) {
+		return
+	}
+	if ok || len(e.ids) < maxEnded {
+		e.ids[k] = until
 	}
 }
 

@@ -434,6 +434,38 @@ func TestADeletedSessionIsNotTakenUpAgain(t *testing.T) {
 	}
 }
 
+// A session deleted on one replica is ended on the others, as the manager
+// tells them: one that had taken it up closes it, and one that had not
+// does not take it up.
+func TestADeletedSessionIsEndedOnEveryReplica(t *testing.T) {
+	p := newReplicas(t, &replicaOptions{keys: newTestRing(t)})
+	p.a.g.SessionsEnded, p.b.g.SessionsEnded = p.b.g.EndedElsewhere, p.a.g.EndedElsewhere
+
+	held := connectAgent(t, p.url, p.hc, statefulProto).ID()
+	p.to(p.b)
+	if code, on, body := p.request(t, http.MethodPost, testNS, held, listTools); code != http.StatusOK || on != "b" {
+		t.Fatalf("taking the session up on B: status %d on %s: %s", code, on, body)
+	}
+	p.to(p.a)
+	if code, _, body := p.request(t, http.MethodDelete, testNS, held, ""); code != http.StatusNoContent {
+		t.Fatalf("DELETE on A: status %d: %s", code, body)
+	}
+	p.to(p.b)
+	if code, on, body := p.request(t, http.MethodPost, testNS, held, listTools); code != http.StatusNotFound || on != "b" {
+		t.Fatalf("B still serves a session deleted on A: status %d on %s: %s", code, on, body)
+	}
+
+	p.to(p.a)
+	unseen := connectAgent(t, p.url, p.hc, statefulProto).ID()
+	if code, _, body := p.request(t, http.MethodDelete, testNS, unseen, ""); code != http.StatusNoContent {
+		t.Fatalf("DELETE on A: status %d: %s", code, body)
+	}
+	p.to(p.b)
+	if code, on, body := p.request(t, http.MethodPost, testNS, unseen, listTools); code != http.StatusNotFound || on != "b" {
+		t.Fatalf("B took up a session deleted on A: status %d on %s: %s", code, on, body)
+	}
+}
+
 // Taking a session up counts against the identity's session budget.
 func TestTakingUpASessionIsWithinTheSessionBudget(t *testing.T) {
 	p := newReplicas(t, &replicaOptions{keys: newTestRing(t)})

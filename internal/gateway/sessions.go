@@ -79,12 +79,12 @@ func (v *view) closeIdle(now time.Time, idle time.Duration) {
 	if len(stale) == 0 {
 		return
 	}
+	// Ended: not taken up again, here or elsewhere.
+	v.e.sealer.end(stale...)
 	for ss := range v.server.Sessions() {
 		for _, id := range stale {
 			if ss.ID() == id {
 				v.e.log.V(1).Info("ending idle agent session", "idle", idle.String())
-				// Ended here: not taken up again by this process.
-				v.e.sealer.ended.add(id, now.Add(v.e.sealer.maxAge+clockSkew))
 				_ = ss.Close()
 			}
 		}

@@ -135,9 +135,9 @@ func (v *view) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Method == http.MethodDelete && sid != "" && v.hasSession(sid) {
-		// Not to be taken up again here (another replica may: see
-		// docs/design.md, "Sessions on every replica").
-		v.e.sealer.ended.add(sid, v.e.sealer.now().Add(v.e.sealer.maxAge+clockSkew))
+		// Not to be taken up again, here or (told) on another replica:
+		// see docs/design.md, "Sessions on every replica".
+		v.e.sealer.end(sid)
 	}
 	v.sessions.ServeHTTP(w, r)
 }
