@@ -143,7 +143,8 @@ func setupControllers(mgr ctrl.Manager, opts *options, members *membership.Membe
 	served := registry.New()
 	served.MaxToolBytesPerNamespace = math.MaxInt64
 	local.Shared = served // one budget per namespace over the replicas
-	if err := setupGateway(mgr, opts, served, sups); err != nil {
+	gw, err := setupGateway(mgr, opts, served, sups)
+	if err != nil {
 		return nil, fmt.Errorf("set up the gateway: %w", err)
 	}
 	mirror := &toolsets.Mirror{Reader: mgr.GetCache(), Served: served, Self: opts.replicas.name, Local: local.Caller,
@@ -151,7 +152,7 @@ func setupControllers(mgr ctrl.Manager, opts *options, members *membership.Membe
 			mb, ok := members.Live(name)
 			return toolsets.Peer{Name: mb.Name, Address: mb.Address}, ok
 		}}
-	if err := setupForwarding(mgr, opts, members, mirror, sups); err != nil {
+	if err := setupForwarding(mgr, opts, members, mirror, sups, gw); err != nil {
 		return nil, fmt.Errorf("set up forwarding between replicas: %w", err)
 	}
 	if err := mirror.SetupWithManager(mgr); err != nil {
@@ -179,14 +180,14 @@ func setupControllers(mgr ctrl.Manager, opts *options, members *membership.Membe
 // (audience-bound TokenReviews, "use" reviews namespace-wide then per
 // McpServer) unless --gateway-auth=none, and over TLS unless
 // --gateway-tls=false (gatewaytls.go). See docs/design.md, "The gateway".
-func setupGateway(mgr ctrl.Manager, opts *options, reg *registry.Registry, sups *controller.Supervisors) error {
+func setupGateway(mgr ctrl.Manager, opts *options, reg *registry.Registry, sups *controller.Supervisors) (*gateway.Gateway, error) {
 	gw := &gateway.Gateway{Registry: reg, Log: ctrl.Log.WithName("gateway"), TracerProvider: opts.tracerProvider,
 		Budgets: opts.budgets.gateway, DrainDelay: opts.replicas.drainDelay}
 	// The supervisors answer the calls the gateway still takes while it
 	// drains (docs/design.md, "Replicas and ownership": shutdown).
 	sups.DrainAfter = append(sups.DrainAfter, gw.Drained())
 	if err := addSessionKeys(mgr, gw, &opts.sessionKeys, opts.stdio.managerNamespace); err != nil {
-		return err
+		return nil, err
 	}
 	if opts.gatewayAuth == gatewayAuthToken {
 		c := mgr.GetClient() // creates go to the apiserver, never to the cache
@@ -198,7 +199,7 @@ func setupGateway(mgr ctrl.Manager, opts *options, reg *registry.Registry, sups 
 	}
 	getCertificate, err := gatewayCertificate(mgr, opts)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if getCertificate != nil {
 		gw.TLS = gateway.TLSConfig(getCertificate)
@@ -207,9 +208,9 @@ func setupGateway(mgr ctrl.Manager, opts *options, reg *registry.Registry, sups 
 	// starts, and the kernel then holds the Service's first connections.
 	ln, err := net.Listen("tcp", opts.gatewayAddr)
 	if err != nil {
-		return fmt.Errorf("--gateway-bind-address=%s: %w", opts.gatewayAddr, err)
+		return nil, fmt.Errorf("--gateway-bind-address=%s: %w", opts.gatewayAddr, err)
 	}
-	return gw.AddToManager(mgr, ln)
+	return gw, gw.AddToManager(mgr, ln)
 }
 
 // cacheOptions restricts the informers to the watched namespaces, if any.

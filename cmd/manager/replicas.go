@@ -22,6 +22,7 @@ import (
 
 	"github.com/mcpbridge/operator/internal/bridge"
 	"github.com/mcpbridge/operator/internal/controller"
+	"github.com/mcpbridge/operator/internal/gateway"
 	"github.com/mcpbridge/operator/internal/membership"
 	"github.com/mcpbridge/operator/internal/peer"
 	"github.com/mcpbridge/operator/internal/toolsets"
@@ -190,14 +191,21 @@ func addReadiness(mgr ctrl.Manager, members *membership.Membership, mirror *tool
 // the replicas' own CA) to the supervisors of its own registry, and has the
 // mirror forward the calls of servers held elsewhere through its client.
 // See docs/design.md, "Forwarding between replicas".
-func setupForwarding(mgr ctrl.Manager, opts *options, members *membership.Membership, mirror *toolsets.Mirror, sups *controller.Supervisors) error {
+func setupForwarding(mgr ctrl.Manager, opts *options, members *membership.Membership, mirror *toolsets.Mirror,
+	sups *controller.Supervisors, gw *gateway.Gateway) error {
+	var ends *peer.SessionEnds
 	pr, err := peer.New(peer.Config{Name: opts.replicas.name, Namespace: opts.replicas.namespace,
 		BindAddress: opts.replicas.bindAddress, Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
-		Local: peer.LocalFunc(mirror.Local), TracerProvider: opts.tracerProvider})
+		Local: peer.LocalFunc(mirror.Local), Ended: func(e []peer.EndedSession) { ends.Received(e) },
+		TracerProvider: opts.tracerProvider})
 	if err != nil {
 		return err
 	}
 	if err := pr.AddToManager(mgr); err != nil {
+		return err
+	}
+	ends = relaySessionEnds(opts.replicas.name, members, pr.Client(), gw)
+	if err := mgr.Add(ends); err != nil {
 		return err
 	}
 	// The supervisors answer the calls the endpoint has taken until it has
@@ -225,6 +233,24 @@ func setupForwarding(mgr ctrl.Manager, opts *options, members *membership.Member
 			return errors.New("no replica certificate yet")
 		}
 	})
+}
+
+// relaySessionEnds has the agent sessions this replica's gateway ends
+// ended on every replica, and those the others end ended here. See
+// docs/design.md, "Sessions on every replica".
+func relaySessionEnds(self string, members *membership.Membership, client *peer.Client, gw *gateway.Gateway) *peer.SessionEnds {
+	ends := peer.NewSessionEnds(peer.SessionEndsConfig{Self: self, Send: client.SendEnded, Apply: gw.EndedElsewhere,
+		Log: ctrl.Log.WithName("peer"),
+		Members: func() []peer.Target {
+			mbs := members.Members()
+			out := make([]peer.Target, len(mbs))
+			for i, mb := range mbs {
+				out[i] = peer.Target{Name: mb.Name, Address: mb.Address}
+			}
+			return out
+		}})
+	gw.SessionsEnded = ends.Ended
+	return ends
 }
 
 // drainingFlag is set once the manager stops. It runs on every replica,

@@ -245,3 +245,35 @@ func gaugeBool(b bool) float64 {
 	}
 	return 0
 }
+
+// SendEnded tells the replica to of agent sessions this replica knows
+// ended (at most maxEndedPerRequest). Whether it was reached is recorded
+// as for a forward.
+func (c *Client) SendEnded(ctx context.Context, to Target, ended []EndedSession) error {
+	if to.Address == "" {
+		return fmt.Errorf("replica %s has no address", to.Name)
+	}
+	body, err := json.Marshal(ended)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+to.Address+EndedPath, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("the address of replica %s: %w", to.Name, err)
+	}
+	req.Header["Content-Type"] = []string{"application/json"}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.reached(to, err)
+		}
+		return &unreachableError{err: err}
+	}
+	c.reached(to, nil)
+	defer func() { _ = resp.Body.Close() }()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode != http.StatusNoContent {
+		return fmt.Errorf("replica %s answered %s", to.Name, resp.Status)
+	}
+	return nil
+}

@@ -1,6 +1,7 @@
 // Package peer owns the replicas' internal endpoint: how a replica that
 // does not own an McpServer forwards a tools/call to the replica that does,
-// and what proves to each end that the other is a replica.
+// how the agent sessions one replica ends are ended on all, and what
+// proves to each end that the other is a replica.
 //
 //   - replica.go: Config, New and the Replica they build (its certificate,
 //     its Endpoint and its Client), and AddToManager.
@@ -17,11 +18,15 @@
 //   - client.go: Client, shared by every forwarding caller of a replica,
 //     with pooled keep-alive connections, the replica's current client
 //     certificate at each handshake and the trace context propagated.
-//   - wire.go: the call's request and answer on the wire, and the errors
+//   - sessionends.go: SessionEnds (a manager.Runnable on every replica),
+//     which tells each live peer of the sessions this replica's gateway
+//     ended, and a peer that joins later of every end it knows.
+//   - wire.go: the call's request and answer, and the ended sessions, on
+//     the wire, and the errors
 //     (ErrNotServedHere, CallError, ErrUnreachable, ErrNotSent) a forward
 //     ends with.
-//   - metrics.go: forwards by outcome and the peers this replica cannot
-//     reach.
+//   - metrics.go: forwards by outcome, the peers this replica cannot
+//     reach, and the ended sessions it could not keep.
 //
 // Authorization, budgets and audit belong to the gateway of the replica the
 // agent called: a forwarded call is checked there once, and the owner only

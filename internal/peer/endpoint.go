@@ -47,6 +47,7 @@ type Endpoint struct {
 	bindAddress     string
 	id              *identity
 	local           LocalFunc
+	onEnded         func([]EndedSession)
 	log             logr.Logger
 	tracer          tracing.Tracer
 	shutdownTimeout time.Duration
@@ -58,7 +59,7 @@ type Endpoint struct {
 }
 
 func newEndpoint(cfg *Config, id *identity, tracer tracing.Tracer) *Endpoint {
-	return &Endpoint{bindAddress: cfg.BindAddress, id: id, local: cfg.Local, log: cfg.Log, tracer: tracer,
+	return &Endpoint{bindAddress: cfg.BindAddress, id: id, local: cfg.Local, onEnded: cfg.Ended, log: cfg.Log, tracer: tracer,
 		shutdownTimeout: cfg.ShutdownTimeout, bound: make(chan struct{}), ended: make(chan struct{})}
 }
 
@@ -135,10 +136,14 @@ func (e *Endpoint) httpServer(ctx context.Context) *http.Server {
 	}
 }
 
-// ServeHTTP answers POST CallPath: the call runs on the local caller of
-// its owner, once, or is answered not_owner.
+// ServeHTTP answers POST CallPath (serveCall) and POST EndedPath
+// (serveEnded).
 func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path != CallPath {
+	serve := e.serveCall
+	switch {
+	case r.URL.Path == EndedPath && e.onEnded != nil:
+		serve = e.serveEnded
+	case r.URL.Path != CallPath:
 		http.NotFound(w, r)
 		return
 	}
@@ -147,13 +152,29 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeFailure(w, http.StatusMethodNotAllowed, failure{Error: codeBadRequest, Message: "POST only"})
 		return
 	}
+	serve(w, r)
+}
+
+// readRequest decodes r's body into v, within MaxBodyBytes, or answers
+// the failure and reports false.
+func readRequest(w http.ResponseWriter, r *http.Request, v any) bool {
+	err := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes)).Decode(v)
+	if err == nil {
+		return true
+	}
+	status := http.StatusBadRequest
+	if _, tooLarge := errors.AsType[*http.MaxBytesError](err); tooLarge {
+		status = http.StatusRequestEntityTooLarge
+	}
+	writeFailure(w, status, failure{Error: codeBadRequest, Message: "the request cannot be read"})
+	return false
+}
+
+// serveCall runs the call on the local caller of its owner, once, or
+// answers not_owner.
+func (e *Endpoint) serveCall(w http.ResponseWriter, r *http.Request) {
 	var c Call
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes)).Decode(&c); err != nil {
-		status := http.StatusBadRequest
-		if _, tooLarge := errors.AsType[*http.MaxBytesError](err); tooLarge {
-			status = http.StatusRequestEntityTooLarge
-		}
-		writeFailure(w, status, failure{Error: codeBadRequest, Message: "the call cannot be read"})
+	if !readRequest(w, r, &c) {
 		return
 	}
 	ctx, span := e.startSpan(r, &c)
@@ -178,6 +199,22 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		tracing.SetAttributes(span, tracing.Outcome.String(outcome))
 	}
 	writeBody(w, http.StatusOK, encodeAnswer(res, isError))
+}
+
+// serveEnded hands the sessions another replica ended to this replica's
+// (Config.Ended), at most maxEndedPerRequest of them.
+func (e *Endpoint) serveEnded(w http.ResponseWriter, r *http.Request) {
+	var ended []EndedSession
+	if !readRequest(w, r, &ended) {
+		return
+	}
+	if len(ended) > maxEndedPerRequest {
+		writeFailure(w, http.StatusRequestEntityTooLarge, failure{Error: codeBadRequest,
+			Message: fmt.Sprintf("more than %d sessions", maxEndedPerRequest)})
+		return
+	}
+	e.onEnded(ended)
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // startSpan continues the forwarding replica's trace (its traceparent

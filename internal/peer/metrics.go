@@ -32,4 +32,13 @@ var unreachable = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		"handshake, a connection lost), 0 after one that did.",
 }, []string{"peer"})
 
-func init() { metrics.Registry.MustRegister(forwards, unreachable) }
+// sessionEndsDropped counts the ended agent sessions this replica could
+// not keep for replicas that join later (beyond maxKnownEnds): such a
+// replica may take them up again. See docs/design.md, "Sessions on every
+// replica".
+var sessionEndsDropped = prometheus.NewCounter(prometheus.CounterOpts{
+	Name: "mcpbridge_replica_session_ends_dropped_total",
+	Help: "Ended agent sessions this replica could not keep to tell replicas that join later, beyond its bound of 262,144.",
+})
+
+func init() { metrics.Registry.MustRegister(forwards, unreachable, sessionEndsDropped) }

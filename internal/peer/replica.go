@@ -34,6 +34,9 @@ type Config struct {
 	Reader client.Reader
 	// Local finds the local caller of an owner's tool set.
 	Local LocalFunc
+	// Ended, when set, is given the agent sessions another replica ended
+	// (POST EndedPath; without it that route is 404): SessionEnds.Received.
+	Ended func([]EndedSession)
 	// Log is the logger of the endpoint and the client; zero is
 	// ctrl.Log's "peer".
 	Log logr.Logger

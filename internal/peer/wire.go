@@ -3,10 +3,15 @@ package peer
 import (
 	"encoding/json"
 	"errors"
+	"time"
 )
 
-// CallPath is the endpoint's one route.
-const CallPath = "/v1/call"
+// The endpoint's routes: a forwarded call, and the agent sessions another
+// replica ended.
+const (
+	CallPath  = "/v1/call"
+	EndedPath = "/v1/ended"
+)
 
 // MaxBodyBytes bounds a forwarded call's request body, as the gateway
 // bounds an agent's: the arguments were accepted there under that bound.
@@ -51,6 +56,18 @@ func (c *Call) encode() ([]byte, error) {
 	b = append(b, c.Arguments...)
 	return append(b, '}'), nil
 }
+
+// EndedSession is one agent session a replica ended (DELETE, idle): the
+// gateway's key of its id (a hash: the id itself never leaves the
+// gateway) and until when the id could be taken up.
+type EndedSession struct {
+	Key   string    `json:"key"`
+	Until time.Time `json:"until"`
+}
+
+// maxEndedPerRequest bounds the sessions of one POST EndedPath (about 80
+// bytes each); more are sent in several requests.
+const maxEndedPerRequest = 4096
 
 // callHead is a Call without its arguments.
 type callHead struct {
