@@ -48,8 +48,17 @@ func (r *McpServerReconciler) ownerOf(obj *v1alpha1.McpServer) string {
 
 // toolSet is obj's McpToolSet from the cache, or nil.
 func (r *McpServerReconciler) toolSet(ctx context.Context, key types.NamespacedName) (*v1alpha1.McpToolSet, error) {
+	return readToolSet(ctx, r.Client, key)
+}
+
+// liveToolSet is obj's McpToolSet as the apiserver has it, or nil.
+func (r *McpServerReconciler) liveToolSet(ctx context.Context, key types.NamespacedName) (*v1alpha1.McpToolSet, error) {
+	return readToolSet(ctx, r.APIReader, key)
+}
+
+func readToolSet(ctx context.Context, c client.Reader, key types.NamespacedName) (*v1alpha1.McpToolSet, error) {
 	ts := &v1alpha1.McpToolSet{}
-	if err := r.Client.Get(ctx, key, ts); err != nil {
+	if err := c.Get(ctx, key, ts); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, nil
 		}
@@ -100,6 +109,16 @@ func (r *McpServerReconciler) claimConnection(ctx context.Context, obj *v1alpha1
 	key := client.ObjectKeyFromObject(obj)
 	ts, err := r.toolSet(ctx, key)
 	if err != nil {
+		return verdict{}, false, err
+	}
+	if ts != nil && ts.Spec.Holder == r.Replica && r.Supervisors.Get(key) != nil {
+		return verdict{}, true, nil // held and running here
+	}
+	// About to start a child: the cache may be behind the apiserver (a
+	// replica whose connection to it just came back still sees itself as
+	// the holder the peer has replaced meanwhile), so the holder is read
+	// from the apiserver. See docs/design.md, "Handoff".
+	if ts, err = r.liveToolSet(ctx, key); err != nil {
 		return verdict{}, false, err
 	}
 	switch {

@@ -34,7 +34,8 @@ import (
 // from its snapshots.
 type McpServerReconciler struct {
 	Client client.Client
-	// APIReader reads Secrets and ConfigMaps without an informer cache.
+	// APIReader reads without an informer cache: Secrets and ConfigMaps,
+	// and the McpToolSet of a stdio server about to start.
 	APIReader   client.Reader
 	Recorder    events.EventRecorder
 	Supervisors *Supervisors

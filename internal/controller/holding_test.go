@@ -1,0 +1,67 @@
+package controller_test
+
+import (
+	"context"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/mcpbridge/operator/api/v1alpha1"
+	"github.com/mcpbridge/operator/internal/controller"
+	toolregistry "github.com/mcpbridge/operator/internal/registry"
+)
+
+var _ = Describe("Holding a stdio server among replicas", func() {
+	It("starts no child while the apiserver names another replica that may hold it, whatever a stale cache says", func(ctx SpecContext) {
+		ns := newNamespace()
+		stopManager()
+		DeferCleanup(startManager)
+		Expect(k8s.Create(ctx, stdioServer(ns, "s"))).To(Succeed())
+		ts := &v1alpha1.McpToolSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s"},
+			Spec: v1alpha1.McpToolSetSpec{ServerName: "s", Holder: "peer"}}
+		Expect(k8s.Create(ctx, ts)).To(Succeed())
+
+		// The cache of a replica whose watch is behind: it still names this
+		// replica, which held the server before it lost the apiserver.
+		wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+		Expect(err).NotTo(HaveOccurred())
+		stale := interceptor.NewClient(wc, interceptor.Funcs{
+			Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+				if err := c.Get(ctx, key, obj, opts...); err != nil {
+					return err
+				}
+				if ts, ok := obj.(*v1alpha1.McpToolSet); ok {
+					ts.Spec.Holder = "self"
+				}
+				return nil
+			},
+		})
+		r := &controller.McpServerReconciler{
+			Client: withoutFieldSelectors(stale), APIReader: wc, Recorder: events.NewFakeRecorder(16),
+			Supervisors: controller.NewSupervisors(controller.SupervisorsOptions{Registry: toolregistry.New()}), Runtime: localEverywhere,
+			Replica: "self", Replicas: replicasWhere{owner: "self", mayHold: "peer"},
+		}
+		runSupervisors(r.Supervisors)
+		key := client.ObjectKey{Namespace: ns, Name: "s"}
+		_, err = r.Reconcile(ctx, reconcile.Request{NamespacedName: key})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(r.Supervisors.Get(key)).To(BeNil(), "a child started beside the one of the replica the apiserver names")
+		got := get(ns, "s")
+		Expect(got.Status.Phase).To(Equal(v1alpha1.PhasePending))
+		Expect(meta(got, v1alpha1.ConditionReady).Reason).To(Equal(v1alpha1.ReasonHandingOver))
+		Expect(meta(got, v1alpha1.ConditionReady).Message).To(ContainSubstring(`"peer"`))
+	})
+})
+
+// replicasWhere is a membership in which owner owns every server and only
+// mayHold may still run a child besides.
+type replicasWhere struct{ owner, mayHold string }
+
+func (r replicasWhere) Owner(types.UID) string   { return r.owner }
+func (r replicasWhere) MayHold(name string) bool { return name == r.mayHold || name == r.owner }
