@@ -362,53 +362,16 @@ func stdioFixture(t *testing.T) string {
 // supervisor's SIGKILL), so a new owner that did not wait for the old
 // one's reap would overlap them.
 func TestStdioHandoffNeverRunsTwoChildren(t *testing.T) {
-	const n = 8
 	g := NewWithT(t)
-	bin := stdioFixture(t)
-	leases, tenant := newNamespace(t, "replicas-"), newNamespace(t, "stdio-")
-	var procs []*managerProcess
-	var mu sync.Mutex
-	parents := func() []int {
-		mu.Lock()
-		defer mu.Unlock()
-		pids := make([]int, len(procs))
-		for i, p := range procs {
-			pids[i] = p.cmd.Process.Pid
-		}
-		return pids
-	}
-	start := func(name string) {
-		probes := freeAddr(t)
-		p := runManager(t, probes, "--kubeconfig="+env.KubeconfigPath, "--health-probe-bind-address="+probes,
-			"--metrics-bind-address=0", "--gateway-bind-address="+freeAddr(t), "--gateway-auth=none", "--gateway-tls=false",
-			"--local-stdio-namespaces=*", "--replica-name="+name, "--replica-bind-address="+freeAddr(t),
-			"--replica-lease-duration=3s", "--manager-namespace="+leases)
-		mu.Lock()
-		procs = append(procs, p)
-		mu.Unlock()
-	}
-	start("r1")
-	names := make([]string, n)
-	watches := make([]*fixture.ChildWatch, n)
-	for i := range names {
-		names[i] = fmt.Sprintf("s%d", i)
-		marker := "MCPBRIDGE_HANDOFF=" + tenant + "-" + names[i]
-		watches[i] = fixture.WatchChildrenOf(marker, parents)
-		t.Cleanup(watches[i].Stop)
-		obj := &v1alpha1.McpServer{
-			ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: names[i]},
-			Spec: v1alpha1.McpServerSpec{Transport: v1alpha1.TransportStdio, Stdio: &v1alpha1.StdioTransport{
-				Command: "/bin/sh", Args: []string{"-c", `trap "" TERM; "$0" "$@"; exec sleep 3600`, bin, "--ignore-sigterm"},
-				Env: []corev1.EnvVar{{Name: "MCPBRIDGE_HANDOFF", Value: tenant + "-" + names[i]}}}},
-		}
-		g.Expect(env.Client.Create(ctx(t), obj)).To(Succeed())
-	}
-	allReadyOn(t, tenant, names, []string{"r1"})
+	rig := newStdioRig(t, "MCPBRIDGE_HANDOFF")
+	rig.start("r1", env.KubeconfigPath)
+	names := rig.createServers(8)
+	allReadyOn(t, rig.tenant, names, []string{"r1"})
 
-	start("r2")
+	rig.start("r2", env.KubeconfigPath)
 	moved := func() int {
 		n := 0
-		for _, m := range servers(g, tenant) {
+		for _, m := range servers(g, rig.tenant) {
 			if m.Status.Replica == "r2" && m.Status.Phase == v1alpha1.PhaseReady {
 				n++
 			}
@@ -416,15 +379,84 @@ func TestStdioHandoffNeverRunsTwoChildren(t *testing.T) {
 		return n
 	}
 	g.Eventually(moved, time.Minute, 100*time.Millisecond).Should(BeNumerically(">", 0), "no server moved to r2")
-	allReadyOn(t, tenant, names, []string{"r1", "r2"})
+	allReadyOn(t, rig.tenant, names, []string{"r1", "r2"})
 
-	g.Expect(procs[0].stop(syscall.SIGTERM)).To(Succeed())
-	allReadyOn(t, tenant, names, []string{"r2"})
-	for i, w := range watches {
+	g.Expect(rig.procs[0].stop(syscall.SIGTERM)).To(Succeed())
+	allReadyOn(t, rig.tenant, names, []string{"r2"})
+	rig.check(g, func(name string, distinct int) {
+		g.Expect(distinct).To(BeNumerically(">=", 2), "%s: the watch saw the server on r1 and on r2", name)
+	})
+}
+
+// stdioRig runs managers as the replicas of one Lease namespace, and stdio
+// servers in a tenant namespace whose children are slow to go (they ignore
+// SIGTERM and linger after stdin closes, until the supervisor's SIGKILL),
+// each watched from /proc for two children alive at once.
+type stdioRig struct {
+	t              *testing.T
+	leases, tenant string
+	marker         string // the environment variable that marks a server's children
+
+	mu      sync.Mutex
+	procs   []*managerProcess
+	names   []string
+	watches []*fixture.ChildWatch
+}
+
+func newStdioRig(t *testing.T, marker string) *stdioRig {
+	return &stdioRig{t: t, leases: newNamespace(t, "replicas-"), tenant: newNamespace(t, "stdio-"), marker: marker}
+}
+
+// parents are the managers' pids.
+func (r *stdioRig) parents() []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	pids := make([]int, len(r.procs))
+	for i, p := range r.procs {
+		pids[i] = p.cmd.Process.Pid
+	}
+	return pids
+}
+
+// start runs replica name, reaching the apiserver through kubeconfig.
+func (r *stdioRig) start(name, kubeconfig string) {
+	probes := freeAddr(r.t)
+	p := runManager(r.t, probes, "--kubeconfig="+kubeconfig, "--health-probe-bind-address="+probes,
+		"--metrics-bind-address=0", "--gateway-bind-address="+freeAddr(r.t), "--gateway-auth=none", "--gateway-tls=false",
+		"--local-stdio-namespaces=*", "--replica-name="+name, "--replica-bind-address="+freeAddr(r.t),
+		"--replica-lease-duration=3s", "--manager-namespace="+r.leases)
+	r.mu.Lock()
+	r.procs = append(r.procs, p)
+	r.mu.Unlock()
+}
+
+// createServers makes n stdio servers s0..s(n-1), watched from now on.
+func (r *stdioRig) createServers(n int) []string {
+	bin := stdioFixture(r.t)
+	for i := range n {
+		name := fmt.Sprintf("s%d", i)
+		value := r.tenant + "-" + name
+		w := fixture.WatchChildrenOf(r.marker+"="+value, r.parents)
+		r.t.Cleanup(w.Stop)
+		r.names, r.watches = append(r.names, name), append(r.watches, w)
+		NewWithT(r.t).Expect(env.Client.Create(ctx(r.t), &v1alpha1.McpServer{
+			ObjectMeta: metav1.ObjectMeta{Namespace: r.tenant, Name: name},
+			Spec: v1alpha1.McpServerSpec{Transport: v1alpha1.TransportStdio, Stdio: &v1alpha1.StdioTransport{
+				Command: "/bin/sh", Args: []string{"-c", `trap "" TERM; "$0" "$@"; exec sleep 3600`, bin, "--ignore-sigterm"},
+				Env: []corev1.EnvVar{{Name: r.marker, Value: value}}}},
+		})).To(Succeed())
+	}
+	return r.names
+}
+
+// check stops the watches and expects one child alive at most of each
+// server, and what moved of each (the distinct children seen).
+func (r *stdioRig) check(g Gomega, moved func(name string, distinct int)) {
+	for i, w := range r.watches {
 		w.Stop()
 		maxAlive, worst, distinct := w.Result()
-		g.Expect(distinct).To(BeNumerically(">=", 2), "%s: the watch saw the server on r1 and on r2", names[i])
-		g.Expect(maxAlive).To(Equal(1), "%s: server processes %v lived at once", names[i], worst)
+		g.Expect(maxAlive).To(Equal(1), "%s: server processes %v lived at once", r.names[i], worst)
+		moved(r.names[i], distinct)
 	}
 }
 
