@@ -160,6 +160,11 @@ var hostname = os.Hostname
 // replicaSet is the membership as the McpServer reconciler asks it.
 type replicaSet struct{ *membership.Membership }
 
+func (s replicaSet) SelfLive() bool {
+	_, ok := s.Live(s.Name())
+	return ok
+}
+
 func (s replicaSet) MayHold(name string) bool {
 	ok, _ := s.Membership.MayHold(name)
 	return ok

@@ -30,6 +30,10 @@ type Replicas interface {
 	// Owner is the live replica that owns the McpServer with this UID, or
 	// "" while this replica knows of none.
 	Owner(uid types.UID) string
+	// SelfLive reports whether this replica is in its own live set,
+	// leaving or not: false before it joined, and once it has gone two
+	// thirds of a Lease duration without a renewal the apiserver accepted.
+	SelfLive() bool
 	// MayHold reports whether the replica called name may still run a
 	// stdio server's child: while it is live, and for a grace after its
 	// Lease expired (a replica cut off from the apiserver stops its
@@ -69,11 +73,12 @@ func readToolSet(ctx context.Context, c client.Reader, key types.NamespacedName)
 
 // letGo is a replica's part for a server that another replica owns: it
 // writes nothing of the server's status and stops its supervisor, if it
-// runs one. A Streamable HTTP connection stays until the new owner has
-// published (make before break); a stdio server's child is reaped first,
-// then the McpToolSet released, so that the new owner starts its own only
-// then (break before make).
-func (r *McpServerReconciler) letGo(ctx context.Context, obj *v1alpha1.McpServer) error {
+// runs one, once its calls in flight are answered when drain is set. A
+// Streamable HTTP connection stays until the new owner has published (make
+// before break); a stdio server's child is reaped first, then the
+// McpToolSet released, so that the new owner starts its own only then
+// (break before make).
+func (r *McpServerReconciler) letGo(ctx context.Context, obj *v1alpha1.McpServer, drain bool) error {
 	key := client.ObjectKeyFromObject(obj)
 	ts, err := r.toolSet(ctx, key)
 	if err != nil {
@@ -85,8 +90,17 @@ func (r *McpServerReconciler) letGo(ctx context.Context, obj *v1alpha1.McpServer
 		return nil // until the new owner holds it
 	}
 	if sup != nil {
-		ctrl.LoggerFrom(ctx).Info("handing the server over to its owner", "owner", r.ownerOf(obj))
-		if err := stopped(r.Supervisors.StopWhenIdle(ctx, key)); err != nil {
+		if drain {
+			ctrl.LoggerFrom(ctx).Info("handing the server over to its owner", "owner", r.ownerOf(obj))
+		} else {
+			ctrl.LoggerFrom(ctx).Info("stopping the server at once: this replica is not in its own live set " +
+				"(no Lease renewal accepted lately), so another replica may start it")
+		}
+		stop := r.Supervisors.Stop
+		if drain {
+			stop = r.Supervisors.StopWhenIdle
+		}
+		if err := stopped(stop(ctx, key)); err != nil {
 			return err
 		}
 	}

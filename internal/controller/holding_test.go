@@ -18,6 +18,33 @@ import (
 )
 
 var _ = Describe("Holding a stdio server among replicas", func() {
+	It("stops the child at once when this replica drops out of its own live set, though it sees no other replica", func(ctx SpecContext) {
+		ns := newNamespace()
+		stopManager()
+		DeferCleanup(startManager)
+		Expect(k8s.Create(ctx, stdioServer(ns, "s"))).To(Succeed())
+		wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+		Expect(err).NotTo(HaveOccurred())
+		replicas := &replicasWhere{owner: "self", selfLive: true}
+		r := &controller.McpServerReconciler{
+			Client: withoutFieldSelectors(wc), APIReader: wc, Recorder: events.NewFakeRecorder(16),
+			Supervisors: controller.NewSupervisors(controller.SupervisorsOptions{Registry: toolregistry.New()}), Runtime: localEverywhere,
+			Replica: "self", Replicas: replicas,
+		}
+		runSupervisors(r.Supervisors)
+		key := client.ObjectKey{Namespace: ns, Name: "s"}
+		_, err = r.Reconcile(ctx, reconcile.Request{NamespacedName: key})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(r.Supervisors.Get(key)).NotTo(BeNil(), "the owner runs the server")
+
+		// Cut off: no renewal accepted lately, and every peer's Lease looks
+		// expired too, as no watch event arrives: nobody owns anything.
+		replicas.owner, replicas.selfLive = "", false
+		_, err = r.Reconcile(ctx, reconcile.Request{NamespacedName: key})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(r.Supervisors.Present(key)).To(BeFalse(), "a cut-off replica still runs a child a peer may start")
+	})
+
 	It("starts no child while the apiserver names another replica that may hold it, whatever a stale cache says", func(ctx SpecContext) {
 		ns := newNamespace()
 		stopManager()
@@ -45,7 +72,7 @@ var _ = Describe("Holding a stdio server among replicas", func() {
 		r := &controller.McpServerReconciler{
 			Client: withoutFieldSelectors(stale), APIReader: wc, Recorder: events.NewFakeRecorder(16),
 			Supervisors: controller.NewSupervisors(controller.SupervisorsOptions{Registry: toolregistry.New()}), Runtime: localEverywhere,
-			Replica: "self", Replicas: replicasWhere{owner: "self", mayHold: "peer"},
+			Replica: "self", Replicas: &replicasWhere{owner: "self", mayHold: "peer", selfLive: true},
 		}
 		runSupervisors(r.Supervisors)
 		key := client.ObjectKey{Namespace: ns, Name: "s"}
@@ -59,9 +86,14 @@ var _ = Describe("Holding a stdio server among replicas", func() {
 	})
 })
 
-// replicasWhere is a membership in which owner owns every server and only
-// mayHold may still run a child besides.
-type replicasWhere struct{ owner, mayHold string }
+// replicasWhere is a membership in which owner owns every server, only
+// mayHold may still run a child besides, and this replica is in its own
+// live set while selfLive.
+type replicasWhere struct {
+	owner, mayHold string
+	selfLive       bool
+}
 
-func (r replicasWhere) Owner(types.UID) string   { return r.owner }
-func (r replicasWhere) MayHold(name string) bool { return name == r.mayHold || name == r.owner }
+func (r *replicasWhere) Owner(types.UID) string   { return r.owner }
+func (r *replicasWhere) MayHold(name string) bool { return name == r.mayHold || name == r.owner }
+func (r *replicasWhere) SelfLive() bool           { return r.selfLive }

@@ -244,14 +244,32 @@ func (r *McpServerReconciler) published(ctx context.Context, obj *v1alpha1.McpSe
 // notOwned is the reconcile of a server that another replica owns, or
 // that no replica owns while this one has not joined the replicas yet.
 func (r *McpServerReconciler) notOwned(ctx context.Context, obj *v1alpha1.McpServer, owner string) (ctrl.Result, error) {
+	if r.Replicas != nil && !r.Replicas.SelfLive() {
+		return r.fenced(ctx, obj)
+	}
 	if owner == "" {
 		return ctrl.Result{RequeueAfter: notJoinedRetry}, nil
 	}
-	err := r.letGo(ctx, obj)
+	err := r.letGo(ctx, obj, true)
 	if errors.Is(err, errRecreate) {
 		return ctrl.Result{RequeueAfter: conflictRetry}, nil
 	}
 	return ctrl.Result{}, err
+}
+
+// fenced is a replica's part, while it is not in its own live set (cut off
+// from the apiserver, or not joined yet), for a server it still runs: a
+// peer it cannot see may start a stdio server's child once this replica's
+// Lease has expired for the close barrier, whether or not this replica has
+// released it, so the child is reaped at once, calls in flight or not. A
+// Streamable HTTP connection stays. See docs/design.md, "Fencing".
+func (r *McpServerReconciler) fenced(ctx context.Context, obj *v1alpha1.McpServer) (ctrl.Result, error) {
+	if r.Supervisors.Present(client.ObjectKeyFromObject(obj)) {
+		if err := r.letGo(ctx, obj, false); err != nil && !errors.Is(err, errRecreate) {
+			return ctrl.Result{}, err
+		}
+	}
+	return ctrl.Result{RequeueAfter: notJoinedRetry}, nil
 }
 
 // runInPod runs a Pod-runtime server: the token Secret, then the
