@@ -68,8 +68,8 @@ type Gateway struct {
 	// SessionMaxAge: how long after its start a session may be taken up
 	// from its id; zero means DefaultSessionMaxAge.
 	SessionMaxAge time.Duration
-	// SessionsEnded, when set, is told the keys of the sessions this
-	// gateway ends (DELETE, idle) and until when they could be taken up,
+	// SessionsEnded, when set, is told the keys of the sessions agents
+	// DELETE at this gateway and until when they could be taken up,
 	// so that the other replicas end them too (EndedElsewhere). It must
 	// not block. See docs/design.md, "Sessions on every replica".
 	SessionsEnded func(keys []string, until time.Time)
@@ -248,30 +248,27 @@ func (g *Gateway) ensureSealerLocked() *sealer {
 }
 
 // EndedElsewhere ends the sessions another replica ended, given by their
-// keys (what SessionsEnded was told there): they are not taken up here
-// until then, and a session this replica holds under one of them is
-// closed. Keys that are not a session key are ignored.
-func (g *Gateway) EndedElsewhere(keys []string, until time.Time) {
+// keys (what SessionsEnded was told there) and until when each could be
+// taken up: they are not taken up here until then, and a session this
+// replica holds under one of them is closed. Keys that are not a session
+// key are ignored.
+func (g *Gateway) EndedElsewhere(ended map[string]time.Time) {
 	g.mu.Lock()
 	s := g.ensureSealerLocked()
 	g.mu.Unlock()
-	ended := map[[16]byte]bool{}
-	for _, k := range keys {
+	keys := make(map[[16]byte]bool, len(ended))
+	for k, until := range ended {
 		if key, ok := parseEndedKey(k); ok {
 			s.ended.addKey(key, until)
-			ended[key] = true
+			keys[key] = true
 		}
 	}
-	if len(ended) == 0 {
+	if len(keys) == 0 {
 		return
 	}
 	for _, e := range g.allEndpoints() {
 		for _, v := range e.allViews() {
-			for ss := range v.server.Sessions() {
-				if ended[endedKey(ss.ID())] {
-					_ = ss.Close()
-				}
-			}
+			v.closeSessions(func(id string) bool { return keys[endedKey(id)] })
 		}
 	}
 }

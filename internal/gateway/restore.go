@@ -140,6 +140,11 @@ func (v *view) takeUp(w http.ResponseWriter, r *http.Request, sid string) bool {
 	if err := v.replay(r.Context(), sid, st.Params); err != nil {
 		v.e.log.Error(err, "agent session not taken up")
 	}
+	if v.e.sealer.ended.has(sid) {
+		// Another replica ended it while it was replayed here, after the
+		// check above and before EndedElsewhere could see it.
+		v.closeSessions(func(id string) bool { return id == sid })
+	}
 	return true
 }
 

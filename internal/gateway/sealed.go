@@ -71,9 +71,10 @@ type sealer struct {
 	tell   func(keys []string, until time.Time) // Gateway.SessionsEnded
 }
 
-// end records that this gateway ended the sessions of ids, so that neither
-// it nor (told) another replica takes them up again while they could be.
-func (s *sealer) end(ids ...string) {
+// end records that this gateway ended the sessions of ids, so that it does
+// not take them up again while they could be, nor, when everywhere is set
+// (a DELETE), another replica once told.
+func (s *sealer) end(everywhere bool, ids ...string) {
 	until := s.now().Add(s.maxAge + clockSkew)
 	keys := make([]string, len(ids))
 	for i, id := range ids {
@@ -81,7 +82,7 @@ func (s *sealer) end(ids ...string) {
 		s.ended.addKey(k, until)
 		keys[i] = hex.EncodeToString(k[:])
 	}
-	if s.tell != nil && len(keys) > 0 {
+	if everywhere && s.tell != nil && len(keys) > 0 {
 		s.tell(keys, until)
 	}
 }

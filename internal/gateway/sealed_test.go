@@ -439,7 +439,16 @@ func TestADeletedSessionIsNotTakenUpAgain(t *testing.T) {
 // does not take it up.
 func TestADeletedSessionIsEndedOnEveryReplica(t *testing.T) {
 	p := newReplicas(t, &replicaOptions{keys: newTestRing(t)})
-	p.a.g.SessionsEnded, p.b.g.SessionsEnded = p.b.g.EndedElsewhere, p.a.g.EndedElsewhere
+	tell := func(to *Gateway) func([]string, time.Time) {
+		return func(keys []string, until time.Time) {
+			ended := map[string]time.Time{}
+			for _, k := range keys {
+				ended[k] = until
+			}
+			to.EndedElsewhere(ended)
+		}
+	}
+	p.a.g.SessionsEnded, p.b.g.SessionsEnded = tell(p.b.g), tell(p.a.g)
 
 	held := connectAgent(t, p.url, p.hc, statefulProto).ID()
 	p.to(p.b)

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"slices"
 	"sync"
 	"time"
 )
@@ -79,14 +80,24 @@ func (v *view) closeIdle(now time.Time, idle time.Duration) {
 	if len(stale) == 0 {
 		return
 	}
-	// Ended: not taken up again, here or elsewhere.
-	v.e.sealer.end(stale...)
+	// Ended here: not taken up again by this replica. Not told to the
+	// others: the agent may be using the session on one of them, where it
+	// is not idle.
+	v.e.sealer.end(false, stale...)
+	v.closeSessions(func(id string) bool {
+		if slices.Contains(stale, id) {
+			v.e.log.V(1).Info("ending idle agent session", "idle", idle.String())
+			return true
+		}
+		return false
+	})
+}
+
+// closeSessions closes the view's sessions whose id matches.
+func (v *view) closeSessions(match func(id string) bool) {
 	for ss := range v.server.Sessions() {
-		for _, id := range stale {
-			if ss.ID() == id {
-				v.e.log.V(1).Info("ending idle agent session", "idle", idle.String())
-				_ = ss.Close()
-			}
+		if match(ss.ID()) {
+			_ = ss.Close()
 		}
 	}
 }

@@ -137,7 +137,7 @@ func (v *view) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodDelete && sid != "" && v.hasSession(sid) {
 		// Not to be taken up again, here or (told) on another replica:
 		// see docs/design.md, "Sessions on every replica".
-		v.e.sealer.end(sid)
+		v.e.sealer.end(true, sid)
 	}
 	v.sessions.ServeHTTP(w, r)
 }
