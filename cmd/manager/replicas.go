@@ -245,7 +245,8 @@ func setupForwarding(mgr ctrl.Manager, opts *options, members *membership.Member
 // docs/design.md, "Sessions on every replica".
 func relaySessionEnds(self string, members *membership.Membership, client *peer.Client, gw *gateway.Gateway) *peer.SessionEnds {
 	ends := peer.NewSessionEnds(peer.SessionEndsConfig{Self: self, Send: client.SendEnded, Apply: gw.EndedElsewhere,
-		Log: ctrl.Log.WithName("peer"),
+		FlushAfter: gw.Drained(), // agents may still DELETE while the gateway drains
+		Log:        ctrl.Log.WithName("peer"),
 		Members: func() []peer.Target {
 			mbs := members.Members()
 			out := make([]peer.Target, len(mbs))

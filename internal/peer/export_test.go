@@ -9,3 +9,10 @@ func SetPingTimeouts(after, timeout time.Duration) (restore func()) {
 	pingAfter, pingTimeout = after, timeout
 	return func() { pingAfter, pingTimeout = oldAfter, oldTimeout }
 }
+
+// Known is how many ended sessions s keeps.
+func (s *SessionEnds) Known() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.known)
+}

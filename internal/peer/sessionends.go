@@ -9,24 +9,29 @@ import (
 	"github.com/go-logr/logr"
 )
 
-// SessionEnds tells the other replicas of the agent sessions this
-// replica's gateway ended (DELETE, idle), so that none of them takes such a
-// session up again from its sealed id, and tells a replica that joins later
-// every end it knows of (its own and those it was told) while they could
-// still be taken up. See docs/design.md, "Sessions on every replica".
+// SessionEnds tells the other replicas of the agent sessions ended on this
+// one (an agent's DELETE), so that none of them takes such a session up
+// again from its sealed id. It passes on what it was told as well, and
+// tells a replica that joins later every end it knows of while they could
+// still be taken up, so that an end reaches every replica while one that
+// knew of it runs. See docs/design.md, "Sessions on every replica".
 //
-// It is a manager.Runnable on every replica: Ended queues and never
-// blocks; Start sends, at once after an end and then every SessionEndsConfig.Every,
-// to each live peer what it has not been told, and tries again there until
-// the peer answers or leaves.
+// It is a manager.Runnable on every replica: Ended and Received never
+// block; Start sends to each live peer, apart, at once after an end and
+// then every SessionEndsConfig.Every, what it has not been told, and tries
+// again there until the peer answers or leaves. A slow or unreachable peer
+// delays no other.
 type SessionEnds struct {
 	cfg SessionEndsConfig
 
-	mu     sync.Mutex
-	known  []knownEnd          // in the order learnt: seq increases
-	next   uint64              // seq of the next end learnt
-	synced map[string]peerSync // by peer name
-	wake   chan struct{}
+	mu      sync.Mutex
+	known   []knownEnd           // in the order learnt: seq increases
+	have    map[string]time.Time // key -> until, of what known holds
+	next    uint64               // seq of the next end learnt
+	told    map[string]uint64    // by peer name: the seq up to which it was told
+	sending map[string]bool      // by peer name: a send is under way
+	sends   sync.WaitGroup
+	wake    chan struct{}
 }
 
 // SessionEndsConfig is what SessionEnds needs.
@@ -38,36 +43,36 @@ type SessionEndsConfig struct {
 	// Send tells a peer of ended sessions (Client.SendEnded).
 	Send func(ctx context.Context, to Target, ended []EndedSession) error
 	// Apply ends, in this replica's gateway, the sessions another replica
-	// ended (gateway.Gateway.EndedElsewhere).
-	Apply func(keys []string, until time.Time)
+	// ended: key -> until when it could be taken up
+	// (gateway.Gateway.EndedElsewhere).
+	Apply func(ended map[string]time.Time)
 	// Every is how often unsent ends are tried again, and how soon a
 	// replica that joined is told; zero is a second.
 	Every time.Duration
+	// FlushAfter, when set, is awaited once Start's context ends (the
+	// gateway's drain, in which agents may still DELETE), then what is
+	// unsent is sent a last time.
+	FlushAfter <-chan struct{}
 	// Log is where a peer that cannot be told is logged.
 	Log logr.Logger
 }
 
-// maxKnownEnds bounds the ends kept for replicas that join later, as the
-// gateway bounds the ends it remembers.
+// maxKnownEnds bounds the ends kept, as the gateway bounds the ends it
+// remembers; beyond it the oldest are forgotten
+// (mcpbridge_replica_session_ends_dropped_total).
 const maxKnownEnds = 1 << 18
 
-// sendTimeout bounds one request to a peer.
-const sendTimeout = 10 * time.Second
+// sendTimeout bounds one request to a peer; maxFlushWait bounds the wait
+// for FlushAfter.
+const (
+	sendTimeout  = 10 * time.Second
+	maxFlushWait = 30 * time.Second
+)
 
-// knownEnd is an ended session and where it was learnt: own ends go to
-// every peer, ends told by another replica only to peers that joined
-// after (the replica that ended them tells the others itself).
+// knownEnd is an ended session, numbered in the order learnt.
 type knownEnd struct {
 	EndedSession
 	seq uint64
-	own bool
-}
-
-// peerSync is what a peer has been told: every end with a seq up to upTo
-// that it was to get, and, once caughtUp, every end known when it joined.
-type peerSync struct {
-	upTo     uint64
-	caughtUp bool
 }
 
 // NewSessionEnds makes the relay; Start runs it.
@@ -75,67 +80,94 @@ func NewSessionEnds(cfg SessionEndsConfig) *SessionEnds {
 	if cfg.Every <= 0 {
 		cfg.Every = time.Second
 	}
-	return &SessionEnds{cfg: cfg, next: 1, synced: map[string]peerSync{}, wake: make(chan struct{}, 1)}
+	return &SessionEnds{cfg: cfg, next: 1, have: map[string]time.Time{}, told: map[string]uint64{},
+		sending: map[string]bool{}, wake: make(chan struct{}, 1)}
 }
 
 // NeedLeaderElection is false: every replica relays its gateway's ends.
 func (s *SessionEnds) NeedLeaderElection() bool { return false }
 
 // Ended is the gateway's SessionsEnded: the sessions of keys, which could
-// be taken up until until, were ended here. It never blocks.
+// be taken up until until, were ended here.
 func (s *SessionEnds) Ended(keys []string, until time.Time) {
 	s.mu.Lock()
 	for _, k := range keys {
-		s.learnLocked(EndedSession{Key: k, Until: until}, true)
+		s.learnLocked(EndedSession{Key: k, Until: until})
 	}
 	s.mu.Unlock()
+	s.poke()
+}
+
+// Received is the endpoint's Config.Ended: another replica ended these
+// sessions, or passed them on. They are ended here, and passed on.
+func (s *SessionEnds) Received(ended []EndedSession) {
+	byKey := make(map[string]time.Time, len(ended))
+	for _, e := range ended {
+		if e.Until.After(byKey[e.Key]) {
+			byKey[e.Key] = e.Until
+		}
+	}
+	s.cfg.Apply(byKey)
+	s.mu.Lock()
+	learnt := false
+	for k, until := range byKey {
+		learnt = s.learnLocked(EndedSession{Key: k, Until: until}) || learnt
+	}
+	s.mu.Unlock()
+	if learnt {
+		s.poke()
+	}
+}
+
+// learnLocked keeps e unless it is known already, and reports whether it
+// kept it. Beyond maxKnownEnds the oldest end is forgotten.
+func (s *SessionEnds) learnLocked(e EndedSession) bool {
+	if cur, ok := s.have[e.Key]; ok && !e.Until.After(cur) {
+		return false
+	}
+	if len(s.known) >= maxKnownEnds {
+		s.forgetLocked(s.known[0])
+		s.known = s.known[1:]
+		sessionEndsDropped.Inc()
+	}
+	s.known = append(s.known, knownEnd{EndedSession: e, seq: s.next})
+	s.have[e.Key] = e.Until
+	s.next++
+	return true
+}
+
+func (s *SessionEnds) forgetLocked(e knownEnd) {
+	if s.have[e.Key].Equal(e.Until) {
+		delete(s.have, e.Key)
+	}
+}
+
+// pruneLocked forgets the ends that can no longer be taken up anyway.
+func (s *SessionEnds) pruneLocked(now time.Time) {
+	s.known = slices.DeleteFunc(s.known, func(e knownEnd) bool {
+		if e.Until.After(now) {
+			return false
+		}
+		s.forgetLocked(e)
+		return true
+	})
+}
+
+func (s *SessionEnds) poke() {
 	select {
 	case s.wake <- struct{}{}:
 	default:
 	}
 }
 
-// Received is the endpoint's Config.Ended: another replica ended these
-// sessions. They are ended here, and kept for replicas that join later.
-func (s *SessionEnds) Received(ended []EndedSession) {
-	byUntil := map[time.Time][]string{}
-	for _, e := range ended {
-		byUntil[e.Until] = append(byUntil[e.Until], e.Key)
-	}
-	for until, keys := range byUntil {
-		s.cfg.Apply(keys, until)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, e := range ended {
-		s.learnLocked(e, false)
-	}
-}
-
-func (s *SessionEnds) learnLocked(e EndedSession, own bool) {
-	if len(s.known) >= maxKnownEnds {
-		s.pruneLocked(time.Now())
-		if len(s.known) >= maxKnownEnds {
-			sessionEndsDropped.Inc()
-			return
-		}
-	}
-	s.known = append(s.known, knownEnd{EndedSession: e, seq: s.next, own: own})
-	s.next++
-}
-
-// pruneLocked forgets the ends that can no longer be taken up anyway.
-func (s *SessionEnds) pruneLocked(now time.Time) {
-	s.known = slices.DeleteFunc(s.known, func(e knownEnd) bool { return !e.Until.After(now) })
-}
-
-// Start sends until ctx ends.
+// Start sends until ctx ends, then, after FlushAfter, a last time.
 func (s *SessionEnds) Start(ctx context.Context) error {
 	t := time.NewTicker(s.cfg.Every)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
+			s.flush(ctx)
 			return nil
 		case <-s.wake:
 		case <-t.C:
@@ -144,21 +176,26 @@ func (s *SessionEnds) Start(ctx context.Context) error {
 	}
 }
 
-// round tells every live peer what it has not been told, the peers at
-// once, and forgets the peers that left.
-func (s *SessionEnds) round(ctx context.Context) {
-	members := s.cfg.Members()
-	s.forget(members)
-	var wg sync.WaitGroup
-	for _, m := range members {
-		if m.Name != s.cfg.Self {
-			wg.Go(func() { s.tell(ctx, m) })
+// flush waits for the sends under way and FlushAfter, then sends what is
+// left once, within sendTimeout.
+func (s *SessionEnds) flush(ctx context.Context) {
+	if s.cfg.FlushAfter != nil {
+		select {
+		case <-s.cfg.FlushAfter:
+		case <-time.After(maxFlushWait):
 		}
 	}
-	wg.Wait()
+	s.sends.Wait()
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sendTimeout)
+	defer cancel()
+	s.round(fctx)
+	s.sends.Wait()
 }
 
-func (s *SessionEnds) forget(members []Target) {
+// round starts a send to every live peer that has something to be told
+// and no send under way, and forgets the peers that left.
+func (s *SessionEnds) round(ctx context.Context) {
+	members := s.cfg.Members()
 	live := make(map[string]bool, len(members))
 	for _, m := range members {
 		live[m.Name] = true
@@ -166,56 +203,81 @@ func (s *SessionEnds) forget(members []Target) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.pruneLocked(time.Now())
-	for name := range s.synced {
-		if !live[name] {
-			delete(s.synced, name)
+	for name := range s.told {
+		if !live[name] && !s.sending[name] {
+			delete(s.told, name)
 		}
 	}
-}
-
-// tell sends to peer what it is to get, in requests of at most
-// maxEndedPerRequest, and records each one it answered.
-func (s *SessionEnds) tell(ctx context.Context, peer Target) {
-	for {
-		batch, upTo, done := s.pending(peer.Name)
-		if len(batch) > 0 {
-			sctx, cancel := context.WithTimeout(ctx, sendTimeout)
-			err := s.cfg.Send(sctx, peer, batch)
-			cancel()
-			if err != nil {
-				if ctx.Err() == nil {
-					s.cfg.Log.V(1).Info("cannot tell a replica of ended agent sessions; trying again",
-						"replica", peer.Name, "sessions", len(batch), "error", err.Error())
-				}
-				return
-			}
-		}
-		s.mu.Lock()
-		s.synced[peer.Name] = peerSync{upTo: upTo, caughtUp: s.synced[peer.Name].caughtUp || done}
-		s.mu.Unlock()
-		if done {
-			return
-		}
-	}
-}
-
-// pending is the next request for peer: the ends after what it was told
-// that it is to get, at most maxEndedPerRequest, the seq of the last end
-// the request covers, and whether it covers every end known now.
-func (s *SessionEnds) pending(peer string) (batch []EndedSession, upTo uint64, done bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sync := s.synced[peer]
-	upTo = sync.upTo
-	for _, e := range s.known {
-		if e.seq <= sync.upTo || (!e.own && sync.caughtUp) {
+	for _, m := range members {
+		if m.Name == s.cfg.Self || s.sending[m.Name] || s.pendingLocked(m.Name) == 0 {
 			continue
 		}
-		if len(batch) == maxEndedPerRequest {
-			return batch, upTo, false
-		}
-		batch = append(batch, e.EndedSession)
-		upTo = e.seq
+		s.sending[m.Name] = true
+		s.sends.Go(func() { s.tell(ctx, m) })
 	}
-	return batch, s.next - 1, true
+}
+
+// tell sends to peer what it was not told yet, in requests of at most
+// maxEndedPerRequest, and records each one it answered.
+func (s *SessionEnds) tell(ctx context.Context, peer Target) {
+	defer func() {
+		s.mu.Lock()
+		delete(s.sending, peer.Name)
+		s.mu.Unlock()
+	}()
+	for {
+		batch, upTo := s.batch(peer.Name)
+		if len(batch) == 0 {
+			return
+		}
+		sctx, cancel := context.WithTimeout(ctx, sendTimeout)
+		err := s.cfg.Send(sctx, peer, batch)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				s.cfg.Log.V(1).Info("cannot tell a replica of ended agent sessions; trying again",
+					"replica", peer.Name, "sessions", len(batch), "error", err.Error())
+			}
+			return
+		}
+		s.mu.Lock()
+		s.told[peer.Name] = max(s.told[peer.Name], upTo)
+		s.mu.Unlock()
+	}
+}
+
+// firstUntoldLocked is the index in known of the first end peer was not
+// told.
+func (s *SessionEnds) firstUntoldLocked(peer string) int {
+	told := s.told[peer]
+	i, _ := slices.BinarySearchFunc(s.known, told+1, func(e knownEnd, seq uint64) int {
+		switch {
+		case e.seq < seq:
+			return -1
+		case e.seq > seq:
+			return 1
+		}
+		return 0
+	})
+	return i
+}
+
+func (s *SessionEnds) pendingLocked(peer string) int {
+	return len(s.known) - s.firstUntoldLocked(peer)
+}
+
+// batch is the next request for peer, and the seq of the last end in it.
+func (s *SessionEnds) batch(peer string) ([]EndedSession, uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rest := s.known[s.firstUntoldLocked(peer):]
+	rest = rest[:min(len(rest), maxEndedPerRequest)]
+	if len(rest) == 0 {
+		return nil, 0
+	}
+	out := make([]EndedSession, len(rest))
+	for i, e := range rest {
+		out[i] = e.EndedSession
+	}
+	return out, rest[len(rest)-1].seq
 }

@@ -40,18 +40,22 @@ var _ = Describe("Ended agent sessions", func() {
 		a.ends.Ended([]string{"expired"}, time.Now().Add(-time.Second))
 		Eventually(b.gateway.keys).Should(HaveKey("k3"))
 		Expect(c.gateway.keys()).To(BeEmpty())
-		live.set(a.target(), b.target(), c.target())
+
+		// a goes before c can be reached: b, which was told, tells c.
+		live.set(b.target(), peer.Target{Name: "replica-c"})
+		a.stop()
+		live.set(b.target(), c.target())
 		Eventually(func() int { return len(c.gateway.keys()) }).Should(Equal(len(many) + 3))
 		Expect(c.gateway.keys()).To(And(HaveKey("k1"), HaveKey("k3"), HaveKey("many-4999"), Not(HaveKey("expired"))))
 		Expect(b.gateway.keys()).NotTo(HaveKey("expired"))
 
-		// d joins after all that: it learns every end still in force, also
-		// those only b and c know of once a has gone.
-		live.set(b.target(), c.target())
-		a.stop()
+		// d joins after all that: it learns every end still in force, each
+		// once, though b and c both tell it.
 		d := startRelay(ns, "replica-d", live)
 		live.set(b.target(), c.target(), d.target())
 		Eventually(func() int { return len(d.gateway.keys()) }).Should(Equal(len(many) + 3))
+		Eventually(func() int { return d.gateway.applied() }).Should(BeNumerically(">=", 2*(len(many)+3)), "told by b and by c")
+		Expect(d.ends.Known()).To(Equal(len(many) + 3))
 	})
 
 	It("is refused beyond the bound of one request", func(ctx SpecContext) {
@@ -90,14 +94,23 @@ func (l *liveSet) members() []peer.Target {
 type endedGateway struct {
 	mu    sync.Mutex
 	ended map[string]time.Time
+	count int
 }
 
-func (g *endedGateway) apply(keys []string, until time.Time) {
+func (g *endedGateway) apply(ended map[string]time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for _, k := range keys {
+	for k, until := range ended {
 		g.ended[k] = until.UTC()
+		g.count++
 	}
+}
+
+// applied counts the ends applied, the same one told twice included.
+func (g *endedGateway) applied() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.count
 }
 
 func (g *endedGateway) keys() map[string]time.Time {
