@@ -55,7 +55,7 @@ func (h handOver) one(ctx context.Context, key types.NamespacedName) {
 	if owner := h.r.ownerOf(obj); owner == "" || owner == h.r.Replica {
 		return
 	}
-	if err := h.r.letGo(ctrl.LoggerInto(ctx, log), obj, true); err != nil {
+	if err := h.r.letGo(ctrl.LoggerInto(ctx, log), obj); err != nil {
 		log.Error(err, "cannot hand the server over before exit; its new owner starts it once this replica has left")
 	}
 }

@@ -73,12 +73,11 @@ func readToolSet(ctx context.Context, c client.Reader, key types.NamespacedName)
 
 // letGo is a replica's part for a server that another replica owns: it
 // writes nothing of the server's status and stops its supervisor, if it
-// runs one, once its calls in flight are answered when drain is set. A
-// Streamable HTTP connection stays until the new owner has published (make
-// before break); a stdio server's child is reaped first, then the
-// McpToolSet released, so that the new owner starts its own only then
-// (break before make).
-func (r *McpServerReconciler) letGo(ctx context.Context, obj *v1alpha1.McpServer, drain bool) error {
+// runs one, once its calls in flight are answered. A Streamable HTTP
+// connection stays until the new owner has published (make before break);
+// a stdio server's child is reaped first, then the McpToolSet released, so
+// that the new owner starts its own only then (break before make).
+func (r *McpServerReconciler) letGo(ctx context.Context, obj *v1alpha1.McpServer) error {
 	key := client.ObjectKeyFromObject(obj)
 	ts, err := r.toolSet(ctx, key)
 	if err != nil {
@@ -90,17 +89,8 @@ func (r *McpServerReconciler) letGo(ctx context.Context, obj *v1alpha1.McpServer
 		return nil // until the new owner holds it
 	}
 	if sup != nil {
-		if drain {
-			ctrl.LoggerFrom(ctx).Info("handing the server over to its owner", "owner", r.ownerOf(obj))
-		} else {
-			ctrl.LoggerFrom(ctx).Info("stopping the server at once: this replica is not in its own live set " +
-				"(no Lease renewal accepted lately), so another replica may start it")
-		}
-		stop := r.Supervisors.Stop
-		if drain {
-			stop = r.Supervisors.StopWhenIdle
-		}
-		if err := stopped(stop(ctx, key)); err != nil {
+		ctrl.LoggerFrom(ctx).Info("handing the server over to its owner", "owner", r.ownerOf(obj))
+		if err := stopped(r.Supervisors.StopWhenIdle(ctx, key)); err != nil {
 			return err
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -245,30 +246,42 @@ func (r *McpServerReconciler) published(ctx context.Context, obj *v1alpha1.McpSe
 // that no replica owns while this one has not joined the replicas yet.
 func (r *McpServerReconciler) notOwned(ctx context.Context, obj *v1alpha1.McpServer, owner string) (ctrl.Result, error) {
 	if r.Replicas != nil && !r.Replicas.SelfLive() {
-		return r.fenced(ctx, obj)
+		return r.fenced(ctx)
 	}
 	if owner == "" {
 		return ctrl.Result{RequeueAfter: notJoinedRetry}, nil
 	}
-	err := r.letGo(ctx, obj, true)
+	err := r.letGo(ctx, obj)
 	if errors.Is(err, errRecreate) {
 		return ctrl.Result{RequeueAfter: conflictRetry}, nil
 	}
 	return ctrl.Result{}, err
 }
 
-// fenced is a replica's part, while it is not in its own live set (cut off
-// from the apiserver, or not joined yet), for a server it still runs: a
-// peer it cannot see may start a stdio server's child once this replica's
-// Lease has expired for the close barrier, whether or not this replica has
-// released it, so the child is reaped at once, calls in flight or not. A
-// Streamable HTTP connection stays. See docs/design.md, "Fencing".
-func (r *McpServerReconciler) fenced(ctx context.Context, obj *v1alpha1.McpServer) (ctrl.Result, error) {
-	if r.Supervisors.Present(client.ObjectKeyFromObject(obj)) {
-		if err := r.letGo(ctx, obj, false); err != nil && !errors.Is(err, errRecreate) {
-			return ctrl.Result{}, err
+// fenced is a replica's part while it is not in its own live set (cut off
+// from the apiserver, or not joined yet): a peer it cannot see may start a
+// stdio server's child once this replica's Lease has expired for the close
+// barrier, whether or not this replica released it. So every stdio child
+// it runs is reaped at once, all of them together (one reconcile each,
+// MaxConcurrentReconciles at a time, would reap slow children too late),
+// calls in flight or not, and nothing is written: the apiserver may be out
+// of reach. Streamable HTTP connections stay. See docs/design.md,
+// "Fencing".
+func (r *McpServerReconciler) fenced(ctx context.Context) (ctrl.Result, error) {
+	var wg sync.WaitGroup
+	for _, key := range r.Supervisors.Keys() {
+		obj := &v1alpha1.McpServer{}
+		if err := r.Client.Get(ctx, key, obj); err == nil && obj.Spec.Transport == v1alpha1.TransportStreamableHTTP {
+			continue
 		}
+		wg.Go(func() {
+			ctrl.LoggerFrom(ctx).Info("stopping a stdio server at once: this replica is not in its own live set "+
+				"(no Lease renewal accepted lately), so another replica may start it", "mcpserver", key.String())
+			_ = r.Supervisors.Stop(ctx, key) // one still closing is retried at the next reconcile
+			forgetMetrics(key.Namespace, key.Name)
+		})
 	}
+	wg.Wait()
 	return ctrl.Result{RequeueAfter: notJoinedRetry}, nil
 }
 

@@ -238,9 +238,12 @@ func (m *Membership) Start(ctx context.Context) error {
 	return m.hold(ctx, lease)
 }
 
-// hold renews the Lease every third of its duration until ctx ends.
+// hold renews the Lease every third of its duration until ctx ends; a
+// renewal that failed is tried again every tenth, so that one lost write
+// does not leave the replica out of its own live set (fenceAfter).
 func (m *Membership) hold(ctx context.Context, lease *coordinationv1.Lease) error {
-	t := time.NewTicker(m.cfg.LeaseDuration / 3)
+	every, retry := m.cfg.LeaseDuration/3, m.cfg.LeaseDuration/10
+	t := time.NewTimer(every)
 	defer t.Stop()
 	for {
 		select {
@@ -254,10 +257,13 @@ func (m *Membership) hold(ctx context.Context, lease *coordinationv1.Lease) erro
 		case errors.Is(err, errTakenOver):
 			return err
 		case err != nil && ctx.Err() == nil:
-			ctrl.LoggerFrom(ctx).Error(err, "cannot renew the replica Lease; retrying", "lease", lease.Name)
+			ctrl.LoggerFrom(ctx).Error(err, "cannot renew the replica Lease; retrying", "lease", lease.Name, "in", retry.String())
+			t.Reset(retry)
+			continue
 		case err == nil:
 			lease = l
 		}
+		t.Reset(every)
 	}
 }
 
