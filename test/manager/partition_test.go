@@ -141,14 +141,17 @@ func (l *apiserverLink) kubeconfig(t *testing.T) string {
 // barrier after the expiry). When the link heals, the replica takes its
 // servers back, break before make again, though its cache still names it
 // the holder for a while. The children are slow to go, so any overlap
-// shows.
+// shows, and r1 runs about half of them, mostly more than the reconciler
+// has workers (8), so
+// that reaping them one reconcile at a time would end after the peer
+// started its own.
 func TestACutOffReplicaNeverRunsAChildBesideItsSuccessor(t *testing.T) {
 	g := NewWithT(t)
 	rig := newStdioRig(t, "MCPBRIDGE_CUT")
 	link := newAPIServerLink(t)
 	rig.start("r1", link.kubeconfig(t))
 	rig.start("r2", env.KubeconfigPath)
-	names := rig.createServers(10)
+	names := rig.createServers(24)
 	before := allReadyOn(t, rig.tenant, names, []string{"r1", "r2"})
 	var cutOff []string
 	for _, name := range names {

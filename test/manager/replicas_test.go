@@ -436,7 +436,7 @@ func (r *stdioRig) createServers(n int) []string {
 	for i := range n {
 		name := fmt.Sprintf("s%d", i)
 		value := r.tenant + "-" + name
-		w := fixture.WatchChildrenOf(r.marker+"="+value, r.parents)
+		w := fixture.WatchChildrenOf(r.marker+"="+value+"\x00", r.parents) // environ entries end in NUL: s1 is not s10
 		r.t.Cleanup(w.Stop)
 		r.names, r.watches = append(r.names, name), append(r.watches, w)
 		NewWithT(r.t).Expect(env.Client.Create(ctx(r.t), &v1alpha1.McpServer{
