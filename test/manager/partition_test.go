@@ -141,10 +141,9 @@ func (l *apiserverLink) kubeconfig(t *testing.T) string {
 // barrier after the expiry). When the link heals, the replica takes its
 // servers back, break before make again, though its cache still names it
 // the holder for a while. The children are slow to go, so any overlap
-// shows, and r1 runs about half of them, mostly more than the reconciler
-// has workers (8), so
-// that reaping them one reconcile at a time would end after the peer
-// started its own.
+// shows. r1 runs about half of them, mostly more than the reconciler has
+// workers (8), so that reaping them one reconcile at a time would end after
+// the peer started its own.
 func TestACutOffReplicaNeverRunsAChildBesideItsSuccessor(t *testing.T) {
 	g := NewWithT(t)
 	rig := newStdioRig(t, "MCPBRIDGE_CUT")
