@@ -13,14 +13,18 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/bridge"
+	"github.com/mcpbridge/operator/internal/controller"
+	toolregistry "github.com/mcpbridge/operator/internal/registry"
 	"github.com/mcpbridge/operator/test/fixture"
 )
 
@@ -179,4 +183,31 @@ func untilPhase(w watch.Interface, phase v1alpha1.Phase, seen func(watch.Event))
 		}
 		return ""
 	}, eventuallyTimeout, time.Millisecond).Should(Equal(phase))
+}
+
+// rewritingGets is wc with every object it reads passed through rewrite:
+// a reader that returns what the apiserver would not.
+func rewritingGets(wc client.WithWatch, rewrite func(client.Object)) client.WithWatch {
+	return interceptor.NewClient(wc, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if err := c.Get(ctx, key, obj, opts...); err != nil {
+				return err
+			}
+			rewrite(obj)
+			return nil
+		},
+	})
+}
+
+// standaloneReconciler reconciles outside the suite's manager: cached reads
+// from cached, uncached ones from reader, with supervisors of its own that
+// run until the spec ends.
+func standaloneReconciler(cached client.WithWatch, reader client.Reader, sups controller.SupervisorsOptions) *controller.McpServerReconciler {
+	sups.Registry = toolregistry.New()
+	r := &controller.McpServerReconciler{
+		Client: withoutFieldSelectors(cached), APIReader: reader, Recorder: events.NewFakeRecorder(16),
+		Supervisors: controller.NewSupervisors(sups), Runtime: localEverywhere,
+	}
+	runSupervisors(r.Supervisors)
+	return r
 }

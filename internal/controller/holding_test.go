@@ -1,20 +1,15 @@
 package controller_test
 
 import (
-	"context"
-
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/controller"
-	toolregistry "github.com/mcpbridge/operator/internal/registry"
 )
 
 var _ = Describe("Holding a stdio server among replicas", func() {
@@ -30,13 +25,8 @@ var _ = Describe("Holding a stdio server among replicas", func() {
 		wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
 		Expect(err).NotTo(HaveOccurred())
 		replicas := &replicasWhere{owner: "self", selfLive: true}
-		r := &controller.McpServerReconciler{
-			Client: withoutFieldSelectors(wc), APIReader: wc, Recorder: events.NewFakeRecorder(16),
-			Supervisors: controller.NewSupervisors(controller.SupervisorsOptions{Registry: toolregistry.New(),
-				Egress: testEgress("127.0.0.0/8")}),
-			Runtime: localEverywhere, Replica: "self", Replicas: replicas,
-		}
-		runSupervisors(r.Supervisors)
+		r := standaloneReconciler(wc, wc, controller.SupervisorsOptions{Egress: testEgress("127.0.0.0/8")})
+		r.Replica, r.Replicas = "self", replicas
 		stdio, http := client.ObjectKey{Namespace: ns, Name: "s"}, client.ObjectKeyFromObject(web)
 		for _, key := range []client.ObjectKey{stdio, http} {
 			_, err = r.Reconcile(ctx, reconcile.Request{NamespacedName: key})
@@ -66,23 +56,13 @@ var _ = Describe("Holding a stdio server among replicas", func() {
 		// replica, which held the server before it lost the apiserver.
 		wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
 		Expect(err).NotTo(HaveOccurred())
-		stale := interceptor.NewClient(wc, interceptor.Funcs{
-			Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-				if err := c.Get(ctx, key, obj, opts...); err != nil {
-					return err
-				}
-				if ts, ok := obj.(*v1alpha1.McpToolSet); ok {
-					ts.Spec.Holder = "self"
-				}
-				return nil
-			},
+		stale := rewritingGets(wc, func(obj client.Object) {
+			if ts, ok := obj.(*v1alpha1.McpToolSet); ok {
+				ts.Spec.Holder = "self"
+			}
 		})
-		r := &controller.McpServerReconciler{
-			Client: withoutFieldSelectors(stale), APIReader: wc, Recorder: events.NewFakeRecorder(16),
-			Supervisors: controller.NewSupervisors(controller.SupervisorsOptions{Registry: toolregistry.New()}), Runtime: localEverywhere,
-			Replica: "self", Replicas: &replicasWhere{owner: "self", mayHold: "peer", selfLive: true},
-		}
-		runSupervisors(r.Supervisors)
+		r := standaloneReconciler(stale, wc, controller.SupervisorsOptions{})
+		r.Replica, r.Replicas = "self", &replicasWhere{owner: "self", mayHold: "peer", selfLive: true}
 		key := client.ObjectKey{Namespace: ns, Name: "s"}
 		_, err = r.Reconcile(ctx, reconcile.Request{NamespacedName: key})
 		Expect(err).NotTo(HaveOccurred())

@@ -8,14 +8,12 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/controller"
-	toolregistry "github.com/mcpbridge/operator/internal/registry"
 )
 
 var _ = Describe("Manager restart", Ordered, func() {
@@ -48,23 +46,13 @@ var _ = Describe("Manager restart", Ordered, func() {
 		// after the real Get stands for a programmatic caller.
 		wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
 		Expect(err).NotTo(HaveOccurred())
-		reader := interceptor.NewClient(wc, interceptor.Funcs{
-			Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-				if err := c.Get(ctx, key, obj, opts...); err != nil {
-					return err
-				}
-				if m, ok := obj.(*v1alpha1.McpServer); ok {
-					m.Spec.Reconnect.InitialDelayMs = ptr32(5000)
-					m.Spec.Reconnect.MaxDelayMs = ptr32(1000)
-				}
-				return nil
-			},
+		reader := rewritingGets(wc, func(obj client.Object) {
+			if m, ok := obj.(*v1alpha1.McpServer); ok {
+				m.Spec.Reconnect.InitialDelayMs = ptr32(5000)
+				m.Spec.Reconnect.MaxDelayMs = ptr32(1000)
+			}
 		})
-		r := &controller.McpServerReconciler{
-			Client: withoutFieldSelectors(wc), APIReader: reader, Recorder: events.NewFakeRecorder(16),
-			Supervisors: controller.NewSupervisors(controller.SupervisorsOptions{Registry: toolregistry.New()}), Runtime: localEverywhere,
-		}
-		runSupervisors(r.Supervisors)
+		r := standaloneReconciler(wc, reader, controller.SupervisorsOptions{})
 		_, err = r.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "bad"}})
 		Expect(err).NotTo(HaveOccurred())
 		got := get(ns, "bad")
