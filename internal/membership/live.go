@@ -139,7 +139,13 @@ func (m *Membership) recompute() (next time.Duration, stale []*coordinationv1.Le
 			changed = append(changed, n)
 		}
 	}
-	m.live, m.names = live, names
+	by := m.reportingSelfUnreachable(liveNames)
+	if !slices.Equal(by, m.unreachedBy) && !slices.Contains(changed, m.cfg.Name) {
+		// The owner's servers show it (Degraded): their reconciler wakes
+		// on this replica's own name.
+		changed = append(changed, m.cfg.Name)
+	}
+	m.live, m.names, m.unreachedBy = live, names, by
 	self := slices.Contains(names, m.cfg.Name)
 	subs := slices.Clone(m.subs)
 	m.mu.Unlock()
@@ -149,6 +155,25 @@ func (m *Membership) recompute() (next time.Duration, stale []*coordinationv1.Le
 		m.notify(subs, name)
 	}
 	return next, stale
+}
+
+// reportingSelfUnreachable are the live replicas, among names (sorted),
+// whose Lease says they cannot reach this one. Called with mu held.
+func (m *Membership) reportingSelfUnreachable(names []string) []string {
+	var by []string
+	for _, name := range names {
+		if s := m.seen[LeaseName(name)]; s != nil && namesUnreachable(s.lease.Annotations[UnreachableAnnotation], m.cfg.Name) {
+			by = append(by, name)
+		}
+	}
+	return by
+}
+
+// namesUnreachable reports whether an UnreachableAnnotation value (entries
+// "name at address since time: error", separated by "; ") has an entry for
+// the replica called name.
+func namesUnreachable(v, name string) bool {
+	return strings.HasPrefix(v, name+" at ") || strings.Contains(v, "; "+name+" at ")
 }
 
 func (m *Membership) notify(subs []chan event.GenericEvent, name string) {

@@ -93,7 +93,10 @@ type Membership struct {
 	renewedAt time.Time
 	live      []Member // sorted by name
 	names     []string // the names of live, for Owner
-	subs      []chan event.GenericEvent
+	// unreachedBy are the live replicas that cannot reach this one, for
+	// UnreachedBy.
+	unreachedBy []string
+	subs        []chan event.GenericEvent
 }
 
 // New checks cfg; the Membership does nothing until Start.
@@ -194,7 +197,8 @@ func (m *Membership) Members() []Member {
 // per replica that joined or left the live set, its object that replica's
 // Lease (name and holder set), after which Owner answers for the new set.
 // The servers whose owner may have changed are those Owner now gives to a
-// replica that joined, and those a replica that left owned. Events are
+// replica that joined, and those a replica that left owned. A change of
+// UnreachedBy comes as an event for this replica's own Lease. Events are
 // dropped while 64 wait unread.
 func (m *Membership) Subscribe() <-chan event.GenericEvent {
 	ch := make(chan event.GenericEvent, 64)
@@ -320,6 +324,17 @@ func (m *Membership) poke() {
 	case m.kick <- struct{}{}:
 	default:
 	}
+}
+
+// UnreachedBy are the live replicas, sorted by name and this one among
+// them when it cannot reach its own advertised address, whose Lease says
+// (UnreachableAnnotation) that they cannot reach this replica: calls they
+// forward to it fail. A change of them is signalled to the subscribers as
+// an event for this replica's own Lease.
+func (m *Membership) UnreachedBy() []string {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return slices.Clone(m.unreachedBy)
 }
 
 // Live reports whether the replica called name is in the live set, and

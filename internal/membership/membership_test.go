@@ -3,6 +3,7 @@ package membership_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -235,6 +236,32 @@ var _ = Describe("Replica membership", func() {
 		Expect(a.stop()).To(Succeed())
 		Eventually(func() float64 { return gauge("mcpbridge_replica_member") }).WithTimeout(10 * time.Second).Should(BeZero())
 		Expect(x.exited).NotTo(BeClosed(), "x keeps trying to renew")
+	})
+
+	It("tells a replica which live peers report that they cannot reach it, and its subscribers when that changes", func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		a := startReplica(ns, "a")
+		changes := a.Subscribe()
+		var report atomic.Pointer[string]
+		report.Store(ptr.To(""))
+		b := startReplica(ns, "b", withUnreachableReport(func() string { return *report.Load() }))
+		Eventually(memberNames(a)).WithTimeout(10 * time.Second).Should(Equal([]string{"a", "b"}))
+		Eventually(changes).Should(Receive(leaseOf("b")), "b joined")
+		Expect(a.UnreachedBy()).To(BeEmpty())
+
+		// b cannot reach a (nor aa, a replica whose name starts like a's).
+		report.Store(ptr.To("aa at 10.0.0.2:8091 since 2026-12-03T00:00:00Z: connection refused; " +
+			"a at 10.0.0.1:8091 since 2026-12-03T00:00:00Z: connection refused"))
+		Eventually(a.UnreachedBy).WithTimeout(10 * time.Second).Should(Equal([]string{"b"}))
+		Eventually(changes).Should(Receive(leaseOf("a")), "a's subscribers learn that b cannot reach a")
+		report.Store(ptr.To("aa at 10.0.0.2:8091 since 2026-12-03T00:00:00Z: connection refused"))
+		Eventually(a.UnreachedBy).WithTimeout(10*time.Second).Should(BeEmpty(), "b reaches a again")
+		Eventually(changes).Should(Receive(leaseOf("a")), "and a's subscribers learn it")
+
+		report.Store(ptr.To("a at 10.0.0.1:8091 since 2026-12-03T00:00:00Z: connection refused"))
+		Eventually(a.UnreachedBy).WithTimeout(10 * time.Second).Should(Equal([]string{"b"}))
+		b.crash()
+		Eventually(a.UnreachedBy).WithTimeout(10*time.Second).Should(BeEmpty(), "the report of a replica that is gone counts no more")
 	})
 })
 

@@ -50,38 +50,54 @@ type replica struct {
 	err    error
 }
 
-type replicaOption func(*membership.Config)
+// replicaSetup is what startReplica starts a member with.
+type replicaSetup struct {
+	cfg    membership.Config
+	report func() string // for ReportUnreachable, when set
+}
+
+type replicaOption func(*replicaSetup)
 
 func withClockOffset(d time.Duration) replicaOption {
-	return func(c *membership.Config) { c.Now = func() time.Time { return time.Now().Add(d) } }
+	return func(s *replicaSetup) { s.cfg.Now = func() time.Time { return time.Now().Add(d) } }
 }
 
 func withClient(c kubernetes.Interface) replicaOption {
-	return func(cfg *membership.Config) { cfg.Client = c }
+	return func(s *replicaSetup) { s.cfg.Client = c }
 }
 
 func withLeaseDuration(d time.Duration) replicaOption {
-	return func(c *membership.Config) { c.LeaseDuration = d }
+	return func(s *replicaSetup) { s.cfg.LeaseDuration = d }
 }
 
 func withHoldGrace(d time.Duration) replicaOption {
-	return func(c *membership.Config) { c.HoldGrace = d }
+	return func(s *replicaSetup) { s.cfg.HoldGrace = d }
 }
 
 func withReleaseAfter(ch <-chan struct{}) replicaOption {
-	return func(c *membership.Config) { c.ReleaseAfter = ch }
+	return func(s *replicaSetup) { s.cfg.ReleaseAfter = ch }
+}
+
+// withUnreachableReport has the member's renewals say what report says
+// of the replicas it cannot reach.
+func withUnreachableReport(report func() string) replicaOption {
+	return func(s *replicaSetup) { s.report = report }
 }
 
 // startReplica starts a member named name in ns; it is stopped
 // gracefully when the spec ends, if it still runs.
 func startReplica(ns, name string, opts ...replicaOption) *replica {
 	GinkgoHelper()
-	cfg := membership.Config{Name: name, Address: "10.0.0.1:8091", Namespace: ns, LeaseDuration: 2 * time.Second, Client: clientset}
+	setup := replicaSetup{cfg: membership.Config{Name: name, Address: "10.0.0.1:8091", Namespace: ns,
+		LeaseDuration: 2 * time.Second, Client: clientset}}
 	for _, o := range opts {
-		o(&cfg)
+		o(&setup)
 	}
-	m, err := membership.New(cfg)
+	m, err := membership.New(setup.cfg)
 	Expect(err).NotTo(HaveOccurred())
+	if setup.report != nil {
+		m.ReportUnreachable(setup.report)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &replica{Membership: m, cancel: cancel, exited: make(chan struct{})}
 	go func() {
