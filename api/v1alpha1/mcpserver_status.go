@@ -40,6 +40,10 @@ const (
 	ConditionReady       = "Ready"
 	ConditionReconciling = "Reconciling"
 	ConditionStalled     = "Stalled"
+	// ConditionDegraded is True while the server works but some agents
+	// cannot reach it (ReasonReplicaUnreachable), and absent otherwise; it
+	// leaves Ready as it is.
+	ConditionDegraded = "Degraded"
 )
 
 // Reasons of the Ready condition (and of Reconciling/Stalled when they hold).
@@ -72,6 +76,10 @@ const (
 	// ReasonToolSetTooLarge: the server's tools do not fit the McpToolSet
 	// that carries them to the other replicas (Failed).
 	ReasonToolSetTooLarge = "ToolSetTooLarge"
+	// ReasonReplicaUnreachable (Degraded): a live replica reports that it
+	// cannot reach the internal endpoint of the replica that owns the
+	// server, so calls for its tools that reach that replica fail.
+	ReasonReplicaUnreachable = "ReplicaUnreachable"
 )
 
 // Reasons of events on an McpServer that no condition carries.

@@ -39,6 +39,10 @@ type Replicas interface {
 	// Lease expired (a replica cut off from the apiserver stops its
 	// children in that time).
 	MayHold(name string) bool
+	// UnreachedBy are the live replicas (this one among them when it
+	// cannot reach its own address) that report they cannot reach this
+	// replica's internal endpoint, sorted.
+	UnreachedBy() []string
 }
 
 // ownerOf is the replica that owns obj: this one when there are no
@@ -266,13 +270,15 @@ func (r *McpServerReconciler) moved(ctx context.Context, _ client.Object) []reco
 		return nil
 	}
 	var reqs []reconcile.Request
+	unreached := r.unreachedMessage()
 	for i := range list.Items {
 		m := &list.Items[i]
 		key := client.ObjectKeyFromObject(m)
 		owns, runs := r.ownerOf(m) == r.Replica, r.Supervisors.Get(key) != nil
 		// Owned but not run: new here, or waiting for a holder that may
-		// just have left (HandingOver).
-		if owns != (m.Status.Replica == r.Replica) || owns != runs {
+		// just have left (HandingOver). Owned and run: a peer that stopped
+		// or started reaching this replica shows in Degraded.
+		if owns != (m.Status.Replica == r.Replica) || owns != runs || owns && r.reachStale(m, unreached) {
 			reqs = append(reqs, reconcile.Request{NamespacedName: key})
 		}
 	}

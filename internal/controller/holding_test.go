@@ -75,12 +75,15 @@ var _ = Describe("Holding a stdio server among replicas", func() {
 })
 
 // replicasWhere is a membership in which owner owns every server, only
-// mayHold may still run a child besides, and this replica is in its own
-// live set while selfLive.
+// mayHold may still run a child besides, this replica is in its own live
+// set while selfLive, and unreachedBy report that they cannot reach it.
 type replicasWhere struct {
 	owner, mayHold string
 	selfLive       bool
+	unreachedBy    []string
 }
+
+func (r *replicasWhere) UnreachedBy() []string { return r.unreachedBy }
 
 func (r *replicasWhere) Owner(types.UID) string   { return r.owner }
 func (r *replicasWhere) MayHold(name string) bool { return name == r.mayHold || name == r.owner }

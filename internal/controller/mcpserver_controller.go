@@ -147,6 +147,7 @@ func (r *McpServerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	}
 	applyStatus(obj, serverNameOf(obj), v)
 	obj.Status.Replica = r.Replica
+	r.markReach(obj)
 	r.emitEvents(obj, &orig.Status, v)
 	recordGauges(obj.Namespace, obj.Name, v.snap)
 	recordPhase(obj.Namespace, obj.Name, obj.Status.Phase)

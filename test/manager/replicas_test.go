@@ -1,6 +1,7 @@
 package manager_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -21,6 +22,7 @@ import (
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -293,15 +295,18 @@ func TestSigtermHandsTheServersOverAtOnce(t *testing.T) {
 }
 
 // TestAnUnreachableReplicaIsShown runs a replica whose advertised address
-// nothing answers at: the other replica shows it as unreachable in its
-// Lease and its metrics, the replica shows its own address so, and both
-// clear once it has gone.
+// nothing answers at beside two that answer: the others show it as
+// unreachable in their Leases and metrics, the replica shows its own
+// address so, the servers it owns are Degraded while those of the others
+// are not, the servers' message follows the replicas that report it, and
+// all of it clears once it has gone.
 func TestAnUnreachableReplicaIsShown(t *testing.T) {
 	g := NewWithT(t)
-	leases := newNamespace(t, "replicas-")
+	leases, tenant := newNamespace(t, "replicas-"), newNamespace(t, "unreachable-")
 	nowhere := freeAddr(t) // closed again: nothing listens there
 	r1 := startReplica(t, leases, "r1")
 	r2 := startReplica(t, leases, "r2", "--replica-advertise-address="+nowhere)
+	r3 := startReplica(t, leases, "r3")
 	unreachable := func(r string) func(Gomega) string {
 		return func(g Gomega) string {
 			l := &coordinationv1.Lease{}
@@ -318,7 +323,7 @@ func TestAnUnreachableReplicaIsShown(t *testing.T) {
 			return v
 		}
 	}
-	for _, r := range []string{"r1", "r2"} {
+	for _, r := range []string{"r1", "r2", "r3"} {
 		g.Eventually(unreachable(r), 30*time.Second, 100*time.Millisecond).Should(
 			And(HavePrefix("r2 at "+nowhere+" since "), ContainSubstring("connection refused")), "in %s's Lease", r)
 	}
@@ -326,8 +331,36 @@ func TestAnUnreachableReplicaIsShown(t *testing.T) {
 	g.Eventually(gauge(r2, "r1"), 10*time.Second, 100*time.Millisecond).Should(Equal(0.0), "r2 reaches r1")
 	g.Expect(unreachable("r1")(g)).NotTo(ContainSubstring("r1 at"), "r1 reaches itself")
 
+	owned := map[string]string{} // a server of r1 and one of r2
+	url := serveFixture(t, fixture.Options{})
+	for i := 0; i < 30 && (owned["r1"] == "" || owned["r2"] == ""); i++ {
+		name := fmt.Sprintf("web%d", i)
+		createHTTPServer(t, tenant, name, url)
+		owner := allReadyOn(t, tenant, []string{name}, []string{"r1", "r2", "r3"})[name].Status.Replica
+		owned[owner] = cmp.Or(owned[owner], name)
+	}
+	g.Expect(owned).To(And(HaveKey("r1"), HaveKey("r2")), "30 servers, none on r1 or none on r2")
+	degraded := func(name string) func(Gomega) *metav1.Condition {
+		return func(g Gomega) *metav1.Condition {
+			return apimeta.FindStatusCondition(servers(g, tenant)[name].Status.Conditions, v1alpha1.ConditionDegraded)
+		}
+	}
+	isDegraded := func(by string) OmegaMatcher {
+		return And(HaveField("Reason", v1alpha1.ReasonReplicaUnreachable),
+			HaveField("Message", HavePrefix(by+" cannot reach this server's owner, replica r2,")))
+	}
+	g.Eventually(degraded(owned["r2"]), 30*time.Second, 100*time.Millisecond).Should(
+		isDegraded("Replicas r1, r2, r3"), "the server of the replica nobody reaches")
+	g.Expect(degraded(owned["r1"])(g)).To(BeNil(), "the server of a replica every one reaches")
+
+	// r3 leaves: r2 keeps its server, whose status follows who reports.
+	g.Expect(r3.proc.stop(syscall.SIGTERM)).To(Succeed())
+	g.Eventually(degraded(owned["r2"]), 30*time.Second, 100*time.Millisecond).Should(isDegraded("Replicas r1, r2"))
+
 	g.Expect(r2.proc.stop(syscall.SIGTERM)).To(Succeed())
 	g.Eventually(unreachable("r1"), 30*time.Second, 100*time.Millisecond).Should(BeEmpty(), "r1 forgets the replica that left")
+	allReadyOn(t, tenant, []string{owned["r2"]}, []string{"r1"})
+	g.Eventually(degraded(owned["r2"]), 30*time.Second, 100*time.Millisecond).Should(BeNil(), "moved to r1, which every replica reaches")
 }
 
 var (

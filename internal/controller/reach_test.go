@@ -1,0 +1,59 @@
+package controller_test
+
+import (
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/mcpbridge/operator/api/v1alpha1"
+	"github.com/mcpbridge/operator/internal/controller"
+)
+
+var _ = Describe("A server whose owner other replicas cannot reach", func() {
+	It("is Degraded while a live replica reports it cannot reach the owner, and Ready all along", func(ctx SpecContext) {
+		ns := newNamespace()
+		stopManager()
+		DeferCleanup(startManager)
+		web := stdioServer(ns, "web")
+		web.Spec.Transport, web.Spec.Stdio = v1alpha1.TransportStreamableHTTP, nil
+		web.Spec.StreamableHTTP = &v1alpha1.StreamableHTTPTransport{URL: serveFixture("tcp4", "127.0.0.1:0").URL + "/mcp"}
+		Expect(k8s.Create(ctx, web)).To(Succeed())
+		wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+		Expect(err).NotTo(HaveOccurred())
+		replicas := &replicasWhere{owner: "self", selfLive: true}
+		r := standaloneReconciler(wc, wc, controller.SupervisorsOptions{Egress: testEgress("127.0.0.0/8")})
+		r.Replica, r.Replicas = "self", replicas
+		key := client.ObjectKeyFromObject(web)
+		reconcileUntilReady := func() *v1alpha1.McpServer {
+			GinkgoHelper()
+			Eventually(func(g Gomega) {
+				_, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: key})
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(get(ns, "web").Status.Phase).To(Equal(v1alpha1.PhaseReady))
+			}).WithTimeout(30 * time.Second).Should(Succeed())
+			return get(ns, "web")
+		}
+		got := reconcileUntilReady()
+		Expect(meta(got, v1alpha1.ConditionDegraded)).To(BeNil())
+
+		replicas.unreachedBy = []string{"peer-a", "peer-b"}
+		got = reconcileUntilReady()
+		degraded := meta(got, v1alpha1.ConditionDegraded)
+		Expect(degraded).NotTo(BeNil(), "conditions: %v", got.Status.Conditions)
+		Expect(degraded.Status).To(BeEquivalentTo("True"))
+		Expect(degraded.Reason).To(Equal(v1alpha1.ReasonReplicaUnreachable))
+		Expect(degraded.Message).To(And(HavePrefix("Replicas peer-a, peer-b cannot reach"), ContainSubstring("replica self"),
+			ContainSubstring("mcpbridge-replica-peer-a, mcpbridge-replica-peer-b")))
+		Expect(degraded.ObservedGeneration).To(Equal(got.Generation))
+		Expect(meta(got, v1alpha1.ConditionReady).Status).To(BeEquivalentTo("True"), "the server itself still works")
+		Expect(kstatusOf(got)).To(Equal(status.CurrentStatus), "kubectl wait and GitOps tools still see it current")
+
+		replicas.unreachedBy = nil
+		got = reconcileUntilReady()
+		Expect(meta(got, v1alpha1.ConditionDegraded)).To(BeNil(), "removed once every replica reaches the owner")
+	})
+})
