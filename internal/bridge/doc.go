@@ -89,8 +89,9 @@
 // A loss is raised only through generation.lose, once per generation, and
 // serve is the only receiver. The goroutines that raise one:
 //
-//   - watch (loss.go): the MCP session ended by itself (sess.Wait returned),
-//     or an exitReporter link reported that the server process exited.
+//   - waitSession (loss.go): the MCP session ended by itself (sess.Wait
+//     returned); beside an exitReporter link (a stdio child) watch raises
+//     that instead, or the server process's exit.
 //   - the Pod runtime's link (pod.go, through the dialer's onLost): the
 //     tunnel's Pod was deleted, replaced or is no longer Ready.
 //   - the HTTP transport's round trips (http.go, through the dialer's onLost):
@@ -101,7 +102,10 @@
 //   - healthLoop (health.go): two periodic probes failed in a row, or one
 //     probe requested by a call that saw a transport failure.
 //   - resyncLoop (toolsync.go): a list_changed re-sync ran out of its
-//     connectionTimeoutMs budget.
+//     connectionTimeoutMs budget. It is the generation's syncer, which
+//     runs only while a re-sync or a retried publish is pending
+//     (generation.wake), so that an idle connection keeps no goroutine
+//     for it.
 //
 // A loss raised while the supervisor itself closes the generation is
 // ignored: nothing was lost.

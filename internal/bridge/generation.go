@@ -23,7 +23,15 @@ type generation struct {
 	resync   chan struct{} // list_changed, coalesced
 	retry    chan struct{} // publish a refused set again, coalesced
 	probe    chan struct{} // a call saw a transport failure, coalesced
-	wg       sync.WaitGroup
+	// syncing is true while a syncer goroutine runs, which only a live
+	// generation (syncable) starts; lastResync is when the latest re-sync
+	// started (its rate limit outlives each syncer).
+	syncing, syncable bool
+	lastResync        time.Time
+
+	mu      sync.Mutex // guards syncing, syncable and closing, and orders goFn before wg.Wait
+	closing bool       // no goroutine starts any more
+	wg      sync.WaitGroup
 
 	lostOnce sync.Once
 	lost     chan struct{}
@@ -62,13 +70,61 @@ func (g *generation) lose(stage string, err error) {
 	})
 }
 
-// goFn runs fn as one of the generation's goroutines, awaited on close.
+// goFn runs fn as one of the generation's goroutines, awaited on close;
+// once the generation closes it runs nothing.
 func (g *generation) goFn(fn func()) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.goLocked(fn)
+}
+
+func (g *generation) goLocked(fn func()) {
+	if g.closing {
+		return
+	}
 	g.wg.Add(1)
 	go func() {
 		defer g.wg.Done()
 		fn()
 	}()
+}
+
+// wake kicks ch (g.resync or g.retry) and starts a syncer unless one runs
+// or the generation is not live yet (its first sync is under way; the kick
+// waits for startSyncing): an idle connection keeps no goroutine for the
+// syncs it may never need (docs/design.md, "Replicas and ownership": memory).
+func (g *generation) wake(ch chan struct{}, syncer func()) {
+	kick(ch)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.syncable && !g.syncing {
+		g.syncing = true
+		g.goLocked(syncer)
+	}
+}
+
+// startSyncing lets wake start syncers from now on, and starts one for a
+// kick that came during the first sync.
+func (g *generation) startSyncing(syncer func()) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.syncable = true
+	if len(g.resync) > 0 || len(g.retry) > 0 {
+		g.syncing = true
+		g.goLocked(syncer)
+	}
+}
+
+// doneSyncing reports whether the syncer may return: nothing is pending.
+// A kick that came meanwhile keeps it on, since its wake saw it running.
+func (g *generation) doneSyncing() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.resync) > 0 || len(g.retry) > 0 {
+		return false
+	}
+	g.syncing = false
+	return true
 }
 
 // shutdown starts closing the generation, once, and returns its down
@@ -79,6 +135,9 @@ func (g *generation) goFn(fn func()) {
 func (g *generation) shutdown() <-chan struct{} {
 	g.closeOnce.Do(func() {
 		g.stop()
+		g.mu.Lock()
+		g.closing = true
+		g.mu.Unlock()
 		go func() {
 			if g.sess != nil {
 				_ = g.sess.Close()

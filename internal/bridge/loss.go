@@ -15,21 +15,32 @@ import (
 // See docs/design.md, "Detecting loss".
 
 // waitSession records the end of the MCP session. Wait blocks, so it has a
-// goroutine of its own; watch turns its end into a loss.
+// goroutine of its own; on a link that reports no exit (HTTP) that end is
+// the loss, raised here, and watch runs only beside an exitReporter.
 func (g *generation) waitSession() {
 	g.sessErr = g.sess.Wait()
 	close(g.sessDone)
+	if _, ok := g.link.(exitReporter); !ok {
+		g.sessionEnded()
+	}
 }
 
-// watch raises the loss when the connection ends by itself: the session
-// ended (the server hung up, a stream failed for good), or the link
-// reports that the server exited (a stdio child).
-func (g *generation) watch() {
-	var exited <-chan struct{}
-	ex, ok := g.link.(exitReporter)
-	if ok {
-		exited = g.link.closed()
+// sessionEnded raises the end of the session as a loss (ignored when the
+// supervisor closed it).
+func (g *generation) sessionEnded() {
+	err := g.sessErr
+	if err == nil {
+		err = errors.New("the server closed the connection")
 	}
+	g.lose(StageConnection, fmt.Errorf("connection closed: %w", err))
+}
+
+// watch raises the loss when the connection of an exitReporter link (a
+// stdio child) ends by itself: the session ended (the server hung up, a
+// stream failed for good), or the link reports that the server exited.
+func (g *generation) watch() {
+	ex := g.link.(exitReporter)
+	exited := g.link.closed()
 	select {
 	case <-g.ctx.Done():
 	case <-g.sessDone:
@@ -39,11 +50,7 @@ func (g *generation) watch() {
 			return
 		default:
 		}
-		err := g.sessErr
-		if err == nil {
-			err = errors.New("the server closed the connection")
-		}
-		g.lose(StageConnection, fmt.Errorf("connection closed: %w", err))
+		g.sessionEnded()
 	case <-exited:
 		g.lose(StageConnection, ex.exitError())
 	}

@@ -305,7 +305,7 @@ func (s *Supervisor) open(ctx context.Context, g *generation) (stage string, err
 		Capabilities: &mcp.ClientCapabilities{},
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
 			// Never list from inside the handler: it runs on the reader.
-			kick(g.resync)
+			s.wakeSyncer(g, g.resync)
 		},
 	})
 	// The SDK's Connect closes its session when ctx ends, and closing can
@@ -318,7 +318,9 @@ func (s *Supervisor) open(ctx context.Context, g *generation) (stage string, err
 	}
 	g.sess = sess
 	g.goFn(g.waitSession)
-	g.goFn(g.watch)
+	if _, ok := l.(exitReporter); ok {
+		g.goFn(g.watch)
+	}
 	return "", nil
 }
 
@@ -379,7 +381,7 @@ func (s *Supervisor) connected(g *generation) {
 	}
 	s.emit(false, reason, fmt.Sprintf("%s %s %s (protocol %s) in generation %d; %d tools published",
 		verb, cmp.Or(info.Name, "the server"), info.Version, info.ProtocolVersion, g.num, tools))
-	g.goFn(func() { s.resyncLoop(g) })
+	s.startSyncer(g)
 	g.goFn(func() { s.healthLoop(g) })
 }
 
@@ -412,11 +414,11 @@ func (s *Supervisor) serve(ctx context.Context, g *generation, o *outage, up tim
 			g.lostAt = s.clock.Now() // uptime ends here, not after the close
 		case <-s.conflicted:
 			if conflict.start(s) {
-				kick(g.retry) // a release may have come before the watch: look once
+				s.wakeSyncer(g, g.retry) // a release may have come before the watch: look once
 			}
 		case <-conflict.c():
 			if conflict.changed(s) {
-				kick(g.retry) // the resync goroutine owns syncs; serve never waits on one
+				s.wakeSyncer(g, g.retry) // the syncer owns syncs; serve never waits on one
 			}
 		case <-stable:
 			if o.upFor(s.clock.Since(up)) {

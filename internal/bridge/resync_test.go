@@ -46,7 +46,7 @@ func TestListChangedStormIsCoalescedToOneResyncPerInterval(t *testing.T) {
 	storm := time.NewTicker(time.Millisecond)
 	for range 400 {
 		<-storm.C
-		kick(g.resync)
+		s.wakeSyncer(g, g.resync)
 	}
 	storm.Stop()
 	elapsed := time.Since(start)

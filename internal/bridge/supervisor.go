@@ -70,6 +70,10 @@ type Options struct {
 	// of the server; zero is DefaultResyncInterval. See docs/design.md,
 	// "Budgets".
 	ResyncInterval time.Duration
+	// OnChange, when set, is called whenever the snapshot changed, besides
+	// the signal on Changes; it must not block. A set of supervisors tells
+	// its reconciler through it without a goroutine per supervisor.
+	OnChange func()
 
 	dialer dialer // tests inject transports here
 }
@@ -86,6 +90,7 @@ type Supervisor struct {
 	resync   time.Duration // least time between two re-syncs
 	dialer   dialer
 	changes  chan struct{}
+	onChange func()     // Options.OnChange, or nil
 	syncMu   sync.Mutex // two syncs of this server never interleave
 
 	observer   Observer
@@ -143,6 +148,7 @@ func New(o Options) *Supervisor {
 		dialer:   o.dialer,
 		observer: o.Observer,
 		changes:  make(chan struct{}, 1),
+		onChange: o.OnChange,
 		closed:   make(chan struct{}),
 
 		idleChanged: make(chan struct{}, 1),
@@ -275,4 +281,9 @@ func (s *Supervisor) update(fn func(*Snapshot)) {
 	s.signal()
 }
 
-func (s *Supervisor) signal() { kick(s.changes) }
+func (s *Supervisor) signal() {
+	kick(s.changes)
+	if s.onChange != nil {
+		s.onChange()
+	}
+}

@@ -173,7 +173,7 @@ func (s *Supervisor) SetToolFilter(f policy.ToolFilter) bool {
 	}
 	// Lost just now: the next connection publishes with the new filter.
 	s.filter.Store(&f)
-	kick(g.retry)
+	s.wakeSyncer(g, g.retry)
 	return true
 }
 
@@ -197,12 +197,23 @@ func diffTools(before, after []registry.Tool) (added, removed int) {
 // (docs/design.md, "Budgets" and "Limits"), so that a storm of them costs one fetch a second.
 const DefaultResyncInterval = time.Second
 
-// resyncLoop re-syncs on list_changed, each time with a fresh budget, at
-// most one per s.resync (real time, like the deadlines of requests). A
-// failed re-sync keeps the last good set; a timed-out one is a loss.
-// See docs/design.md, "Tool sync".
+// wakeSyncer has g's syncer publish its last fetch again (retry) or
+// re-sync (resync), starting the syncer if it does not run.
+func (s *Supervisor) wakeSyncer(g *generation, ch chan struct{}) {
+	g.wake(ch, func() { s.resyncLoop(g) })
+}
+
+// startSyncer lets g's syncer start, once g is live.
+func (s *Supervisor) startSyncer(g *generation) {
+	g.startSyncing(func() { s.resyncLoop(g) })
+}
+
+// resyncLoop is g's syncer: it runs while a wake is pending and returns
+// when none is. It re-syncs on list_changed, each time with a fresh
+// budget, at most one per s.resync (real time, like the deadlines of
+// requests). A failed re-sync keeps the last good set; a timed-out one is
+// a loss. See docs/design.md, "Tool sync".
 func (s *Supervisor) resyncLoop(g *generation) {
-	var last time.Time // start of the latest re-sync
 	for {
 		select {
 		case <-g.ctx.Done():
@@ -215,11 +226,16 @@ func (s *Supervisor) resyncLoop(g *generation) {
 			s.syncMu.Unlock()
 			continue
 		case <-g.resync:
+		default:
+			if g.doneSyncing() {
+				return
+			}
+			continue
 		}
-		if !last.IsZero() && !sleepCtx(g.ctx, s.resync-time.Since(last)) {
+		if !g.lastResync.IsZero() && !sleepCtx(g.ctx, s.resync-time.Since(g.lastResync)) {
 			return
 		}
-		last = time.Now()
+		g.lastResync = time.Now()
 		ctx, cancel := context.WithTimeout(g.ctx, s.p.ConnectionTimeout)
 		stage, err := s.syncTools(ctx, g)
 		if err != nil && g.ctx.Err() == nil {

@@ -45,6 +45,13 @@ type Supervisors struct {
 	started  chan struct{}
 	disposed chan struct{}
 	events   chan event.TypedGenericEvent[*v1alpha1.McpServer]
+
+	// changed are the servers whose supervisor changed since forward last
+	// looked; wake kicks forward. One goroutine serves every supervisor
+	// (docs/design.md, "Replicas and ownership": memory).
+	changedMu sync.Mutex
+	changed   map[types.NamespacedName]struct{}
+	wake      chan struct{}
 }
 
 // SupervisorsOptions are what every supervisor of a manager shares.
@@ -73,6 +80,8 @@ func NewSupervisors(o SupervisorsOptions) *Supervisors {
 		started:            make(chan struct{}),
 		disposed:           make(chan struct{}),
 		events:             make(chan event.TypedGenericEvent[*v1alpha1.McpServer], 1024),
+		changed:            map[types.NamespacedName]struct{}{},
+		wake:               make(chan struct{}, 1),
 	}
 }
 
@@ -138,7 +147,7 @@ func (s *Supervisors) Start(ctx context.Context) error {
 	s.ctx, s.mgrCtx = context.WithoutCancel(ctx), ctx
 	s.mu.Unlock()
 	close(s.started)
-	<-ctx.Done()
+	s.forward(ctx)
 	limit := time.After(drainTimeout)
 	for _, ch := range s.DrainAfter {
 		select {
@@ -278,6 +287,7 @@ func (s *Supervisors) Ensure(ctx context.Context, key types.NamespacedName, spec
 
 func (s *Supervisors) start(key types.NamespacedName, specKey SwapKey, opts bridge.Options) *bridge.Supervisor {
 	opts.Registry, opts.Egress, opts.TracerProvider = s.Registry, s.Egress, s.TracerProvider
+	opts.OnChange = func() { s.noteChange(key) }
 	if opts.Log.GetSink() == nil {
 		opts.Log = s.Log
 	}
@@ -290,24 +300,41 @@ func (s *Supervisors) start(key types.NamespacedName, specKey SwapKey, opts brid
 	s.entries[key] = &supervisorEntry{sup: sup, key: specKey, cancel: cancel}
 	s.mu.Unlock()
 	sup.Start(ctx)
-	go s.forward(ctx, key, sup)
 	return sup
 }
 
-// forward turns a supervisor's change signals into reconcile requests.
-func (s *Supervisors) forward(ctx context.Context, key types.NamespacedName, sup *bridge.Supervisor) {
-	obj := &v1alpha1.McpServer{}
-	obj.Namespace, obj.Name = key.Namespace, key.Name
+// noteChange is a supervisor's OnChange: key is reconciled by forward.
+func (s *Supervisors) noteChange(key types.NamespacedName) {
+	s.changedMu.Lock()
+	s.changed[key] = struct{}{}
+	s.changedMu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// forward turns the supervisors' change signals into reconcile requests
+// until ctx (the manager's) ends: the controller stops reading then.
+func (s *Supervisors) forward(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-sup.Changes():
+		case <-s.wake:
 		}
-		select {
-		case s.events <- event.TypedGenericEvent[*v1alpha1.McpServer]{Object: obj}:
-		case <-ctx.Done():
-			return
+		s.changedMu.Lock()
+		keys := s.changed
+		s.changed = map[types.NamespacedName]struct{}{}
+		s.changedMu.Unlock()
+		for key := range keys {
+			obj := &v1alpha1.McpServer{}
+			obj.Namespace, obj.Name = key.Namespace, key.Name
+			select {
+			case s.events <- event.TypedGenericEvent[*v1alpha1.McpServer]{Object: obj}:
+			case <-ctx.Done():
+				return
+			}
 		}
 	}
 }
