@@ -139,7 +139,10 @@ func (m *Membership) recompute() (next time.Duration, stale []*coordinationv1.Le
 			changed = append(changed, n)
 		}
 	}
-	by := m.reportingSelfUnreachable(liveNames)
+	by, hold := m.reportingSelfUnreachable(liveNames, now)
+	if hold > 0 && (next == 0 || hold < next) {
+		next = hold
+	}
 	if !slices.Equal(by, m.unreachedBy) && !slices.Contains(changed, m.cfg.Name) {
 		// The owner's servers show it (Degraded): their reconciler wakes
 		// on this replica's own name.
@@ -157,16 +160,45 @@ func (m *Membership) recompute() (next time.Duration, stale []*coordinationv1.Le
 	return next, stale
 }
 
+// unreachedHold, in lease durations, is how long a replica counts in
+// UnreachedBy after its Lease last said it cannot reach this one: a peer
+// whose reach flaps at each renewal would otherwise have the owner rewrite
+// the status of every server it holds as often (docs/design.md, "Visible
+// when unreachable").
+const unreachedHold = 3
+
 // reportingSelfUnreachable are the live replicas, among names (sorted),
-// whose Lease says they cannot reach this one. Called with mu held.
-func (m *Membership) reportingSelfUnreachable(names []string) []string {
-	var by []string
-	for _, name := range names {
-		if s := m.seen[LeaseName(name)]; s != nil && namesUnreachable(s.lease.Annotations[UnreachableAnnotation], m.cfg.Name) {
-			by = append(by, name)
+// whose Lease says they cannot reach this one, or said so within
+// unreachedHold durations; and when the first of those that no longer say
+// so drops out. Called with mu held.
+func (m *Membership) reportingSelfUnreachable(names []string, now time.Time) (by []string, next time.Duration) {
+	hold := unreachedHold * m.cfg.LeaseDuration
+	for name := range m.reportedAt {
+		if _, live := slices.BinarySearch(names, name); !live {
+			delete(m.reportedAt, name) // a replica that left reaches nobody
 		}
 	}
-	return by
+	for _, name := range names {
+		if s := m.seen[LeaseName(name)]; s != nil && namesUnreachable(s.lease.Annotations[UnreachableAnnotation], m.cfg.Name) {
+			m.reportedAt[name] = now
+			by = append(by, name)
+			continue
+		}
+		at, ok := m.reportedAt[name]
+		if !ok {
+			continue
+		}
+		left := at.Add(hold).Sub(now)
+		if left <= 0 {
+			delete(m.reportedAt, name)
+			continue
+		}
+		by = append(by, name)
+		if next == 0 || left < next {
+			next = left
+		}
+	}
+	return by, next
 }
 
 // namesUnreachable reports whether an UnreachableAnnotation value (entries

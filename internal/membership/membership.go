@@ -94,8 +94,9 @@ type Membership struct {
 	live      []Member // sorted by name
 	names     []string // the names of live, for Owner
 	// unreachedBy are the live replicas that cannot reach this one, for
-	// UnreachedBy.
+	// UnreachedBy; reportedAt is when each last said so.
 	unreachedBy []string
+	reportedAt  map[string]time.Time
 	subs        []chan event.GenericEvent
 }
 
@@ -116,7 +117,7 @@ func New(cfg Config) (*Membership, error) {
 		cfg: cfg, process: hex.EncodeToString(id),
 		leases: cfg.Client.CoordinationV1().Leases(cfg.Namespace),
 		kick:   make(chan struct{}, 1), joined: make(chan struct{}), left: make(chan struct{}),
-		seen: map[string]*sighting{},
+		seen: map[string]*sighting{}, reportedAt: map[string]time.Time{},
 	}, nil
 }
 
@@ -329,8 +330,9 @@ func (m *Membership) poke() {
 // UnreachedBy are the live replicas, sorted by name and this one among
 // them when it cannot reach its own advertised address, whose Lease says
 // (UnreachableAnnotation) that they cannot reach this replica: calls they
-// forward to it fail. A change of them is signalled to the subscribers as
-// an event for this replica's own Lease.
+// forward to it fail. A replica stays among them for three lease durations
+// after it last said so. A change of them is signalled to the subscribers
+// as an event for this replica's own Lease.
 func (m *Membership) UnreachedBy() []string {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
