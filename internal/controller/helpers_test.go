@@ -211,3 +211,24 @@ func standaloneReconciler(cached client.WithWatch, reader client.Reader, sups co
 	runSupervisors(r.Supervisors)
 	return r
 }
+
+// httpFixtureServer is a Streamable HTTP McpServer of a fixture of its own.
+func httpFixtureServer(ns, name string) *v1alpha1.McpServer {
+	m := stdioServer(ns, name)
+	m.Spec.Transport, m.Spec.Stdio = v1alpha1.TransportStreamableHTTP, nil
+	m.Spec.StreamableHTTP = &v1alpha1.StreamableHTTPTransport{URL: serveFixture("tcp4", "127.0.0.1:0").URL + "/mcp"}
+	return m
+}
+
+// replicaReconciler is the reconciler of replica "self" among replicas,
+// run outside the suite's manager, which stops until the spec ends.
+func replicaReconciler(replicas controller.Replicas) *controller.McpServerReconciler {
+	GinkgoHelper()
+	stopManager()
+	DeferCleanup(startManager)
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	Expect(err).NotTo(HaveOccurred())
+	r := standaloneReconciler(wc, wc, controller.SupervisorsOptions{Egress: testEgress("127.0.0.0/8")})
+	r.Replica, r.Replicas = "self", replicas
+	return r
+}

@@ -15,21 +15,14 @@ import (
 var _ = Describe("Holding a stdio server among replicas", func() {
 	It("stops the child at once when this replica drops out of its own live set, though it sees no other replica", func(ctx SpecContext) {
 		ns := newNamespace()
-		stopManager()
-		DeferCleanup(startManager)
-		Expect(k8s.Create(ctx, stdioServer(ns, "s"))).To(Succeed())
-		web := stdioServer(ns, "web")
-		web.Spec.Transport, web.Spec.Stdio = v1alpha1.TransportStreamableHTTP, nil
-		web.Spec.StreamableHTTP = &v1alpha1.StreamableHTTPTransport{URL: serveFixture("tcp4", "127.0.0.1:0").URL + "/mcp"}
-		Expect(k8s.Create(ctx, web)).To(Succeed())
-		wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
-		Expect(err).NotTo(HaveOccurred())
 		replicas := &replicasWhere{owner: "self", selfLive: true}
-		r := standaloneReconciler(wc, wc, controller.SupervisorsOptions{Egress: testEgress("127.0.0.0/8")})
-		r.Replica, r.Replicas = "self", replicas
+		r := replicaReconciler(replicas)
+		Expect(k8s.Create(ctx, stdioServer(ns, "s"))).To(Succeed())
+		web := httpFixtureServer(ns, "web")
+		Expect(k8s.Create(ctx, web)).To(Succeed())
 		stdio, http := client.ObjectKey{Namespace: ns, Name: "s"}, client.ObjectKeyFromObject(web)
 		for _, key := range []client.ObjectKey{stdio, http} {
-			_, err = r.Reconcile(ctx, reconcile.Request{NamespacedName: key})
+			_, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: key})
 			Expect(err).NotTo(HaveOccurred())
 			Expect(r.Supervisors.Get(key)).NotTo(BeNil(), "the owner runs %s", key.Name)
 		}
@@ -37,7 +30,7 @@ var _ = Describe("Holding a stdio server among replicas", func() {
 		// Cut off: no renewal accepted lately, and every peer's Lease looks
 		// expired too, as no watch event arrives: nobody owns anything.
 		replicas.owner, replicas.selfLive = "", false
-		_, err = r.Reconcile(ctx, reconcile.Request{NamespacedName: http})
+		_, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: http})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(r.Supervisors.Present(stdio)).To(BeFalse(), "a cut-off replica still runs a child a peer may start")
 		Expect(r.Supervisors.Get(http)).NotTo(BeNil(), "a Streamable HTTP connection stays")

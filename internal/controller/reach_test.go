@@ -10,23 +10,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
-	"github.com/mcpbridge/operator/internal/controller"
 )
 
 var _ = Describe("A server whose owner other replicas cannot reach", func() {
 	It("is Degraded while a live replica reports it cannot reach the owner, and Ready all along", func(ctx SpecContext) {
 		ns := newNamespace()
-		stopManager()
-		DeferCleanup(startManager)
-		web := stdioServer(ns, "web")
-		web.Spec.Transport, web.Spec.Stdio = v1alpha1.TransportStreamableHTTP, nil
-		web.Spec.StreamableHTTP = &v1alpha1.StreamableHTTPTransport{URL: serveFixture("tcp4", "127.0.0.1:0").URL + "/mcp"}
-		Expect(k8s.Create(ctx, web)).To(Succeed())
-		wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
-		Expect(err).NotTo(HaveOccurred())
 		replicas := &replicasWhere{owner: "self", selfLive: true}
-		r := standaloneReconciler(wc, wc, controller.SupervisorsOptions{Egress: testEgress("127.0.0.0/8")})
-		r.Replica, r.Replicas = "self", replicas
+		r := replicaReconciler(replicas)
+		web := httpFixtureServer(ns, "web")
+		Expect(k8s.Create(ctx, web)).To(Succeed())
 		key := client.ObjectKeyFromObject(web)
 		reconcileUntilReady := func() *v1alpha1.McpServer {
 			GinkgoHelper()
