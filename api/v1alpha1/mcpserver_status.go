@@ -40,9 +40,10 @@ const (
 	ConditionReady       = "Ready"
 	ConditionReconciling = "Reconciling"
 	ConditionStalled     = "Stalled"
-	// ConditionDegraded is True while the server works but some agents
-	// cannot reach it (ReasonReplicaUnreachable), and absent otherwise; it
-	// leaves Ready as it is.
+	// ConditionDegraded is True while some live manager replica cannot
+	// reach the replica that owns the server (ReasonReplicaUnreachable):
+	// the calls that land on it fail. Absent otherwise; it leaves Ready,
+	// Reconciling and Stalled as they are, whatever the phase.
 	ConditionDegraded = "Degraded"
 )
 

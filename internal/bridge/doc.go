@@ -90,8 +90,8 @@
 // serve is the only receiver. The goroutines that raise one:
 //
 //   - waitSession (loss.go): the MCP session ended by itself (sess.Wait
-//     returned); beside an exitReporter link (a stdio child) watch raises
-//     that instead, or the server process's exit.
+//     returned); beside an exitReporter link (a stdio child, local or in
+//     its Pod) watch raises that instead, or the server process's exit.
 //   - the Pod runtime's link (pod.go, through the dialer's onLost): the
 //     tunnel's Pod was deleted, replaced or is no longer Ready.
 //   - the HTTP transport's round trips (http.go, through the dialer's onLost):

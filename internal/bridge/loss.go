@@ -36,7 +36,7 @@ func (g *generation) sessionEnded() {
 }
 
 // watch raises the loss when the connection of an exitReporter link (a
-// stdio child) ends by itself: the session ended (the server hung up, a
+// stdio child, local or in its Pod) ends by itself: the session ended (the server hung up, a
 // stream failed for good), or the link reports that the server exited.
 func (g *generation) watch() {
 	ex := g.link.(exitReporter)

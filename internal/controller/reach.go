@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
+	"github.com/mcpbridge/operator/internal/bridge"
 	"github.com/mcpbridge/operator/internal/membership"
 )
 
@@ -58,7 +59,7 @@ func (r *McpServerReconciler) unreachedMessage() string {
 	if len(by) > 1 {
 		who = "Replicas " + strings.Join(by, ", ") + " cannot"
 	}
-	return fmt.Sprintf("%s reach this server's owner, replica %s, at its internal endpoint: calls for its tools "+
+	return bridge.Truncate(fmt.Sprintf("%s reach this server's owner, replica %s, at its internal endpoint: calls for its tools "+
 		"that reach them fail until they can; the annotation %s of their Leases (%s) says why",
-		who, r.Replica, membership.UnreachableAnnotation, strings.Join(leases, ", "))
+		who, r.Replica, membership.UnreachableAnnotation, strings.Join(leases, ", ")), maxMessage)
 }

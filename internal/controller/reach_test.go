@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"slices"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -29,10 +30,15 @@ var _ = Describe("A server whose owner other replicas cannot reach", func() {
 			}).WithTimeout(30 * time.Second).Should(Succeed())
 			return get(ns, "web")
 		}
+		requeued := func() bool {
+			return slices.Contains(r.Moved(ctx), reconcile.Request{NamespacedName: key})
+		}
 		got := reconcileUntilReady()
 		Expect(meta(got, v1alpha1.ConditionDegraded)).To(BeNil())
+		Expect(requeued()).To(BeFalse(), "a membership event requeues a server whose status is current")
 
 		replicas.unreachedBy = []string{"peer-a", "peer-b"}
+		Expect(requeued()).To(BeTrue(), "the event that peers cannot reach this replica does not requeue its server")
 		got = reconcileUntilReady()
 		degraded := meta(got, v1alpha1.ConditionDegraded)
 		Expect(degraded).NotTo(BeNil(), "conditions: %v", got.Status.Conditions)
@@ -43,8 +49,13 @@ var _ = Describe("A server whose owner other replicas cannot reach", func() {
 		Expect(degraded.ObservedGeneration).To(Equal(got.Generation))
 		Expect(meta(got, v1alpha1.ConditionReady).Status).To(BeEquivalentTo("True"), "the server itself still works")
 		Expect(kstatusOf(got)).To(Equal(status.CurrentStatus), "kubectl wait and GitOps tools still see it current")
+		Expect(requeued()).To(BeFalse(), "requeued again once its status says so")
+		_, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: key})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(get(ns, "web").ResourceVersion).To(Equal(got.ResourceVersion), "written again for the same replicas")
 
 		replicas.unreachedBy = nil
+		Expect(requeued()).To(BeTrue(), "the event that every peer reaches this replica again does not requeue its server")
 		got = reconcileUntilReady()
 		Expect(meta(got, v1alpha1.ConditionDegraded)).To(BeNil(), "removed once every replica reaches the owner")
 	})

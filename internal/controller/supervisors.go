@@ -399,7 +399,9 @@ func (s *Supervisors) awaitClosed(key types.NamespacedName, e *supervisorEntry) 
 	}
 }
 
-// remove drops e, if it is still key's entry, and ends its forwarding.
+// remove drops e, if it is still key's entry, and cancels its supervisor.
+// A change the supervisor still signals while it closes reconciles key as
+// any other does: the reconciler finds no entry, or the next one.
 func (s *Supervisors) remove(key types.NamespacedName, e *supervisorEntry) {
 	s.mu.Lock()
 	if s.entries[key] == e {
