@@ -78,7 +78,9 @@ func (c *Client) reached(to Target, err error) {
 		now.since = time.Now()
 	}
 	if down {
-		now.why = err.Error()
+		// "; " separates the replicas in the Lease's annotation, which the
+		// owner reads by name: an error never adds one.
+		now.why = strings.ReplaceAll(err.Error(), "; ", ", ")
 	}
 	c.reach[to.Name] = now
 	c.mu.Unlock()
