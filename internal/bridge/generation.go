@@ -23,13 +23,14 @@ type generation struct {
 	resync   chan struct{} // list_changed, coalesced
 	retry    chan struct{} // publish a refused set again, coalesced
 	probe    chan struct{} // a call saw a transport failure, coalesced
-	// syncing is true while a syncer goroutine runs, which only a live
-	// generation (syncable) starts; lastResync is when the latest re-sync
-	// started (its rate limit outlives each syncer).
-	syncing, syncable bool
-	lastResync        time.Time
+	// syncer re-syncs and publishes again (resyncLoop), set once the
+	// generation is live; syncing is true while it runs. lastResync is
+	// when the latest re-sync started (its rate limit outlives each run).
+	syncer     func()
+	syncing    bool
+	lastResync time.Time
 
-	mu      sync.Mutex // guards syncing, syncable and closing, and orders goFn before wg.Wait
+	mu      sync.Mutex // guards syncer, syncing and closing, and orders goFn before wg.Wait
 	closing bool       // no goroutine starts any more
 	wg      sync.WaitGroup
 
@@ -89,38 +90,43 @@ func (g *generation) goLocked(fn func()) {
 	}()
 }
 
-// wake kicks ch (g.resync or g.retry) and starts a syncer unless one runs
+// wake kicks ch (g.resync or g.retry) and runs the syncer unless it runs
 // or the generation is not live yet (its first sync is under way; the kick
 // waits for startSyncing): an idle connection keeps no goroutine for the
 // syncs it may never need (docs/design.md, "Replicas and ownership": memory).
-func (g *generation) wake(ch chan struct{}, syncer func()) {
+func (g *generation) wake(ch chan struct{}) {
 	kick(ch)
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.syncable && !g.syncing {
-		g.syncing = true
-		g.goLocked(syncer)
+	if g.syncer != nil && !g.syncing {
+		g.runSyncerLocked()
 	}
 }
 
-// startSyncing lets wake start syncers from now on, and starts one for a
-// kick that came during the first sync.
+// startSyncing makes syncer the one wake runs from now on, and runs it
+// for a kick that came during the first sync.
 func (g *generation) startSyncing(syncer func()) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.syncable = true
-	if len(g.resync) > 0 || len(g.retry) > 0 {
-		g.syncing = true
-		g.goLocked(syncer)
+	g.syncer = syncer
+	if g.pendingLocked() {
+		g.runSyncerLocked()
 	}
 }
+
+func (g *generation) runSyncerLocked() {
+	g.syncing = true
+	g.goLocked(g.syncer)
+}
+
+func (g *generation) pendingLocked() bool { return len(g.resync) > 0 || len(g.retry) > 0 }
 
 // doneSyncing reports whether the syncer may return: nothing is pending.
 // A kick that came meanwhile keeps it on, since its wake saw it running.
 func (g *generation) doneSyncing() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if len(g.resync) > 0 || len(g.retry) > 0 {
+	if g.pendingLocked() {
 		return false
 	}
 	g.syncing = false

@@ -305,7 +305,7 @@ func (s *Supervisor) open(ctx context.Context, g *generation) (stage string, err
 		Capabilities: &mcp.ClientCapabilities{},
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
 			// Never list from inside the handler: it runs on the reader.
-			s.wakeSyncer(g, g.resync)
+			g.wake(g.resync)
 		},
 	})
 	// The SDK's Connect closes its session when ctx ends, and closing can
@@ -381,7 +381,7 @@ func (s *Supervisor) connected(g *generation) {
 	}
 	s.emit(false, reason, fmt.Sprintf("%s %s %s (protocol %s) in generation %d; %d tools published",
 		verb, cmp.Or(info.Name, "the server"), info.Version, info.ProtocolVersion, g.num, tools))
-	s.startSyncer(g)
+	g.startSyncing(func() { s.resyncLoop(g) })
 	g.goFn(func() { s.healthLoop(g) })
 }
 
@@ -414,11 +414,11 @@ func (s *Supervisor) serve(ctx context.Context, g *generation, o *outage, up tim
 			g.lostAt = s.clock.Now() // uptime ends here, not after the close
 		case <-s.conflicted:
 			if conflict.start(s) {
-				s.wakeSyncer(g, g.retry) // a release may have come before the watch: look once
+				g.wake(g.retry) // a release may have come before the watch: look once
 			}
 		case <-conflict.c():
 			if conflict.changed(s) {
-				s.wakeSyncer(g, g.retry) // the syncer owns syncs; serve never waits on one
+				g.wake(g.retry) // the syncer owns syncs; serve never waits on one
 			}
 		case <-stable:
 			if o.upFor(s.clock.Since(up)) {

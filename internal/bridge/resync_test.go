@@ -46,7 +46,7 @@ func TestListChangedStormIsCoalescedToOneResyncPerInterval(t *testing.T) {
 	storm := time.NewTicker(time.Millisecond)
 	for range 400 {
 		<-storm.C
-		s.wakeSyncer(g, g.resync)
+		g.wake(g.resync)
 	}
 	storm.Stop()
 	elapsed := time.Since(start)

@@ -173,7 +173,7 @@ func (s *Supervisor) SetToolFilter(f policy.ToolFilter) bool {
 	}
 	// Lost just now: the next connection publishes with the new filter.
 	s.filter.Store(&f)
-	s.wakeSyncer(g, g.retry)
+	g.wake(g.retry)
 	return true
 }
 
@@ -197,21 +197,10 @@ func diffTools(before, after []registry.Tool) (added, removed int) {
 // (docs/design.md, "Budgets" and "Limits"), so that a storm of them costs one fetch a second.
 const DefaultResyncInterval = time.Second
 
-// wakeSyncer has g's syncer publish its last fetch again (retry) or
-// re-sync (resync), starting the syncer if it does not run.
-func (s *Supervisor) wakeSyncer(g *generation, ch chan struct{}) {
-	g.wake(ch, func() { s.resyncLoop(g) })
-}
-
-// startSyncer lets g's syncer start, once g is live.
-func (s *Supervisor) startSyncer(g *generation) {
-	g.startSyncing(func() { s.resyncLoop(g) })
-}
-
-// resyncLoop is g's syncer: it runs while a wake is pending and returns
-// when none is. It re-syncs on list_changed, each time with a fresh
-// budget, at most one per s.resync (real time, like the deadlines of
-// requests). A failed re-sync keeps the last good set; a timed-out one is
+// resyncLoop is g's syncer (generation.startSyncing): it runs while a
+// wake is pending and returns when none is. It re-syncs on list_changed,
+// each time with a fresh budget, at most one per s.resync (real time, like
+// the deadlines of requests). A failed re-sync keeps the last good set; a timed-out one is
 // a loss. See docs/design.md, "Tool sync".
 func (s *Supervisor) resyncLoop(g *generation) {
 	for {
