@@ -10,3 +10,7 @@ import (
 func (r *McpServerReconciler) Moved(ctx context.Context) []reconcile.Request {
 	return r.moved(ctx, nil)
 }
+
+// TrackWrites gives a reconciler built outside a manager the record of its
+// status writes that SetupWithManager gives the manager's.
+func TrackWrites(r *McpServerReconciler) { r.written = newWrittenVersions() }

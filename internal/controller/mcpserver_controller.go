@@ -65,6 +65,9 @@ type McpServerReconciler struct {
 	MaxConcurrentReconciles int
 
 	pods *Pods // finds each Pod-runtime server's Pod; built by SetupWithManager
+	// written: this replica's last status write per server; built by
+	// SetupWithManager.
+	written *writtenVersions
 }
 
 // SetupWithManager registers the indexes, watches and the supervisor set.
@@ -82,6 +85,7 @@ func (r *McpServerReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	c := mgr.GetClient()
 	r.pods = &Pods{Reader: mgr.GetCache()}
+	r.written = newWrittenVersions()
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("mcpserver").
 		// Our own status writes bump neither generation nor annotations.
@@ -117,16 +121,17 @@ func (r *McpServerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	obj, err := r.read(ctx, req.NamespacedName)
 	if err == nil && obj.DeletionTimestamp == nil {
 		if owner := r.ownerOf(obj); owner != r.Replica {
+			r.written.forget(req.NamespacedName)
 			return r.notOwned(ctx, obj, owner)
 		}
-		// Ours: read again through the API, not the cache: a status patch
-		// computed against a cache that has not seen our previous write
-		// would drop fields.
-		obj = &v1alpha1.McpServer{}
-		err = r.APIReader.Get(ctx, req.NamespacedName, obj)
+		if !r.cacheIsEnough(obj) {
+			obj = &v1alpha1.McpServer{}
+			err = r.APIReader.Get(ctx, req.NamespacedName, obj)
+		}
 	}
 	if apierrors.IsNotFound(err) {
 		forgetMetrics(req.Namespace, req.Name)
+		r.written.forget(req.NamespacedName)
 		_, err := r.halt(ctx, req.NamespacedName, verdict{})
 		return ctrl.Result{}, err
 	}
@@ -148,7 +153,6 @@ func (r *McpServerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	applyStatus(obj, serverNameOf(obj), v)
 	obj.Status.Replica = r.Replica
 	r.markReach(obj)
-	r.emitEvents(obj, &orig.Status, v)
 	recordGauges(obj.Namespace, obj.Name, v.snap)
 	recordPhase(obj.Namespace, obj.Name, obj.Status.Phase)
 	// Nothing watches an object with a Pod-runtime name that we do not
@@ -172,7 +176,25 @@ func (r *McpServerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	r.written.wrote(obj)
+	// Only now: a status read from a cache that was behind would have
+	// told of a change that is not one, and the refused patch is retried.
+	r.emitEvents(obj, &orig.Status, v)
 	return res, nil
+}
+
+// cacheIsEnough: the cache's copy of an owned server can be the base of
+// its status write. It can when it holds this replica's last write (only
+// the owner writes status), or when it shows no status at all: a write
+// then follows for certain, and it carries the resourceVersion it was
+// computed against, so the apiserver refuses it if the cache was behind.
+// Otherwise a status equal to a stale one would not be written at all.
+// See docs/design.md, "Reading what the owner writes".
+func (r *McpServerReconciler) cacheIsEnough(obj *v1alpha1.McpServer) bool {
+	if r.written == nil {
+		return false
+	}
+	return r.written.seenIn(obj) || equality.Semantic.DeepEqual(obj.Status, v1alpha1.McpServerStatus{})
 }
 
 // read is the McpServer as the cache has it, or as the API has it when the
