@@ -224,11 +224,19 @@ func httpFixtureServer(ns, name string) *v1alpha1.McpServer {
 // run outside the suite's manager, which stops until the spec ends.
 func replicaReconciler(replicas controller.Replicas) *controller.McpServerReconciler {
 	GinkgoHelper()
+	return replicaReconcilerWith(replicas, controller.SupervisorsOptions{})
+}
+
+// replicaReconcilerWith is replicaReconciler with supervisors of sups'
+// options (their egress policy allows loopback).
+func replicaReconcilerWith(replicas controller.Replicas, sups controller.SupervisorsOptions) *controller.McpServerReconciler {
+	GinkgoHelper()
 	stopManager()
 	DeferCleanup(startManager)
 	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
 	Expect(err).NotTo(HaveOccurred())
-	r := standaloneReconciler(wc, wc, controller.SupervisorsOptions{Egress: testEgress("127.0.0.0/8")})
+	sups.Egress = testEgress("127.0.0.0/8")
+	r := standaloneReconciler(wc, wc, sups)
 	r.Replica, r.Replicas = "self", replicas
 	return r
 }

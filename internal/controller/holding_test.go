@@ -1,6 +1,9 @@
 package controller_test
 
 import (
+	"context"
+	"time"
+
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -10,6 +13,7 @@ import (
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/controller"
+	"github.com/mcpbridge/operator/test/fixture"
 )
 
 var _ = Describe("Holding a stdio server among replicas", func() {
@@ -34,6 +38,42 @@ var _ = Describe("Holding a stdio server among replicas", func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(r.Supervisors.Present(stdio)).To(BeFalse(), "a cut-off replica still runs a child a peer may start")
 		Expect(r.Supervisors.Get(http)).NotTo(BeNil(), "a Streamable HTTP connection stays")
+	})
+
+	It("stops the child without waiting for a call in flight to it when this replica drops out of its own live set", func(ctx SpecContext) {
+		ns := newNamespace()
+		replicas := &replicasWhere{owner: "self", selfLive: true}
+		// Waiting for the call would take an hour: a fence that drained
+		// first would not return within the Eventually below.
+		r := replicaReconcilerWith(replicas, controller.SupervisorsOptions{DrainTimeout: time.Hour})
+		Expect(k8s.Create(ctx, stdioServer(ns, "s"))).To(Succeed())
+		key := client.ObjectKey{Namespace: ns, Name: "s"}
+		_, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: key})
+		Expect(err).NotTo(HaveOccurred())
+		sup := r.Supervisors.Get(key)
+		Expect(sup).NotTo(BeNil())
+		Eventually(func(g Gomega) {
+			_, err := sup.CallTool(ctx, fixture.ToolEcho, map[string]any{"text": "up"})
+			g.Expect(err).NotTo(HaveOccurred())
+		}, eventuallyTimeout, poll).Should(Succeed())
+		callDone := make(chan error, 1)
+		go func() {
+			_, err := sup.CallTool(context.Background(), fixture.ToolSleep, map[string]any{"ms": time.Hour.Milliseconds()})
+			callDone <- err
+		}()
+		Eventually(sup.InFlight, eventuallyTimeout, poll).Should(Equal(1))
+
+		replicas.owner, replicas.selfLive = "", false
+		fenceCtx, cancel := context.WithCancel(ctx)
+		DeferCleanup(cancel)
+		fenced := make(chan error, 1)
+		go func() {
+			_, err := r.Reconcile(fenceCtx, reconcile.Request{NamespacedName: key})
+			fenced <- err
+		}()
+		Eventually(fenced, eventuallyTimeout).Should(Receive(BeNil()), "the fence waited for the call in flight")
+		Expect(r.Supervisors.Present(key)).To(BeFalse(), "a cut-off replica still runs a child a peer may start")
+		Eventually(callDone, eventuallyTimeout).Should(Receive(HaveOccurred()), "the call in flight ends with its child")
 	})
 
 	It("starts no child while the apiserver names another replica that may hold it, whatever a stale cache says", func(ctx SpecContext) {

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -65,15 +66,19 @@ type SupervisorsOptions struct {
 	TracerProvider trace.TracerProvider
 	// Tune lets tests shorten the close barrier and grace periods.
 	Tune func(*bridge.Options)
-	// DrainAfter are waited for (at most drainTimeout in all) once the
+	// DrainAfter are waited for (at most DrainTimeout in all) once the
 	// manager stops, before the supervisors are disposed: the gateway's
 	// Drained and the replicas' endpoint's end, so that the calls they
 	// still take are answered.
 	DrainAfter []<-chan struct{}
+	// DrainTimeout bounds each wait for calls in flight (a stopping
+	// manager's, a server handed over); 0 is 10 s.
+	DrainTimeout time.Duration
 }
 
 // NewSupervisors returns an empty set of supervisors; Start runs it.
 func NewSupervisors(o SupervisorsOptions) *Supervisors {
+	o.DrainTimeout = cmp.Or(o.DrainTimeout, drainTimeout)
 	return &Supervisors{
 		SupervisorsOptions: o,
 		entries:            map[types.NamespacedName]*supervisorEntry{},
@@ -138,7 +143,7 @@ func (s *Supervisors) Source() source.Source {
 func (s *Supervisors) NeedLeaderElection() bool { return false }
 
 // Start records the manager's context and, when it ends, lets the calls in
-// flight finish (at most drainTimeout), then disposes every supervisor so
+// flight finish (at most DrainTimeout), then disposes every supervisor so
 // that no child process outlives the manager, and closes Disposed.
 func (s *Supervisors) Start(ctx context.Context) error {
 	s.mu.Lock()
@@ -148,14 +153,14 @@ func (s *Supervisors) Start(ctx context.Context) error {
 	s.mu.Unlock()
 	close(s.started)
 	s.forward(ctx)
-	limit := time.After(drainTimeout)
+	limit := time.After(s.DrainTimeout)
 	for _, ch := range s.DrainAfter {
 		select {
 		case <-ch:
 		case <-limit:
 		}
 	}
-	s.drain(drainTimeout)
+	s.drain(s.DrainTimeout)
 	s.DisposeAll()
 	close(s.disposed)
 	return nil
@@ -164,18 +169,18 @@ func (s *Supervisors) Start(ctx context.Context) error {
 // Disposed is closed once Start has disposed every supervisor.
 func (s *Supervisors) Disposed() <-chan struct{} { return s.disposed }
 
-// drainTimeout bounds how long a stopping manager waits for the calls in
-// flight before it disposes the supervisors (docs/design.md, "Replicas
-// and ownership": shutdown).
+// drainTimeout is the default DrainTimeout: how long a stopping manager
+// waits for the calls in flight before it disposes the supervisors
+// (docs/design.md, "Replicas and ownership": shutdown).
 const drainTimeout = 10 * time.Second
 
 // StopWhenIdle is Stop once key's supervisor answers no call, or after
-// at most drainTimeout: a server handed over to another replica finishes
+// at most DrainTimeout: a server handed over to another replica finishes
 // the calls it had begun (new ones go to the new holder).
 func (s *Supervisors) StopWhenIdle(ctx context.Context, key types.NamespacedName) error {
 	sup := s.Get(key)
 	if sup != nil {
-		if err := waitIdle(ctx, drainTimeout, sup.InFlight); err != nil {
+		if err := waitIdle(ctx, s.DrainTimeout, sup.InFlight); err != nil {
 			return err
 		}
 	}
