@@ -251,7 +251,7 @@ func relaySessionEnds(self string, members *membership.Membership, client *peer.
 			mbs := members.Members()
 			out := make([]peer.Target, len(mbs))
 			for i, mb := range mbs {
-				out[i] = peer.Target{Name: mb.Name, Address: mb.Address}
+				out[i] = peer.Target{Name: mb.Name, Address: mb.Address, Process: mb.Process}
 			}
 			return out
 		}})

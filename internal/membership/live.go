@@ -117,7 +117,8 @@ func (m *Membership) recompute() (next time.Duration, stale []*coordinationv1.Le
 			}
 			continue
 		}
-		live = append(live, Member{Name: *s.lease.Spec.HolderIdentity, Address: s.lease.Annotations[AddressAnnotation]})
+		live = append(live, Member{Name: *s.lease.Spec.HolderIdentity, Address: s.lease.Annotations[AddressAnnotation],
+			Process: s.lease.Annotations[ProcessAnnotation]})
 		if _, ok := s.lease.Annotations[LeavingAnnotation]; ok || (name == LeaseName(m.cfg.Name) && m.leaving.Load()) {
 			leaving[*s.lease.Spec.HolderIdentity] = true
 		}

@@ -65,6 +65,10 @@ const MaxReleaseWait = 25 * time.Second
 type Member struct {
 	Name    string
 	Address string
+	// Process is the id of the replica's process (its Lease's
+	// mcpbridge.dev/replica-process): a replica restarted under the same
+	// name has another.
+	Process string
 }
 
 // Membership keeps this replica's Lease and the live set of all replicas.

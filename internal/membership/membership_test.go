@@ -30,9 +30,15 @@ var _ = Describe("Replica membership", func() {
 			r.joinedWithin(10 * time.Second)
 		}
 		for _, r := range rs {
-			Eventually(r.Members).WithTimeout(10 * time.Second).Should(Equal([]membership.Member{
-				{Name: "a", Address: "10.0.0.1:8091"}, {Name: "b", Address: "10.0.0.1:8091"}, {Name: "c", Address: "10.0.0.1:8091"}}))
+			Eventually(r.Members).WithTimeout(10 * time.Second).Should(HaveExactElements(
+				member("a", "10.0.0.1:8091"), member("b", "10.0.0.1:8091"), member("c", "10.0.0.1:8091")))
 		}
+		processes := map[string]bool{}
+		for _, m := range rs[0].Members() {
+			processes[m.Process] = true
+		}
+		Expect(processes).To(HaveLen(3), "each replica's process has an id of its own")
+		Expect(processes).NotTo(HaveKey(""))
 		owned := map[string]int{}
 		for i := range 300 {
 			uid := types.UID(fmt.Sprintf("uid-%d", i))

@@ -27,6 +27,10 @@ import (
 type Target struct {
 	Name    string
 	Address string
+	// Process tells a replica restarted under the same name from its
+	// previous process (membership.Member.Process); only the relay of
+	// ended sessions reads it.
+	Process string
 }
 
 // replicaAttr names the replica a forward went to, on its CLIENT span.

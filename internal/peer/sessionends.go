@@ -28,8 +28,8 @@ type SessionEnds struct {
 	known   []knownEnd           // in the order learnt: seq increases
 	have    map[string]time.Time // key -> until, of what known holds
 	next    uint64               // seq of the next end learnt
-	told    map[string]uint64    // by peer name: the seq up to which it was told
-	sending map[string]bool      // by peer name: a send is under way
+	told    map[string]uint64    // by peerKey: the seq up to which it was told
+	sending map[string]bool      // by peerKey: a send is under way
 	sends   sync.WaitGroup
 	wake    chan struct{}
 }
@@ -198,21 +198,22 @@ func (s *SessionEnds) round(ctx context.Context) {
 	members := s.cfg.Members()
 	live := make(map[string]bool, len(members))
 	for _, m := range members {
-		live[m.Name] = true
+		live[peerKey(m)] = true
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.pruneLocked(time.Now())
-	for name := range s.told {
-		if !live[name] && !s.sending[name] {
-			delete(s.told, name)
+	for key := range s.told {
+		if !live[key] && !s.sending[key] {
+			delete(s.told, key)
 		}
 	}
 	for _, m := range members {
-		if m.Name == s.cfg.Self || s.sending[m.Name] || s.pendingLocked(m.Name) == 0 {
+		key := peerKey(m)
+		if m.Name == s.cfg.Self || s.sending[key] || s.pendingLocked(key) == 0 {
 			continue
 		}
-		s.sending[m.Name] = true
+		s.sending[key] = true
 		s.sends.Go(func() { s.tell(ctx, m) })
 	}
 }
@@ -222,11 +223,11 @@ func (s *SessionEnds) round(ctx context.Context) {
 func (s *SessionEnds) tell(ctx context.Context, peer Target) {
 	defer func() {
 		s.mu.Lock()
-		delete(s.sending, peer.Name)
+		delete(s.sending, peerKey(peer))
 		s.mu.Unlock()
 	}()
 	for {
-		batch, upTo := s.batch(peer.Name)
+		batch, upTo := s.batch(peerKey(peer))
 		if len(batch) == 0 {
 			return
 		}
@@ -241,10 +242,14 @@ func (s *SessionEnds) tell(ctx context.Context, peer Target) {
 			return
 		}
 		s.mu.Lock()
-		s.told[peer.Name] = max(s.told[peer.Name], upTo)
+		s.told[peerKey(peer)] = max(s.told[peerKey(peer)], upTo)
 		s.mu.Unlock()
 	}
 }
+
+// peerKey names a peer's process: a replica restarted under the same name
+// (before its peers saw its Lease expire) is a peer not told anything yet.
+func peerKey(t Target) string { return t.Name + "/" + t.Process }
 
 // firstUntoldLocked is the index in known of the first end peer was not
 // told.

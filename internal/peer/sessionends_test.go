@@ -56,6 +56,15 @@ var _ = Describe("Ended agent sessions", func() {
 		Eventually(func() int { return len(d.gateway.keys()) }).Should(Equal(len(many) + 3))
 		Eventually(func() int { return d.gateway.applied() }).Should(BeNumerically(">=", 2*(len(many)+3)), "told by b and by c")
 		Expect(d.ends.Known()).To(Equal(len(many) + 3))
+
+		// d's process is replaced under its name before its peers saw it
+		// go: another process, told everything again.
+		d.stop()
+		d2 := startRelay(ns, "replica-d", live)
+		again := d2.target()
+		again.Process = "second"
+		live.set(b.target(), c.target(), again)
+		Eventually(func() int { return len(d2.gateway.keys()) }).Should(Equal(len(many) + 3))
 	})
 
 	It("is refused beyond the bound of one request", func(ctx SpecContext) {
