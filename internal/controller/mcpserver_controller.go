@@ -184,17 +184,15 @@ func (r *McpServerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 }
 
 // cacheIsEnough: the cache's copy of an owned server can be the base of
-// its status write. It can when it holds this replica's last write (only
-// the owner writes status), or when it shows no status at all: a write
-// then follows for certain, and it carries the resourceVersion it was
-// computed against, so the apiserver refuses it if the cache was behind.
-// Otherwise a status equal to a stale one would not be written at all.
-// See docs/design.md, "Reading what the owner writes".
+// this reconcile. It can when the server runs here and the copy is the
+// version this replica's last status write returned: only the owner
+// writes status, and a replica forgets its record of a server once
+// another owns it. A server about to start here is read from the API: its
+// connection generation continues from the status, which another replica
+// may have written last. See docs/design.md, "Reading what the owner
+// writes".
 func (r *McpServerReconciler) cacheIsEnough(obj *v1alpha1.McpServer) bool {
-	if r.written == nil {
-		return false
-	}
-	return r.written.seenIn(obj) || equality.Semantic.DeepEqual(obj.Status, v1alpha1.McpServerStatus{})
+	return r.Supervisors.Get(client.ObjectKeyFromObject(obj)) != nil && r.written.seenIn(obj)
 }
 
 // read is the McpServer as the cache has it, or as the API has it when the
