@@ -1,13 +1,21 @@
 package controller_test
 
 import (
+	"net/http"
+	"net/http/httptest"
+	"sync"
 	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
+	"github.com/mcpbridge/operator/internal/controller"
+	"github.com/mcpbridge/operator/test/fixture"
 )
 
 var _ = Describe("Status economy", func() {
@@ -39,3 +47,83 @@ var _ = Describe("Status economy", func() {
 			"an idle, healthy resource gets no status writes")
 	})
 })
+
+var _ = Describe("A new server's first status", func() {
+	It("is Ready, one write, when the server connects within the first-status wait", func(ctx SpecContext) {
+		ns := newNamespace()
+		stopManager()
+		DeferCleanup(startManager)
+		w := watchMcpServers(ns)
+		// The server answers only once the first reconcile is over: that
+		// one sees it connecting, whatever the machine's speed.
+		fx, err := fixture.NewHTTPHandler(fixture.Options{})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(fx.Close)
+		opened := make(chan struct{})
+		srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, req *http.Request) {
+			select {
+			case <-opened:
+				fx.ServeHTTP(rw, req)
+			case <-req.Context().Done():
+			}
+		}))
+		DeferCleanup(func() { srv.CloseClientConnections(); srv.Close() })
+		open := sync.OnceFunc(func() { close(opened) })
+		DeferCleanup(open) // before the server closes, also when the spec fails early
+		obj := httpServer(ns, "s", srv.URL+"/mcp")
+		Expect(k8s.Create(ctx, obj)).To(Succeed())
+		key := client.ObjectKeyFromObject(obj)
+		r := standaloneReconciler(directClient(), directClient(), controller.SupervisorsOptions{Egress: testEgress("127.0.0.0/8")})
+		controller.TrackWrites(r)
+		r.FirstStatusWait = time.Hour // the server connects well within it on any machine
+
+		res, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: key})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.RequeueAfter).To(BeNumerically(">", 0))
+		open()
+		Eventually(func(g Gomega) {
+			_, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: key})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(get(ns, "s").Status.Phase).To(Equal(v1alpha1.PhaseReady))
+		}, eventuallyTimeout, poll).Should(Succeed())
+		var phases []v1alpha1.Phase
+		untilPhase(w, v1alpha1.PhaseReady, func(ev watch.Event) {
+			if m, ok := ev.Object.(*v1alpha1.McpServer); ok && ev.Type == watch.Modified {
+				phases = append(phases, m.Status.Phase)
+			}
+		})
+		Expect(phases).To(Equal([]v1alpha1.Phase{v1alpha1.PhaseReady}), "no Connecting write before the first connection")
+	})
+
+	It("is Connecting once the wait has passed without a connection", func(ctx SpecContext) {
+		ns := newNamespace()
+		stopManager()
+		DeferCleanup(startManager)
+		obj := stdioServer(ns, "slow", "--stall-initialize")
+		obj.Spec.ConnectionTimeoutMs = ptr32(60000)
+		Expect(k8s.Create(ctx, obj)).To(Succeed())
+		key := client.ObjectKeyFromObject(obj)
+		r := standaloneReconciler(directClient(), directClient(), controller.SupervisorsOptions{})
+		controller.TrackWrites(r)
+		const wait = 300 * time.Millisecond
+		r.FirstStatusWait = wait
+
+		res, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: key})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.RequeueAfter).To(And(BeNumerically(">", 0), BeNumerically("<=", wait)), "the reconcile comes back when the wait ends")
+		Expect(get(ns, "slow").Status.Phase).To(BeEmpty(), "nothing is written while the wait lasts")
+		Eventually(func(g Gomega) {
+			_, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: key})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(get(ns, "slow").Status.Phase).To(Equal(v1alpha1.PhaseConnecting))
+		}, eventuallyTimeout, poll).Should(Succeed())
+	})
+})
+
+// directClient reads and writes the apiserver without a cache.
+func directClient() client.WithWatch {
+	GinkgoHelper()
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	Expect(err).NotTo(HaveOccurred())
+	return wc
+}

@@ -63,6 +63,11 @@ type McpServerReconciler struct {
 	Leaving <-chan struct{}
 	// MaxConcurrentReconciles defaults to 8.
 	MaxConcurrentReconciles int
+	// FirstStatusWait is how long a new McpServer's first status waits
+	// for its first connection: one write (Ready) instead of two
+	// (Connecting, then Ready). 0 is 2 s; negative writes at once.
+	// See docs/design.md, "The first status".
+	FirstStatusWait time.Duration
 
 	pods *Pods // finds each Pod-runtime server's Pod; built by SetupWithManager
 	// written: this replica's last status write per server; built by
@@ -169,6 +174,13 @@ func (r *McpServerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	if equality.Semantic.DeepEqual(orig.Status, obj.Status) {
 		return res, nil
 	}
+	if wait := r.firstStatusWait(orig, v); wait > 0 {
+		// Nothing is written yet: orig, read from the API before the
+		// supervisor started, is the base of the next reconcile as the
+		// owner's own write would be (cacheIsEnough).
+		r.written.wrote(orig)
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
 	patch := client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})
 	if err := r.Client.Status().Patch(ctx, obj, patch); err != nil {
 		if apierrors.IsConflict(err) {
@@ -182,6 +194,29 @@ func (r *McpServerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	r.emitEvents(obj, &orig.Status, v)
 	return res, nil
 }
+
+// firstStatusWait is how much longer the first status of a new McpServer
+// waits for its first connection, or 0 to write now. It waits only while
+// nothing was ever written and the supervisor this replica started is still
+// connecting; a failed attempt, a Ready connection or the end of the wait
+// writes. Until then, kstatus reads the server as in progress: its status
+// has no observedGeneration. See docs/design.md, "The first status".
+func (r *McpServerReconciler) firstStatusWait(orig *v1alpha1.McpServer, v verdict) time.Duration {
+	limit := cmp.Or(r.FirstStatusWait, defaultFirstStatusWait)
+	if limit < 0 || orig.Status.ObservedGeneration != 0 || orig.Status.Phase != "" ||
+		v.reason != v1alpha1.ReasonConnecting {
+		return 0
+	}
+	age, running := r.Supervisors.Age(client.ObjectKeyFromObject(orig))
+	if !running || age >= limit {
+		return 0
+	}
+	return limit - age
+}
+
+// defaultFirstStatusWait: a Streamable HTTP server within reach connects
+// well within it, even while a replica starts a thousand at once.
+const defaultFirstStatusWait = 2 * time.Second
 
 // cacheIsEnough: the cache's copy of an owned server can be the base of
 // this reconcile. It can when the server runs here and the copy is the

@@ -119,9 +119,10 @@ func (k SwapKey) inPlace(specKey SwapKey) bool {
 }
 
 type supervisorEntry struct {
-	sup    *bridge.Supervisor
-	key    SwapKey // what the supervisor runs; see Ensure
-	cancel context.CancelFunc
+	sup     *bridge.Supervisor
+	key     SwapKey // what the supervisor runs; see Ensure
+	cancel  context.CancelFunc
+	started time.Time
 
 	// Stopping: the first Stop disposes, concurrent ones wait for it.
 	stopOnce sync.Once
@@ -227,6 +228,17 @@ func (s *Supervisors) Get(key types.NamespacedName) *bridge.Supervisor {
 	return nil
 }
 
+// Age is how long the supervisor running for key has run; false when none
+// runs.
+func (s *Supervisors) Age(key types.NamespacedName) (time.Duration, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e := s.entries[key]; e != nil && !e.stopping.Load() {
+		return time.Since(e.started), true
+	}
+	return 0, false
+}
+
 // Present reports whether key has a supervisor, running or still closing:
 // while it has, no other replica may start the server's child.
 func (s *Supervisors) Present(key types.NamespacedName) bool {
@@ -302,7 +314,7 @@ func (s *Supervisors) start(key types.NamespacedName, specKey SwapKey, opts brid
 	sup := bridge.New(opts)
 	s.mu.Lock()
 	ctx, cancel := context.WithCancel(s.ctx)
-	s.entries[key] = &supervisorEntry{sup: sup, key: specKey, cancel: cancel}
+	s.entries[key] = &supervisorEntry{sup: sup, key: specKey, cancel: cancel, started: time.Now()}
 	s.mu.Unlock()
 	sup.Start(ctx)
 	return sup
