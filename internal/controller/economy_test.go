@@ -118,6 +118,36 @@ var _ = Describe("A new server's first status", func() {
 			g.Expect(get(ns, "slow").Status.Phase).To(Equal(v1alpha1.PhaseConnecting))
 		}, eventuallyTimeout, poll).Should(Succeed())
 	})
+
+	It("keeps its wait across spec edits, so that edits cannot hold it back for ever", func(ctx SpecContext) {
+		ns := newNamespace()
+		stopManager()
+		DeferCleanup(startManager)
+		obj := stdioServer(ns, "slow", "--stall-initialize")
+		obj.Spec.ConnectionTimeoutMs = ptr32(60000)
+		Expect(k8s.Create(ctx, obj)).To(Succeed())
+		key := client.ObjectKeyFromObject(obj)
+		r := standaloneReconciler(directClient(), directClient(), controller.SupervisorsOptions{})
+		controller.TrackWrites(r)
+		r.FirstStatusWait = time.Hour
+
+		_, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: key})
+		Expect(err).NotTo(HaveOccurred())
+		first := r.Supervisors.Get(key)
+		Expect(first).NotTo(BeNil())
+		Eventually(func() time.Duration { age, _ := r.Supervisors.Age(key); return age }, eventuallyTimeout, poll).
+			Should(BeNumerically(">", time.Second))
+
+		edited := get(ns, "slow")
+		edited.Spec.ConnectionTimeoutMs = ptr32(59000)
+		Expect(k8s.Update(ctx, edited)).To(Succeed())
+		res, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: key})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(r.Supervisors.Get(key)).NotTo(BeIdenticalTo(first), "the edit swapped the supervisor")
+		Expect(get(ns, "slow").Status.Phase).To(BeEmpty())
+		Expect(res.RequeueAfter).To(And(BeNumerically(">", 0), BeNumerically("<=", time.Hour-time.Second)),
+			"the wait goes on from the first supervisor's start")
+	})
 })
 
 // directClient reads and writes the apiserver without a cache.

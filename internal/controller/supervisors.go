@@ -228,8 +228,8 @@ func (s *Supervisors) Get(key types.NamespacedName) *bridge.Supervisor {
 	return nil
 }
 
-// Age is how long the supervisor running for key has run; false when none
-// runs.
+// Age is how long key has had a supervisor here, across swaps: since this
+// replica last started one for it where none was; false when none runs.
 func (s *Supervisors) Age(key types.NamespacedName) (time.Duration, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -293,16 +293,18 @@ func (s *Supervisors) Ensure(ctx context.Context, key types.NamespacedName, spec
 			return old.sup, nil
 		}
 	}
+	since := time.Now()
 	if old != nil {
 		opts.BaseGeneration = max(opts.BaseGeneration, old.sup.Snapshot().Generation)
 		if err := s.stop(ctx, key, old); err != nil {
 			return nil, err
 		}
+		since = old.started // a swap continues the server's time here (Age)
 	}
-	return s.start(key, specKey, opts), nil
+	return s.start(key, specKey, opts, since), nil
 }
 
-func (s *Supervisors) start(key types.NamespacedName, specKey SwapKey, opts bridge.Options) *bridge.Supervisor {
+func (s *Supervisors) start(key types.NamespacedName, specKey SwapKey, opts bridge.Options, since time.Time) *bridge.Supervisor {
 	opts.Registry, opts.Egress, opts.TracerProvider = s.Registry, s.Egress, s.TracerProvider
 	opts.OnChange = func() { s.noteChange(key) }
 	if opts.Log.GetSink() == nil {
@@ -314,7 +316,7 @@ func (s *Supervisors) start(key types.NamespacedName, specKey SwapKey, opts brid
 	sup := bridge.New(opts)
 	s.mu.Lock()
 	ctx, cancel := context.WithCancel(s.ctx)
-	s.entries[key] = &supervisorEntry{sup: sup, key: specKey, cancel: cancel, started: time.Now()}
+	s.entries[key] = &supervisorEntry{sup: sup, key: specKey, cancel: cancel, started: since}
 	s.mu.Unlock()
 	sup.Start(ctx)
 	return sup
