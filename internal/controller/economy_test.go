@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -11,6 +12,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
@@ -96,17 +98,8 @@ var _ = Describe("A new server's first status", func() {
 	})
 
 	It("is Connecting once the wait has passed without a connection", func(ctx SpecContext) {
-		ns := newNamespace()
-		stopManager()
-		DeferCleanup(startManager)
-		obj := stdioServer(ns, "slow", "--stall-initialize")
-		obj.Spec.ConnectionTimeoutMs = ptr32(60000)
-		Expect(k8s.Create(ctx, obj)).To(Succeed())
-		key := client.ObjectKeyFromObject(obj)
-		r := standaloneReconciler(directClient(), directClient(), controller.SupervisorsOptions{})
-		controller.TrackWrites(r)
 		const wait = 300 * time.Millisecond
-		r.FirstStatusWait = wait
+		ns, key, r := stalledServer(ctx, wait)
 
 		res, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: key})
 		Expect(err).NotTo(HaveOccurred())
@@ -120,16 +113,7 @@ var _ = Describe("A new server's first status", func() {
 	})
 
 	It("keeps its wait across spec edits, so that edits cannot hold it back for ever", func(ctx SpecContext) {
-		ns := newNamespace()
-		stopManager()
-		DeferCleanup(startManager)
-		obj := stdioServer(ns, "slow", "--stall-initialize")
-		obj.Spec.ConnectionTimeoutMs = ptr32(60000)
-		Expect(k8s.Create(ctx, obj)).To(Succeed())
-		key := client.ObjectKeyFromObject(obj)
-		r := standaloneReconciler(directClient(), directClient(), controller.SupervisorsOptions{})
-		controller.TrackWrites(r)
-		r.FirstStatusWait = time.Hour
+		ns, key, r := stalledServer(ctx, time.Hour)
 
 		_, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: key})
 		Expect(err).NotTo(HaveOccurred())
@@ -149,6 +133,23 @@ var _ = Describe("A new server's first status", func() {
 			"the wait goes on from the first supervisor's start")
 	})
 })
+
+// stalledServer creates a server whose initialize never answers and a
+// reconciler of its own, outside the suite's manager, whose first status
+// waits for wait.
+func stalledServer(ctx context.Context, wait time.Duration) (string, types.NamespacedName, *controller.McpServerReconciler) {
+	GinkgoHelper()
+	ns := newNamespace()
+	stopManager()
+	DeferCleanup(startManager)
+	obj := stdioServer(ns, "slow", "--stall-initialize")
+	obj.Spec.ConnectionTimeoutMs = ptr32(60000)
+	Expect(k8s.Create(ctx, obj)).To(Succeed())
+	r := standaloneReconciler(directClient(), directClient(), controller.SupervisorsOptions{})
+	controller.TrackWrites(r)
+	r.FirstStatusWait = wait
+	return ns, client.ObjectKeyFromObject(obj), r
+}
 
 // directClient reads and writes the apiserver without a cache.
 func directClient() client.WithWatch {
