@@ -2,18 +2,22 @@ package controller_test
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/events"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/controller"
@@ -75,7 +79,16 @@ var _ = Describe("A new server's first status", func() {
 		obj := httpServer(ns, "s", srv.URL+"/mcp")
 		Expect(k8s.Create(ctx, obj)).To(Succeed())
 		key := client.ObjectKeyFromObject(obj)
-		r := standaloneReconciler(directClient(), directClient(), controller.SupervisorsOptions{Egress: testEgress("127.0.0.0/8")})
+		var apiGets atomic.Int32
+		reader := interceptor.NewClient(directClient(), interceptor.Funcs{
+			Get: func(ctx context.Context, c client.WithWatch, k client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+				if _, ok := obj.(*v1alpha1.McpServer); ok {
+					apiGets.Add(1)
+				}
+				return c.Get(ctx, k, obj, opts...)
+			},
+		})
+		r := standaloneReconciler(directClient(), reader, controller.SupervisorsOptions{Egress: testEgress("127.0.0.0/8")})
 		controller.TrackWrites(r)
 		r.FirstStatusWait = time.Hour // the server connects well within it on any machine
 
@@ -95,10 +108,37 @@ var _ = Describe("A new server's first status", func() {
 			}
 		})
 		Expect(phases).To(Equal([]v1alpha1.Phase{v1alpha1.PhaseReady}), "no Connecting write before the first connection")
+		Expect(apiGets.Load()).To(BeEquivalentTo(1),
+			"only the reconcile that started the server reads the API: the copy it read stands in for the owner's write")
+	})
+
+	It("is written at once after a failed attempt", func(ctx SpecContext) {
+		ns := newNamespace()
+		stopManager()
+		DeferCleanup(startManager)
+		ln, err := net.Listen("tcp4", "127.0.0.1:0")
+		Expect(err).NotTo(HaveOccurred())
+		closed := ln.Addr().String()
+		Expect(ln.Close()).To(Succeed()) // nothing listens there: every attempt is refused
+		obj := httpServer(ns, "refused", "http://"+closed+"/mcp")
+		Expect(k8s.Create(ctx, obj)).To(Succeed())
+		key := client.ObjectKeyFromObject(obj)
+		r := standaloneReconciler(directClient(), directClient(), controller.SupervisorsOptions{Egress: testEgress("127.0.0.0/8")})
+		controller.TrackWrites(r)
+		r.Recorder = &events.FakeRecorder{} // an event per refused attempt, none read here
+		r.FirstStatusWait = time.Hour
+
+		Eventually(func(g Gomega) {
+			_, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: key})
+			g.Expect(err).NotTo(HaveOccurred())
+			got := get(ns, "refused")
+			g.Expect(got.Status.FailedAttempts).To(BeNumerically(">=", 1))
+			g.Expect(got.Status.LastError).NotTo(BeNil())
+		}, eventuallyTimeout, poll).Should(Succeed(), "a failed attempt does not wait for the end of the first-status wait")
 	})
 
 	It("is Connecting once the wait has passed without a connection", func(ctx SpecContext) {
-		const wait = 300 * time.Millisecond
+		const wait = 3 * time.Second // the first reconcile returns well within it
 		ns, key, r := stalledServer(ctx, wait)
 
 		res, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: key})

@@ -199,12 +199,11 @@ func (r *McpServerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 // waits for its first connection, or 0 to write now. It waits only while
 // nothing was ever written and the supervisor this replica started is still
 // connecting; a failed attempt, a Ready connection or the end of the wait
-// writes. Until then, kstatus reads the server as in progress: its status
-// has no observedGeneration. See docs/design.md, "The first status".
+// writes. Until then the server has no status at all, which kstatus's
+// generic rule reads as Current. See docs/design.md, "The first status".
 func (r *McpServerReconciler) firstStatusWait(orig *v1alpha1.McpServer, v verdict) time.Duration {
 	limit := cmp.Or(r.FirstStatusWait, defaultFirstStatusWait)
-	if limit < 0 || orig.Status.ObservedGeneration != 0 || orig.Status.Phase != "" ||
-		v.reason != v1alpha1.ReasonConnecting {
+	if limit < 0 || orig.Status.ObservedGeneration != 0 || orig.Status.Phase != "" || !stillConnecting(v) {
 		return 0
 	}
 	age, running := r.Supervisors.Age(client.ObjectKeyFromObject(orig))
@@ -212,6 +211,14 @@ func (r *McpServerReconciler) firstStatusWait(orig *v1alpha1.McpServer, v verdic
 		return 0
 	}
 	return limit - age
+}
+
+// stillConnecting: v is a supervisor's first connection under way, with
+// nothing to tell yet. A failed attempt keeps the reason Connecting until
+// the server has connected once, and a Pod that cannot start is told as
+// the last error: both are written at once.
+func stillConnecting(v verdict) bool {
+	return v.reason == v1alpha1.ReasonConnecting && v.snap != nil && v.snap.FailedAttempts == 0 && v.snap.LastError == nil
 }
 
 // defaultFirstStatusWait: a Streamable HTTP server within reach connects
