@@ -6,11 +6,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -79,15 +77,7 @@ var _ = Describe("A new server's first status", func() {
 		obj := httpServer(ns, "s", srv.URL+"/mcp")
 		Expect(k8s.Create(ctx, obj)).To(Succeed())
 		key := client.ObjectKeyFromObject(obj)
-		var apiGets atomic.Int32
-		reader := interceptor.NewClient(directClient(), interceptor.Funcs{
-			Get: func(ctx context.Context, c client.WithWatch, k client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-				if _, ok := obj.(*v1alpha1.McpServer); ok {
-					apiGets.Add(1)
-				}
-				return c.Get(ctx, k, obj, opts...)
-			},
-		})
+		reader, apiGets := countingMcpServerGets(directClient())
 		r := standaloneReconciler(directClient(), reader, controller.SupervisorsOptions{Egress: testEgress("127.0.0.0/8")})
 		controller.TrackWrites(r)
 		r.FirstStatusWait = time.Hour // the server connects well within it on any machine
@@ -189,12 +179,4 @@ func stalledServer(ctx context.Context, wait time.Duration) (string, types.Names
 	controller.TrackWrites(r)
 	r.FirstStatusWait = wait
 	return ns, client.ObjectKeyFromObject(obj), r
-}
-
-// directClient reads and writes the apiserver without a cache.
-func directClient() client.WithWatch {
-	GinkgoHelper()
-	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
-	Expect(err).NotTo(HaveOccurred())
-	return wc
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -162,9 +163,7 @@ func metricValue(metric, ns, name string) (float64, bool) {
 // watchMcpServers watches the McpServers of ns for the rest of the spec:
 // every status the apiserver stores arrives as an event.
 func watchMcpServers(ns string) watch.Interface {
-	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
-	Expect(err).NotTo(HaveOccurred())
-	w, err := wc.Watch(context.Background(), &v1alpha1.McpServerList{}, client.InNamespace(ns))
+	w, err := directClient().Watch(context.Background(), &v1alpha1.McpServerList{}, client.InNamespace(ns))
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(w.Stop)
 	return w
@@ -183,6 +182,28 @@ func untilPhase(w watch.Interface, phase v1alpha1.Phase, seen func(watch.Event))
 		}
 		return ""
 	}, eventuallyTimeout, time.Millisecond).Should(Equal(phase))
+}
+
+// directClient reads and writes the apiserver without a cache.
+func directClient() client.WithWatch {
+	GinkgoHelper()
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	Expect(err).NotTo(HaveOccurred())
+	return wc
+}
+
+// countingMcpServerGets is wc counting the McpServers it reads: a reader
+// whose API reads a spec can count.
+func countingMcpServerGets(wc client.WithWatch) (client.WithWatch, *atomic.Int32) {
+	var gets atomic.Int32
+	return interceptor.NewClient(wc, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, k client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(*v1alpha1.McpServer); ok {
+				gets.Add(1)
+			}
+			return c.Get(ctx, k, obj, opts...)
+		},
+	}), &gets
 }
 
 // rewritingGets is wc with every object it reads passed through rewrite:
@@ -233,8 +254,7 @@ func replicaReconcilerWith(replicas controller.Replicas, sups controller.Supervi
 	GinkgoHelper()
 	stopManager()
 	DeferCleanup(startManager)
-	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
-	Expect(err).NotTo(HaveOccurred())
+	wc := directClient()
 	sups.Egress = testEgress("127.0.0.0/8")
 	r := standaloneReconciler(wc, wc, sups)
 	r.Replica, r.Replicas = "self", replicas

@@ -87,8 +87,7 @@ var _ = Describe("Holding a stdio server among replicas", func() {
 
 		// The cache of a replica whose watch is behind: it still names this
 		// replica, which held the server before it lost the apiserver.
-		wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
-		Expect(err).NotTo(HaveOccurred())
+		wc := directClient()
 		stale := rewritingGets(wc, func(obj client.Object) {
 			if ts, ok := obj.(*v1alpha1.McpToolSet); ok {
 				ts.Spec.Holder = "self"
@@ -97,7 +96,7 @@ var _ = Describe("Holding a stdio server among replicas", func() {
 		r := standaloneReconciler(stale, wc, controller.SupervisorsOptions{})
 		r.Replica, r.Replicas = "self", &replicasWhere{owner: "self", mayHold: "peer", selfLive: true}
 		key := client.ObjectKey{Namespace: ns, Name: "s"}
-		_, err = r.Reconcile(ctx, reconcile.Request{NamespacedName: key})
+		_, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: key})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(r.Supervisors.Get(key)).To(BeNil(), "a child started beside the one of the replica the apiserver names")
 		got := get(ns, "s")

@@ -538,10 +538,8 @@ func runShim(bin string, port int, secret *corev1.Secret, command ...string) (st
 // a new template.
 func watchDeployment(ns, name string) <-chan time.Time {
 	GinkgoHelper()
-	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
-	Expect(err).NotTo(HaveOccurred())
 	current := templateHash(deploymentOf(ns, name))
-	w, err := wc.Watch(context.Background(), &appsv1.DeploymentList{}, client.InNamespace(ns))
+	w, err := directClient().Watch(context.Background(), &appsv1.DeploymentList{}, client.InNamespace(ns))
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(w.Stop)
 	out := make(chan time.Time, 1)

@@ -44,8 +44,7 @@ var _ = Describe("Manager restart", Ordered, func() {
 
 		// The apiserver would refuse this spec; a reader that rewrites it
 		// after the real Get stands for a programmatic caller.
-		wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
-		Expect(err).NotTo(HaveOccurred())
+		wc := directClient()
 		reader := rewritingGets(wc, func(obj client.Object) {
 			if m, ok := obj.(*v1alpha1.McpServer); ok {
 				m.Spec.Reconnect.InitialDelayMs = ptr32(5000)
@@ -53,7 +52,7 @@ var _ = Describe("Manager restart", Ordered, func() {
 			}
 		})
 		r := standaloneReconciler(wc, reader, controller.SupervisorsOptions{})
-		_, err = r.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "bad"}})
+		_, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "bad"}})
 		Expect(err).NotTo(HaveOccurred())
 		got := get(ns, "bad")
 		Expect(got.Status.Phase).To(Equal(v1alpha1.PhaseInvalid))

@@ -1,13 +1,11 @@
 package controller_test
 
 import (
-	"context"
 	"sync/atomic"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
@@ -23,17 +21,8 @@ var _ = Describe("The owner's reads for its status writes", func() {
 		Expect(k8s.Create(ctx, created)).To(Succeed())
 		key := client.ObjectKeyFromObject(created)
 
-		wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
-		Expect(err).NotTo(HaveOccurred())
-		var apiGets atomic.Int32
-		reader := interceptor.NewClient(wc, interceptor.Funcs{
-			Get: func(ctx context.Context, c client.WithWatch, k client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-				if _, ok := obj.(*v1alpha1.McpServer); ok {
-					apiGets.Add(1)
-				}
-				return c.Get(ctx, k, obj, opts...)
-			},
-		})
+		wc := directClient()
+		reader, apiGets := countingMcpServerGets(wc)
 		// The cache: the apiserver's copy, or, while behind is set, that
 		// copy instead.
 		var behind atomic.Pointer[v1alpha1.McpServer]

@@ -220,9 +220,7 @@ func (s *Supervisors) inFlight() int {
 // Get returns the supervisor running for key, if any; not one being
 // disposed.
 func (s *Supervisors) Get(key types.NamespacedName) *bridge.Supervisor {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if e := s.entries[key]; e != nil && !e.stopping.Load() {
+	if e := s.running(key); e != nil {
 		return e.sup
 	}
 	return nil
@@ -231,12 +229,20 @@ func (s *Supervisors) Get(key types.NamespacedName) *bridge.Supervisor {
 // Age is how long key has had a supervisor here, across swaps: since this
 // replica last started one for it where none was; false when none runs.
 func (s *Supervisors) Age(key types.NamespacedName) (time.Duration, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if e := s.entries[key]; e != nil && !e.stopping.Load() {
+	if e := s.running(key); e != nil {
 		return time.Since(e.started), true
 	}
 	return 0, false
+}
+
+// running is key's entry unless it has none or is being disposed.
+func (s *Supervisors) running(key types.NamespacedName) *supervisorEntry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e := s.entries[key]; e != nil && !e.stopping.Load() {
+		return e
+	}
+	return nil
 }
 
 // Present reports whether key has a supervisor, running or still closing:

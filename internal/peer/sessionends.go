@@ -221,13 +221,14 @@ func (s *SessionEnds) round(ctx context.Context) {
 // tell sends to peer what it was not told yet, in requests of at most
 // maxEndedPerRequest, and records each one it answered.
 func (s *SessionEnds) tell(ctx context.Context, peer Target) {
+	key := peerKey(peer)
 	defer func() {
 		s.mu.Lock()
-		delete(s.sending, peerKey(peer))
+		delete(s.sending, key)
 		s.mu.Unlock()
 	}()
 	for {
-		batch, upTo := s.batch(peerKey(peer))
+		batch, upTo := s.batch(key)
 		if len(batch) == 0 {
 			return
 		}
@@ -242,7 +243,7 @@ func (s *SessionEnds) tell(ctx context.Context, peer Target) {
 			return
 		}
 		s.mu.Lock()
-		s.told[peerKey(peer)] = max(s.told[peerKey(peer)], upTo)
+		s.told[key] = max(s.told[key], upTo)
 		s.mu.Unlock()
 	}
 }
