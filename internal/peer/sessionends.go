@@ -119,9 +119,13 @@ func (s *SessionEnds) Received(ended []EndedSession) {
 	}
 }
 
-// learnLocked keeps e unless it is known already, and reports whether it
-// kept it. Beyond maxKnownEnds the oldest end is forgotten.
+// learnLocked keeps e unless it is known already or can no longer be
+// taken up anyway, and reports whether it kept it. Beyond maxKnownEnds the
+// oldest end is forgotten.
 func (s *SessionEnds) learnLocked(e EndedSession) bool {
+	if !e.Until.After(time.Now()) {
+		return false
+	}
 	if cur, ok := s.have[e.Key]; ok && !e.Until.After(cur) {
 		return false
 	}
@@ -229,13 +233,10 @@ func (s *SessionEnds) tell(ctx context.Context, peer Target) {
 	}()
 	for {
 		batch, upTo := s.batch(key)
-		if len(batch) == 0 {
+		if upTo == 0 {
 			return
 		}
-		sctx, cancel := context.WithTimeout(ctx, sendTimeout)
-		err := s.cfg.Send(sctx, peer, batch)
-		cancel()
-		if err != nil {
+		if err := s.send(ctx, peer, batch); err != nil {
 			if ctx.Err() == nil {
 				s.cfg.Log.V(1).Info("cannot tell a replica of ended agent sessions; trying again",
 					"replica", peer.Name, "sessions", len(batch), "error", err.Error())
@@ -246,6 +247,16 @@ func (s *SessionEnds) tell(ctx context.Context, peer Target) {
 		s.told[key] = max(s.told[key], upTo)
 		s.mu.Unlock()
 	}
+}
+
+// send tells peer of batch, if anything in it.
+func (s *SessionEnds) send(ctx context.Context, peer Target, batch []EndedSession) error {
+	if len(batch) == 0 {
+		return nil
+	}
+	sctx, cancel := context.WithTimeout(ctx, sendTimeout)
+	defer cancel()
+	return s.cfg.Send(sctx, peer, batch)
 }
 
 // peerKey names a peer's process: a replica restarted under the same name
@@ -272,7 +283,8 @@ func (s *SessionEnds) pendingLocked(peer string) int {
 	return len(s.known) - s.firstUntoldLocked(peer)
 }
 
-// batch is the next request for peer, and the seq of the last end in it.
+// batch is the next request for peer, and the seq of the last end it
+// covers (zero when peer was told everything).
 func (s *SessionEnds) batch(peer string) ([]EndedSession, uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -281,9 +293,14 @@ func (s *SessionEnds) batch(peer string) ([]EndedSession, uint64) {
 	if len(rest) == 0 {
 		return nil, 0
 	}
-	out := make([]EndedSession, len(rest))
-	for i, e := range rest {
-		out[i] = e.EndedSession
+	// An end that expired since the last prune is left out, not sent: a
+	// peer would take it as news and pass it on.
+	now := time.Now()
+	out := make([]EndedSession, 0, len(rest))
+	for _, e := range rest {
+		if e.Until.After(now) {
+			out = append(out, e.EndedSession)
+		}
 	}
 	return out, rest[len(rest)-1].seq
 }

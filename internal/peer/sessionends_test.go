@@ -67,6 +67,15 @@ var _ = Describe("Ended agent sessions", func() {
 		Eventually(func() int { return len(d2.gateway.keys()) }).Should(Equal(len(many) + 3))
 	})
 
+	It("never keeps an end that can no longer be taken up, so never sends one", func() {
+		ends := peer.NewSessionEnds(peer.SessionEndsConfig{Self: "replica-a", Apply: func(map[string]time.Time) {}})
+		ends.Ended([]string{"expired"}, time.Now().Add(-time.Second))
+		ends.Received([]peer.EndedSession{{Key: "expired-elsewhere", Until: time.Now().Add(-time.Second)}})
+		Expect(ends.Known()).To(BeZero())
+		ends.Ended([]string{"live"}, time.Now().Add(time.Hour))
+		Expect(ends.Known()).To(Equal(1))
+	})
+
 	It("is refused beyond the bound of one request", func(ctx SpecContext) {
 		ns := newNamespace(ctx)
 		live := &liveSet{}
