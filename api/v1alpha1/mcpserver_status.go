@@ -105,7 +105,8 @@ const MaxStatusTools = 512
 // McpServerStatus is what the connection supervisor last reported, written by
 // the reconciler only when it changed.
 type McpServerStatus struct {
-	// ObservedGeneration is the metadata.generation this status describes.
+	// ObservedGeneration is the metadata.generation this status describes;
+	// -1 (the default) until the operator first writes status.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 

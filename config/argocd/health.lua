@@ -2,9 +2,10 @@
 -- Argo CD runs this with the global `obj` (the live object) and the base and
 -- table libraries only (no string library), and reads the table it returns.
 -- It follows kstatus (which Flux uses) step by step, so that both read one
--- object the same way, with one exception: an object without status yet is
--- Progressing here, where kstatus's generic rule calls it Current. See
--- docs/integrations.md.
+-- object the same way. A status the operator never wrote reads
+-- observedGeneration -1 (the CRD's default), in progress for both; an
+-- object without any status is Progressing here, where kstatus's generic
+-- rule calls it Current. See docs/integrations.md.
 
 local function table_or_nil(v)
   if type(v) == "table" then
@@ -56,7 +57,9 @@ end
 
 local function health(o)
   local status = table_or_nil(o.status)
-  if status == nil or status.observedGeneration == nil then
+  -- A status the operator never wrote reads observedGeneration -1 (the
+  -- CRD's default); one from before that default has none.
+  if status == nil or status.observedGeneration == nil or status.observedGeneration == -1 then
     return {status = "Progressing", message = "Waiting for the operator to report status"}
   end
   local meta = table_or_nil(o.metadata) or {}

@@ -37,11 +37,11 @@ var _ = Describe("Argo CD and Flux health", func() {
 		w := watchMcpServers(ns)
 		Expect(k8s.Create(ctx, stdioServer(ns, "fx"))).To(Succeed())
 		created := nextEvent(w, func(m *v1alpha1.McpServer) bool { return true })
-		Expect(created.Status.ObservedGeneration).To(BeZero(), "the create event carries no status yet")
-		// kstatus's generic rule calls an object without status Current;
-		// the health check waits for the operator (the Flux expression of
-		// docs/integrations.md does too).
-		expectHealth(created, "no-status", "Progressing", status.CurrentStatus)
+		// The CRD's default status: kstatus's generic rule would call an
+		// object without status Current, before the operator wrote any.
+		Expect(created.Status.ObservedGeneration).To(BeEquivalentTo(-1), "the create event carries the CRD's default status")
+		Expect(created.Status.Phase).To(BeEmpty())
+		expectHealth(created, "unwritten", "Progressing", status.InProgressStatus)
 
 		ready := readyAt(ns, "fx", 1)
 		expectHealth(ready, "ready", "Healthy", status.CurrentStatus)
@@ -131,8 +131,7 @@ var _ = Describe("Argo CD and Flux health", func() {
 var healthScript = sync.OnceValues(argocd.Script)
 
 // expectHealth runs the shipped Argo CD health check and kstatus on obj:
-// Argo CD must say want, kstatus wantKstatus, and the two must agree
-// unless the object has no status yet. With UPDATE_HEALTH_TESTDATA=1 the
+// Argo CD must say want, kstatus wantKstatus, and the two must agree. With UPDATE_HEALTH_TESTDATA=1 the
 // object is saved as test/argocd/testdata/<name>.yaml.
 func expectHealth(obj *v1alpha1.McpServer, name, want string, wantKstatus status.Status) argocd.HealthStatus {
 	GinkgoHelper()
@@ -147,9 +146,7 @@ func expectHealth(obj *v1alpha1.McpServer, name, want string, wantKstatus status
 	ks, err := argocd.Kstatus(u)
 	Expect(err).NotTo(HaveOccurred())
 	Expect(ks).To(Equal(wantKstatus), "kstatus on %s", name)
-	if obj.Status.ObservedGeneration != 0 {
-		Expect(argocd.Agrees[hs.Status]).To(Equal(ks), "Argo CD and kstatus disagree on %s", name)
-	}
+	Expect(argocd.Agrees[hs.Status]).To(Equal(ks), "Argo CD and kstatus disagree on %s", name)
 	if os.Getenv(updateHealthTestdata) == "1" {
 		saveHealthObject(name, u)
 	}

@@ -88,8 +88,10 @@ var _ = Describe("Printer columns and the status subresource", func() {
 			Expect(rows).To(HaveLen(2))
 			Expect(rows[0][:7]).To(Equal([]string{"github", "github", "stdio", "Ready", "26", "3", "7"}))
 			Expect(rows[0][7]).To(MatchRegexp(`^[0-9]+[smhd]`))
-			// Without a status the status columns are blank.
-			Expect(rows[1][:7]).To(Equal([]string{"web-tools", "", "streamable-http", "", "", "", ""}))
+			// Before the operator writes status, the phase is blank and the
+			// counters read the CRD's defaults (status defaults to
+			// observedGeneration -1, and the counters within it to 0).
+			Expect(rows[1][:7]).To(Equal([]string{"web-tools", "", "streamable-http", "", "0", "0", "0"}))
 			Expect(rows[1][7]).To(MatchRegexp(`^[0-9]+[smhd]`))
 			if wide {
 				Expect(rows[0][8:]).To(Equal([]string{"Pod", "mcpbridge-manager-5f7c9d8b4-q7x2m"}))
@@ -121,7 +123,7 @@ var _ = Describe("Printer columns and the status subresource", func() {
 		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(s), got)).To(Succeed())
 		Expect(got.Spec.ToolCallTimeoutMs).To(HaveValue(Equal(int32(1234))))
 		Expect(got.Generation).To(Equal(int64(2)))
-		Expect(got.Status).To(Equal(v1alpha1.McpServerStatus{}))
+		Expect(got.Status).To(Equal(v1alpha1.McpServerStatus{ObservedGeneration: -1}), "the CRD's default status, unwritten")
 	})
 
 	It("keeps spec out of updates of the status subresource, which do not bump the generation", func(ctx SpecContext) {
