@@ -323,10 +323,8 @@ type McpServer struct {
 
 	// +required
 	Spec McpServerSpec `json:"spec"`
-	// Status is what the operator reports. Until it first writes it, status
-	// reads observedGeneration -1, so that kstatus (Flux, kpt, cli-utils)
-	// waits for the operator instead of taking an object without status
-	// for Current.
+	// Status is what the operator reports; observedGeneration reads -1 until
+	// the operator first writes it.
 	// +optional
 	// +kubebuilder:default={observedGeneration:-1}
 	Status McpServerStatus `json:"status,omitempty"`

@@ -200,8 +200,9 @@ func (r *McpServerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 // nothing was ever written and the supervisor this replica started is still
 // connecting; a failed attempt, a Ready connection or the end of the wait
 // writes. Until then the server has only the CRD's default status
-// (observedGeneration -1), which kstatus reads as in progress. See
-// docs/design.md, "The first status".
+// (observedGeneration -1, or none under a CRD from before that default),
+// which kstatus reads as in progress. See docs/design.md, "The first
+// status".
 func (r *McpServerReconciler) firstStatusWait(orig *v1alpha1.McpServer, v verdict) time.Duration {
 	limit := cmp.Or(r.FirstStatusWait, defaultFirstStatusWait)
 	if limit < 0 || orig.Status.ObservedGeneration > 0 || orig.Status.Phase != "" || !stillConnecting(v) {

@@ -111,7 +111,7 @@ var _ = Describe("The operator installed for some namespaces only (manager.watch
 		}
 
 		Expect(cluster.Client.Get(ctx, client.ObjectKeyFromObject(ignored), ignored)).To(Succeed())
-		Expect(ignored.Status.Phase).To(BeEmpty(), "the unwatched namespace's server has no status")
+		Expect(ignored.Status.Phase).To(BeEmpty(), "the unwatched namespace's server has no status written")
 		Expect(ignored.Status.ObservedGeneration).To(BeEquivalentTo(-1), "the CRD's default, unwritten")
 		Expect(ignored.Status.Conditions).To(BeEmpty())
 		err := cluster.Client.Get(ctx, client.ObjectKey{Namespace: nsUnwatched, Name: gatewayCAConfigMap}, &corev1.ConfigMap{})

@@ -3,9 +3,10 @@
 -- table libraries only (no string library), and reads the table it returns.
 -- It follows kstatus (which Flux uses) step by step, so that both read one
 -- object the same way. A status the operator never wrote reads
--- observedGeneration -1 (the CRD's default), in progress for both; an
--- object without any status is Progressing here, where kstatus's generic
--- rule calls it Current. See docs/integrations.md.
+-- observedGeneration -1 (the CRD's default), in progress for both; a status
+-- without observedGeneration (only under a CRD from before that default) is
+-- Progressing here, where kstatus's generic rule may call it Current. See
+-- docs/integrations.md.
 
 local function table_or_nil(v)
   if type(v) == "table" then
