@@ -131,8 +131,9 @@ var _ = Describe("Argo CD and Flux health", func() {
 var healthScript = sync.OnceValues(argocd.Script)
 
 // expectHealth runs the shipped Argo CD health check and kstatus on obj:
-// Argo CD must say want, kstatus wantKstatus, and the two must agree. With UPDATE_HEALTH_TESTDATA=1 the
-// object is saved as test/argocd/testdata/<name>.yaml.
+// Argo CD must say want, kstatus wantKstatus, and the two must agree.
+// With UPDATE_HEALTH_TESTDATA=1 the object is saved as
+// test/argocd/testdata/<name>.yaml.
 func expectHealth(obj *v1alpha1.McpServer, name, want string, wantKstatus status.Status) argocd.HealthStatus {
 	GinkgoHelper()
 	script, err := healthScript()
