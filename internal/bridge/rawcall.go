@@ -146,23 +146,38 @@ func (g *generation) postCall(ctx context.Context, hl *httpLink, rawName string,
 // SDK's ListTools would keep it in its per-session cache, one more copy of
 // every server's tools for as long as the connection lives.
 func (g *generation) listProbe(ctx context.Context, hl *httpLink) error {
+	_, err := g.listPage(ctx, hl, "")
+	return err
+}
+
+// listPage posts a tools/list for the page after cursor and returns its
+// result as the server sent it. The SDK's ListTools decodes a page through
+// a 32 KiB buffer and then every tool's schema again through another, to
+// check x-mcp-header annotations: most of the manager's garbage while a
+// fleet connects. See docs/design.md, "Tool sync".
+func (g *generation) listPage(ctx context.Context, hl *httpLink, cursor string) (json.RawMessage, error) {
 	id := "mcpbridge-" + strconv.FormatInt(hl.ids.Add(1), 10)
-	version := g.sess.InitializeResult().ProtocolVersion
-	msg := struct {
-		JSONRPC string `json:"jsonrpc"`
-		ID      string `json:"id"`
-		Method  string `json:"method"`
-		Params  struct {
-			Meta *requestMeta `json:"_meta"`
-		} `json:"params"`
-	}{JSONRPC: "2.0", ID: id, Method: "tools/list"}
-	msg.Params.Meta = &requestMeta{ProtocolVersion: version, ClientInfo: clientImpl}
+	msg := listRequest{JSONRPC: "2.0", ID: id, Method: "tools/list"}
+	msg.Params.Cursor = cursor
+	if version := g.sess.InitializeResult().ProtocolVersion; version >= registry.SessionlessProtocol {
+		msg.Params.Meta = &requestMeta{ProtocolVersion: version, ClientInfo: clientImpl}
+	}
 	body, err := encode(msg)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	_, err = g.roundTrip(ctx, hl, id, msg.Method, "", body)
-	return err
+	return g.roundTrip(ctx, hl, id, msg.Method, "", body)
+}
+
+// listRequest is a tools/list on the wire.
+type listRequest struct {
+	JSONRPC string `json:"jsonrpc"`
+	ID      string `json:"id"`
+	Method  string `json:"method"`
+	Params  struct {
+		Cursor string       `json:"cursor,omitempty"`
+		Meta   *requestMeta `json:"_meta,omitempty"`
+	} `json:"params"`
 }
 
 // roundTrip posts body, a request with this id, and returns the result of

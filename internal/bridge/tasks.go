@@ -50,21 +50,36 @@ func (t *taskTools) sniff(line []byte) {
 	}
 	line = bytes.TrimPrefix(bytes.TrimSpace(line), []byte("data:"))
 	var msg struct {
-		Result struct {
-			Tools []struct {
-				Name      string `json:"name"`
-				Execution struct {
-					TaskSupport string `json:"taskSupport"`
-				} `json:"execution"`
-			} `json:"tools"`
-		} `json:"result"`
+		Result taskList `json:"result"`
 	}
-	if json.Unmarshal(line, &msg) != nil {
-		return
+	if json.Unmarshal(line, &msg) == nil {
+		t.note(msg.Result)
 	}
+}
+
+// sniffList reads a tools/list result that no sniffer saw: one the
+// supervisor posted and read itself (listPage).
+func (t *taskTools) sniffList(result []byte) {
+	var list taskList
+	if bytes.Contains(result, taskSupportKey) && json.Unmarshal(result, &list) == nil {
+		t.note(list)
+	}
+}
+
+// taskList is what a tools/list result says of tasks.
+type taskList struct {
+	Tools []struct {
+		Name      string `json:"name"`
+		Execution struct {
+			TaskSupport string `json:"taskSupport"`
+		} `json:"execution"`
+	} `json:"tools"`
+}
+
+func (t *taskTools) note(list taskList) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, tool := range msg.Result.Tools {
+	for _, tool := range list.Tools {
 		if tool.Execution.TaskSupport == "required" {
 			if t.names == nil {
 				t.names = map[string]bool{}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -36,7 +37,7 @@ func (s *Supervisor) syncTools(ctx context.Context, g *generation) (stage string
 	ctx, span := s.startSync(ctx, g)
 	defer func() { s.endSync(span, g, stage, err) }()
 	start := time.Now()
-	tools, page, err := fetchTools(ctx, g.sess)
+	tools, page, err := s.fetchTools(ctx, g)
 	s.observer.ToolSync(err == nil, time.Since(start))
 	if err != nil {
 		return StageToolsList(page), err
@@ -50,9 +51,51 @@ func (s *Supervisor) syncTools(ctx context.Context, g *generation) (stage string
 	return "", nil
 }
 
-// fetchTools lists every page; page is the last one asked for, the one a
-// failure happened on.
-func fetchTools(ctx context.Context, sess *mcp.ClientSession) (tools []*mcp.Tool, page int, err error) {
+// fetchTools lists every page of g's server. Over Streamable HTTP it posts
+// the requests itself (listPage), unless a tool binds a parameter to a
+// header: the SDK's CallTool finds those bindings only in what its own
+// ListTools listed (and checked), so such a server is listed again through
+// the SDK. See docs/design.md, "Tool sync".
+func (s *Supervisor) fetchTools(ctx context.Context, g *generation) (tools []*mcp.Tool, page int, err error) {
+	if hl, ok := g.link.(*httpLink); ok {
+		tools, page, err = fetchPages(ctx, func(ctx context.Context, cursor string) (*mcp.ListToolsResult, error) {
+			return s.decodedPage(ctx, g, hl, cursor)
+		})
+		if !errors.Is(err, errBindsHeaders) {
+			return tools, page, err
+		}
+	}
+	return fetchPages(ctx, func(ctx context.Context, cursor string) (*mcp.ListToolsResult, error) {
+		return g.sess.ListTools(ctx, &mcp.ListToolsParams{Cursor: cursor})
+	})
+}
+
+// errBindsHeaders: a listed tool binds a parameter to a header.
+var errBindsHeaders = errors.New("a tool binds a parameter to a header")
+
+// decodedPage is listPage decoded as the SDK's ListTools would, null tools
+// left out as it leaves them out, and read for the tools that require tasks
+// (which the SDK's decoding drops).
+func (s *Supervisor) decodedPage(ctx context.Context, g *generation, hl *httpLink, cursor string) (*mcp.ListToolsResult, error) {
+	raw, err := g.listPage(ctx, hl, cursor)
+	if err != nil {
+		return nil, err
+	}
+	s.tasks.sniffList(raw)
+	res := new(mcp.ListToolsResult)
+	if err := json.Unmarshal(raw, res); err != nil {
+		return nil, fmt.Errorf("the tools/list result cannot be decoded: %v", err)
+	}
+	res.Tools = slices.DeleteFunc(res.Tools, func(t *mcp.Tool) bool { return t == nil })
+	if slices.ContainsFunc(res.Tools, registry.BindsParamHeaders) {
+		return nil, errBindsHeaders
+	}
+	return res, nil
+}
+
+// fetchPages lists every page with list; page is the last one asked for,
+// the one a failure happened on.
+func fetchPages(ctx context.Context, list func(ctx context.Context, cursor string) (*mcp.ListToolsResult, error)) (tools []*mcp.Tool, page int, err error) {
 	size := 0
 	seen := map[string]bool{}
 	cursors := map[string]bool{}
@@ -61,7 +104,7 @@ func fetchTools(ctx context.Context, sess *mcp.ClientSession) (tools []*mcp.Tool
 		if page > maxPages {
 			return nil, page, fmt.Errorf("the server listed more than %d pages of tools", maxPages)
 		}
-		res, err := sess.ListTools(ctx, &mcp.ListToolsParams{Cursor: cursor})
+		res, err := list(ctx, cursor)
 		if err != nil {
 			return nil, page, err
 		}

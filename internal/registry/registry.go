@@ -209,7 +209,7 @@ func regPrepare(owner, serverName string, tools []*mcp.Tool) ([]Tool, [][sha256.
 		if err := json.Unmarshal(raw, up); err != nil {
 			return nil, nil, 0, fmt.Errorf("tool %q cannot be decoded from JSON: %w", t.Name, err)
 		}
-		paramHeaders := hasKey(up.InputSchema, "x-mcp-header")
+		paramHeaders := BindsParamHeaders(up)
 		if err := CompactSchemas(up); err != nil {
 			return nil, nil, 0, fmt.Errorf("tool %q cannot be encoded as JSON: %w", t.Name, err)
 		}
@@ -348,6 +348,13 @@ func CompactSchemas(t *mcp.Tool) error {
 		*schema = json.RawMessage(b)
 	}
 	return nil
+}
+
+// BindsParamHeaders: t's decoded input schema binds a parameter to an HTTP
+// header (x-mcp-header), which the SDK's CallTool sets from the tools its
+// own ListTools listed.
+func BindsParamHeaders(t *mcp.Tool) bool {
+	return hasKey(t.InputSchema, "x-mcp-header")
 }
 
 // hasKey: key is a member name anywhere in the decoded JSON value v.
