@@ -10,7 +10,7 @@
 //
 //	go run ./hack/bench/isolation [-duration=20s] [-rate=50] [-sessions=1] [-oversized=64] [-flooders=16]
 //		[-tokens=true] [-token-flooders=16] [-probers=4] [-phantoms=5000] [-storm-tools=1000]
-//		[-attacker-nice=19] [-cpuprofile=FILE]
+//		[-attacker-nice=19] [-cpuprofile=FILE] [-trace=FILE]
 //
 // The fixtures run as separate processes (--http=127.0.0.1:0): the victim's
 // plain one, the attacker's hostile one (--big-result --slow-body, a 12 MiB
@@ -56,6 +56,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"runtime/metrics"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -86,6 +87,7 @@ var (
 	flagURL      = flag.String("url", "", "internal: the gateway endpoint of -role")
 	flagNice     = flag.Int("attacker-nice", 19, "the nice value of the attacker's agents and of its upstream: at 19 they take the CPU the gateway and the victim leave idle, as the attacker's Pods would not take the gateway's cores")
 	flagProfile  = flag.String("cpuprofile", "", "write a CPU profile of the gateway's process during the attack to `FILE`")
+	flagTrace    = flag.String("trace", "", "write an execution trace of the gateway's process during the attack to `FILE` (go tool trace)")
 	flagTokens   = flag.Bool("tokens", true, "authenticate agents with ServiceAccount tokens (a control plane answers the reviews) and add the token attacks: "+
 		"-token-flooders, -probers and -phantoms")
 	flagForgers = flag.Int("token-flooders", 16, "attacker agents that send a new forged token on every request, each from an address of its own (127.0.0.2, ...)")
@@ -176,9 +178,14 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	stopTrace, err := startTrace(*flagTrace)
+	if err != nil {
+		return err
+	}
 	histsBefore, changesBefore := readHists(), attackerChanges.Load()
 	loaded, err := victimAgent(victimURL, auth.token(victimNS), mem)
 	stopProfile()
+	stopTrace()
 	hists := [2][]metrics.Sample{histsBefore, readHists()}
 	changes := attackerChanges.Load() - changesBefore
 	if err != nil {
@@ -501,4 +508,21 @@ func post(hc *http.Client, url, body string, header map[string]string) (*http.Re
 		req.Header.Set(k, v)
 	}
 	return hc.Do(req)
+}
+
+// startTrace starts an execution trace to path, if set, and returns what
+// stops it.
+func startTrace(path string) (func(), error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := trace.Start(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { trace.Stop(); f.Close() }, nil
 }
