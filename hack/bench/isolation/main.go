@@ -56,7 +56,6 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"runtime/metrics"
-	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -178,7 +177,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	stopTrace, err := startTrace(*flagTrace)
+	stopTrace, err := report.Trace(*flagTrace)
 	if err != nil {
 		return err
 	}
@@ -508,21 +507,4 @@ func post(hc *http.Client, url, body string, header map[string]string) (*http.Re
 		req.Header.Set(k, v)
 	}
 	return hc.Do(req)
-}
-
-// startTrace starts an execution trace to path, if set, and returns what
-// stops it.
-func startTrace(path string) (func(), error) {
-	if path == "" {
-		return func() {}, nil
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, err
-	}
-	if err := trace.Start(f); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return func() { trace.Stop(); f.Close() }, nil
 }

@@ -1,13 +1,25 @@
 package report
 
 import (
+	"io"
 	"os"
 	"runtime/pprof"
+	"runtime/trace"
 )
 
 // CPUProfile profiles this process's CPU into path until the returned func
 // is called; an empty path profiles nothing.
 func CPUProfile(path string) (stop func(), err error) {
+	return record(path, pprof.StartCPUProfile, pprof.StopCPUProfile)
+}
+
+// Trace writes an execution trace of this process into path (go tool
+// trace) until the returned func is called; an empty path traces nothing.
+func Trace(path string) (stop func(), err error) {
+	return record(path, trace.Start, trace.Stop)
+}
+
+func record(path string, start func(io.Writer) error, end func()) (stop func(), err error) {
 	if path == "" {
 		return func() {}, nil
 	}
@@ -15,9 +27,9 @@ func CPUProfile(path string) (stop func(), err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := pprof.StartCPUProfile(f); err != nil {
+	if err := start(f); err != nil {
 		f.Close()
 		return nil, err
 	}
-	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+	return func() { end(); f.Close() }, nil
 }
