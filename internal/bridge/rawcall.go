@@ -166,7 +166,11 @@ func (g *generation) listPage(ctx context.Context, hl *httpLink, cursor string) 
 	if err != nil {
 		return nil, err
 	}
-	return g.roundTrip(ctx, hl, id, msg.Method, "", body)
+	res, err := g.roundTrip(ctx, hl, id, msg.Method, "", body)
+	if err != nil {
+		return nil, g.abandoned(ctx, hl, id, err)
+	}
+	return res, nil
 }
 
 // listRequest is a tools/list on the wire.
@@ -224,12 +228,30 @@ func (g *generation) readResponse(ctx context.Context, hl *httpLink, resp *http.
 	if err := checkCallResponse(resp); err != nil {
 		return nil, err
 	}
-	res, lastID, err := readAnswerFrom(resp, id, registry.ResultBytesFrom(ctx))
+	res, lastID, err := readAnswerFrom(resp, id, registry.ResultBytesFrom(ctx), g.serverMessage)
 	for try := 0; errors.Is(err, errStreamEnded) && lastID != "" && try < maxResumes; try++ {
 		res, lastID, err = g.resume(ctx, hl, id, lastID)
 	}
 	return res, err
 }
+
+// serverMessage reads a message the server sent on a request's stream
+// before its answer: a list_changed there starts a re-sync, as one on the
+// session's own stream does through the SDK; the rest is not forwarded.
+func (g *generation) serverMessage(data []byte) {
+	if !bytes.Contains(data, listChanged) {
+		return
+	}
+	var msg struct {
+		Method string          `json:"method"`
+		ID     json.RawMessage `json:"id"`
+	}
+	if json.Unmarshal(data, &msg) == nil && msg.ID == nil && msg.Method == string(listChanged) {
+		g.wake(g.resync)
+	}
+}
+
+var listChanged = []byte("notifications/tools/list_changed")
 
 // maxResumes bounds the reconnections of one answer's stream.
 const maxResumes = 3
@@ -254,7 +276,7 @@ func (g *generation) resume(ctx context.Context, hl *httpLink, id, lastID string
 	if err := checkCallResponse(resp); err != nil {
 		return nil, lastID, err
 	}
-	res, newID, err := readEvents(resp.Body, id, registry.ResultBytesFrom(ctx))
+	res, newID, err := readEvents(resp.Body, id, registry.ResultBytesFrom(ctx), g.serverMessage)
 	return res, cmp.Or(newID, lastID), err
 }
 

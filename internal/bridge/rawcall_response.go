@@ -70,15 +70,16 @@ type answer struct {
 
 // readAnswer returns the result of the response to id.
 func readAnswer(resp *http.Response, id string) (json.RawMessage, error) {
-	res, _, err := readAnswerFrom(resp, id, nil)
+	res, _, err := readAnswerFrom(resp, id, nil, nil)
 	return res, err
 }
 
 // readAnswerFrom is readAnswer that also returns the id of the last SSE
 // event seen, from which an ended stream can be resumed. What it holds of
 // the answer is counted into rb (nil: uncounted); the result it returns
-// shares the memory of what was read, so that it is held once.
-func readAnswerFrom(resp *http.Response, id string, rb registry.ResultBytes) (json.RawMessage, string, error) {
+// shares the memory of what was read, so that it is held once. Every other
+// message of an SSE stream is handed to other (nil: dropped).
+func readAnswerFrom(resp *http.Response, id string, rb registry.ResultBytes, other func(data []byte)) (json.RawMessage, string, error) {
 	media := mediaType(resp.Header.Get("Content-Type"))
 	switch media {
 	case "application/json":
@@ -99,7 +100,7 @@ func readAnswerFrom(resp *http.Response, id string, rb registry.ResultBytes) (js
 		}
 		return res, "", err
 	case "text/event-stream":
-		return readEvents(resp.Body, id, rb)
+		return readEvents(resp.Body, id, rb, other)
 	default:
 		return nil, "", fmt.Errorf("the server answered with content type %q", media)
 	}
@@ -173,11 +174,12 @@ func resultFor(data []byte, id string) json.RawMessage {
 }
 
 // readEvents reads an SSE stream up to the "message" event that answers id;
-// progress and log notifications before it are not forwarded. It returns
+// the messages before it (progress and log notifications, a list_changed)
+// are handed to other, if set, and not forwarded. It returns
 // the id of the last event seen, for a resumption. The lines of the event
 // being read are counted into rb (nil: uncounted) and given back when the
 // event is not the answer.
-func readEvents(body io.Reader, id string, rb registry.ResultBytes) (json.RawMessage, string, error) {
+func readEvents(body io.Reader, id string, rb registry.ResultBytes, other func(data []byte)) (json.RawMessage, string, error) {
 	r := eventReaders.Get().(*bufio.Reader)
 	r.Reset(body)
 	defer func() { r.Reset(nil); eventReaders.Put(r) }()
@@ -201,6 +203,9 @@ func readEvents(body io.Reader, id string, rb registry.ResultBytes) (json.RawMes
 			}
 			if res, merr := ev.match(id); !errors.Is(merr, errNotOurs) {
 				return res, lastID, merr
+			}
+			if other != nil && ev.hasData {
+				other(ev.data)
 			}
 			ev = sseEvent{}
 			held.giveBack()

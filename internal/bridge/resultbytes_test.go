@@ -81,7 +81,7 @@ func TestReadAnswerCountsWhatItHoldsAndHoldsItOnce(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := &budget{max: tc.budget}
-			res, _, err := readAnswerFrom(tc.resp(), id, b)
+			res, _, err := readAnswerFrom(tc.resp(), id, b, nil)
 			if !tc.fits {
 				if !errors.Is(err, registry.ErrResultBudget) {
 					t.Fatalf("over the budget: got %v, want registry.ErrResultBudget", err)

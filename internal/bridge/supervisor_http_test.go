@@ -42,6 +42,8 @@ type httpRecord struct {
 	Header    http.Header
 	// MetaTraceparent is a POSTed message's params._meta.traceparent.
 	MetaTraceparent string
+	// Cursor is a POSTed message's params.cursor.
+	Cursor string
 }
 
 func (r httpRecord) sessionID() string { return r.Header.Get("Mcp-Session-Id") }
@@ -99,10 +101,11 @@ func (u *httpUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				Meta struct {
 					Traceparent string `json:"traceparent"`
 				} `json:"_meta"`
+				Cursor string `json:"cursor"`
 			} `json:"params"`
 		}
 		if json.Unmarshal(body, &m) == nil {
-			rec.RPCMethod, rec.RPCID, rec.MetaTraceparent = m.Method, m.ID, m.Params.Meta.Traceparent
+			rec.RPCMethod, rec.RPCID, rec.MetaTraceparent, rec.Cursor = m.Method, m.ID, m.Params.Meta.Traceparent, m.Params.Cursor
 		}
 		u.inFlight.Add(1)
 		defer u.inFlight.Add(-1)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	segjson "github.com/segmentio/encoding/json"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/internal/policy"
@@ -82,15 +83,60 @@ func (s *Supervisor) decodedPage(ctx context.Context, g *generation, hl *httpLin
 		return nil, err
 	}
 	s.tasks.sniffList(raw)
-	res := new(mcp.ListToolsResult)
-	if err := json.Unmarshal(raw, res); err != nil {
-		return nil, fmt.Errorf("the tools/list result cannot be decoded: %v", err)
+	res, err := decodeToolsPage(raw)
+	if err != nil {
+		return nil, err
 	}
 	res.Tools = slices.DeleteFunc(res.Tools, func(t *mcp.Tool) bool { return t == nil })
 	if slices.ContainsFunc(res.Tools, registry.BindsParamHeaders) {
 		return nil, errBindsHeaders
 	}
 	return res, nil
+}
+
+// decodeToolsPage decodes a tools/list result as the SDK's client decodes
+// one: member names matched case-sensitively, nested at most maxJSONDepth
+// deep (a deeper schema is one the gateway's SDK server could not serve).
+func decodeToolsPage(raw []byte) (*mcp.ListToolsResult, error) {
+	if nestedDeeperThan(raw, maxJSONDepth) {
+		return nil, fmt.Errorf("the tools/list result is nested deeper than %d levels", maxJSONDepth)
+	}
+	res := new(mcp.ListToolsResult)
+	rest, err := segjson.Parse(raw, res, segjson.DontMatchCaseInsensitiveStructFields)
+	if err == nil && len(rest) > 0 {
+		err = errors.New("data after the result")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the tools/list result cannot be decoded: %v", err)
+	}
+	return res, nil
+}
+
+// maxJSONDepth is the SDK's limit on the nesting of a message it decodes.
+const maxJSONDepth = 1000
+
+// nestedDeeperThan: data, JSON, opens more than max objects and arrays
+// inside one another.
+func nestedDeeperThan(data []byte, max int) bool {
+	depth, inString, escaped := 0, false, false
+	for _, b := range data {
+		switch {
+		case inString && escaped:
+			escaped = false
+		case inString && b == '\\':
+			escaped = true
+		case b == '"':
+			inString = !inString
+		case inString:
+		case b == '{' || b == '[':
+			if depth++; depth > max {
+				return true
+			}
+		case b == '}' || b == ']':
+			depth--
+		}
+	}
+	return false
 }
 
 // fetchPages lists every page with list; page is the last one asked for,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -45,7 +46,8 @@ func answerList(up *httpUpstream, result string) {
 // decodes every tool's schema again through a 32 KiB buffer (32 MiB of
 // garbage for 1,000 tools), which made listing most of the manager's
 // garbage while a fleet connected, and let a server that changes its list
-// every millisecond cost the gateway a tenth of its CPU.
+// every millisecond cost the gateway a tenth of its CPU. (40 MB for these
+// 1,000 tools.)
 func TestListingOverHTTPAllocatesInProportionToTheTools(t *testing.T) {
 	const n = 1000
 	list := manyTools(n)
@@ -76,16 +78,18 @@ func TestListingOverHTTPAllocatesInProportionToTheTools(t *testing.T) {
 
 // A tool that binds a parameter to a header (x-mcp-header, 2026-07-28) is
 // called with that header: the SDK's CallTool finds the binding only in
-// tools its own ListTools listed, so such a server is listed through it.
+// tools its own ListTools listed, so such a server is listed through it,
+// whichever page the tool is on.
 func TestToolsBindingHeadersAreCalledWithTheirHeaders(t *testing.T) {
 	up := httpServe(t, httpFixture(t, fixture.Options{Stateless: true}))
 	results := map[string]string{
-		"tools/list": `{"tools":[{"name":"regional","inputSchema":{"type":"object",` +
+		"tools/list": `{"tools":[{"name":"plain","inputSchema":{"type":"object"}}],"nextCursor":"p2"}`,
+		"tools/list p2": `{"tools":[{"name":"regional","inputSchema":{"type":"object",` +
 			`"properties":{"region":{"type":"string","x-mcp-header":"Region"}}}}]}`,
 		"tools/call": `{"content":[{"type":"text","text":"ok"}]}`,
 	}
 	up.setIntercept(func(w http.ResponseWriter, r httpRecord) bool {
-		result, ok := results[r.RPCMethod]
+		result, ok := results[strings.TrimSpace(r.RPCMethod+" "+r.Cursor)]
 		if ok {
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":%s}`+"\n", r.RPCID, result)
@@ -94,8 +98,8 @@ func TestToolsBindingHeadersAreCalledWithTheirHeaders(t *testing.T) {
 	})
 	s, _ := startSupervisor(t, httpPolicy(up.URL()))
 	sn := waitFor(t, s, "Ready", isReady)
-	if !hasTool(sn.Tools, "regional") || !sn.Tools[0].ParamHeaders {
-		t.Fatalf("regional not published with its header binding: %+v", sn.Tools)
+	if len(sn.Tools) != 2 || !hasTool(sn.Tools, "plain") || sn.Tools[1].RawName != "regional" || !sn.Tools[1].ParamHeaders {
+		t.Fatalf("want plain, and regional with its header binding: %+v", sn.Tools)
 	}
 	if _, err := s.CallTool(httpCtx(t), "regional", json.RawMessage(`{"region":"eu-west"}`)); err != nil {
 		t.Fatal(err)
@@ -106,5 +110,98 @@ func TestToolsBindingHeadersAreCalledWithTheirHeaders(t *testing.T) {
 	}
 	if got := call.Header.Get("Mcp-Param-Region"); got != "eu-west" {
 		t.Errorf("Mcp-Param-Region = %q, want %q (headers %v)", got, "eu-west", call.Header)
+	}
+}
+
+// Every page of a long list is asked for with the cursor of the page
+// before it, and every tool of every page is published.
+func TestListingOverHTTPFollowsEveryPage(t *testing.T) {
+	httpForEachProtocol(t, func(t *testing.T, stateless bool) {
+		up := httpServe(t, httpFixture(t, fixture.Options{Stateless: stateless, Tools: 25, PageSize: 10}))
+		s, _ := startSupervisor(t, httpPolicy(up.URL()))
+		sn := waitFor(t, s, "Ready", isReady)
+		for i := range 25 {
+			if name := fmt.Sprintf("tool_%04d", i); !hasTool(sn.Tools, name) {
+				t.Errorf("%s not published: %v", name, httpRawNames(sn.Tools))
+			}
+		}
+		var cursors []string
+		for _, r := range up.requests() {
+			if r.RPCMethod == "tools/list" && strings.HasPrefix(string(r.RPCID), `"mcpbridge-`) {
+				cursors = append(cursors, r.Cursor)
+			}
+		}
+		// The fixture's built-in tools and 25 more, 10 to a page.
+		if len(cursors) < 3 || cursors[0] != "" || slices.Contains(cursors[1:], "") {
+			t.Errorf("tools/list requests with cursors %q, want one without a cursor, then one per later page", cursors)
+		}
+	})
+}
+
+// A message the server sends on a request's own stream before the answer
+// is not lost: a list_changed there re-lists the tools, as one on the
+// session's stream does.
+func TestListChangedOnACallsStreamResyncs(t *testing.T) {
+	up := httpServe(t, httpFixture(t, fixture.Options{}))
+	s, _ := startSupervisor(t, httpPolicy(up.URL()))
+	waitFor(t, s, "Ready", isReady)
+	up.setIntercept(func(w http.ResponseWriter, r httpRecord) bool {
+		switch r.RPCMethod {
+		case "tools/call":
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = fmt.Fprintf(w, "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n\n"+
+				"event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{\"content\":[]}}\n\n", r.RPCID)
+		case "tools/list":
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"late","inputSchema":{"type":"object"}}]}}`+"\n", r.RPCID)
+		default:
+			return false
+		}
+		return true
+	})
+	if _, _, err := s.CallToolJSON(httpCtx(t), fixture.ToolEcho, json.RawMessage(`{"text":"hi"}`)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, s, "the tools listed again", func(sn Snapshot) bool { return hasTool(sn.Tools, "late") })
+}
+
+func TestDecodeToolsPage(t *testing.T) {
+	nested := func(depth int) string {
+		return `{"tools":[{"name":"deep","inputSchema":{"type":"object","default":` +
+			strings.Repeat("[", depth-4) + strings.Repeat("]", depth-4) + `}}]}`
+	}
+	for _, tc := range []struct {
+		name, page string
+		tools      []string
+		errHas     string
+	}{
+		{name: "a page", page: `{"tools":[{"name":"a","inputSchema":{"type":"object"}}],"nextCursor":"c"}`, tools: []string{"a"}},
+		{name: "brackets in strings do not nest", page: `{"tools":[{"name":"` + strings.Repeat("[{", 2000) + `"}]}`,
+			tools: []string{strings.Repeat("[{", 2000)}},
+		{name: "as deep as the SDK decodes", page: nested(1000), tools: []string{"deep"}},
+		{name: "deeper than the SDK decodes", page: nested(1001), errHas: "nested deeper than 1000 levels"},
+		{name: "member names match exactly", page: `{"Tools":[{"name":"a"}]}`},
+		{name: "data after the result", page: `{"tools":[]} {}`, errHas: "cannot be decoded"},
+		{name: "not a list", page: `{"tools":"a"}`, errHas: "cannot be decoded"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := decodeToolsPage([]byte(tc.page))
+			if tc.errHas != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.errHas) {
+					t.Fatalf("err = %v, want one with %q", err, tc.errHas)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, tool := range res.Tools {
+				names = append(names, tool.Name)
+			}
+			if !slices.Equal(names, tc.tools) {
+				t.Errorf("tools %q, want %q", names, tc.tools)
+			}
+		})
 	}
 }
