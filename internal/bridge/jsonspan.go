@@ -103,6 +103,25 @@ func skipString(data []byte, i int) int {
 	return len(data)
 }
 
+// nestedDeeperThan: the JSON data opens more than max objects and arrays
+// inside one another.
+func nestedDeeperThan(data []byte, max int) bool {
+	depth := 0
+	for i := 0; i < len(data); i++ {
+		switch data[i] {
+		case '"':
+			i = skipString(data, i) - 1
+		case '{', '[':
+			if depth++; depth > max {
+				return true
+			}
+		case '}', ']':
+			depth--
+		}
+	}
+	return false
+}
+
 // skipValue returns the index after the value that starts at data[i].
 func skipValue(data []byte, i int) int {
 	if i >= len(data) {

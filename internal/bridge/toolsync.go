@@ -115,30 +115,6 @@ func decodeToolsPage(raw []byte) (*mcp.ListToolsResult, error) {
 // maxJSONDepth is the SDK's limit on the nesting of a message it decodes.
 const maxJSONDepth = 1000
 
-// nestedDeeperThan: data, JSON, opens more than max objects and arrays
-// inside one another.
-func nestedDeeperThan(data []byte, max int) bool {
-	depth, inString, escaped := 0, false, false
-	for _, b := range data {
-		switch {
-		case inString && escaped:
-			escaped = false
-		case inString && b == '\\':
-			escaped = true
-		case b == '"':
-			inString = !inString
-		case inString:
-		case b == '{' || b == '[':
-			if depth++; depth > max {
-				return true
-			}
-		case b == '}' || b == ']':
-			depth--
-		}
-	}
-	return false
-}
-
 // fetchPages lists every page with list; page is the last one asked for,
 // the one a failure happened on.
 func fetchPages(ctx context.Context, list func(ctx context.Context, cursor string) (*mcp.ListToolsResult, error)) (tools []*mcp.Tool, page int, err error) {

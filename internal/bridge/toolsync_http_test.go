@@ -29,7 +29,7 @@ func manyTools(n int) string {
 	return b.String()
 }
 
-// answerList makes up intercept tools/list with result.
+// answerList makes up answer every tools/list with result.
 func answerList(up *httpUpstream, result string) {
 	up.setIntercept(func(w http.ResponseWriter, r httpRecord) bool {
 		if r.RPCMethod != "tools/list" {
@@ -43,11 +43,10 @@ func answerList(up *httpUpstream, result string) {
 
 // Listing a server's tools over Streamable HTTP costs memory in proportion
 // to what it lists, not a fixed buffer per tool: the SDK's ListTools
-// decodes every tool's schema again through a 32 KiB buffer (32 MiB of
-// garbage for 1,000 tools), which made listing most of the manager's
+// decodes every tool's schema again through a 32 KiB buffer (40 MB of
+// garbage for these 1,000 tools), which made listing most of the manager's
 // garbage while a fleet connected, and let a server that changes its list
-// every millisecond cost the gateway a tenth of its CPU. (40 MB for these
-// 1,000 tools.)
+// every millisecond cost the gateway a tenth of its CPU.
 func TestListingOverHTTPAllocatesInProportionToTheTools(t *testing.T) {
 	const n = 1000
 	list := manyTools(n)
