@@ -3,7 +3,7 @@
 // prints a markdown table with the command that reproduces it (
 // the gateway adds ≤ 0.5 ms at p50 and keeps ≥ 80% of direct throughput).
 //
-//	go run ./hack/bench/gateway [-duration=5s] [-callers=1,32] [-auth=none,namespace,servers] [-tracing=memory|batch|control] [-cpuprofile=FILE]
+//	go run ./hack/bench/gateway [-duration=5s] [-callers=1,32] [-auth=none,namespace,servers] [-tracing=memory|batch|control] [-floor] [-cpuprofile=FILE]
 //
 // The fixture runs as a separate process (bin built into a temp dir, served
 // with --http=127.0.0.1:0); -servers supervisors connected to it, the
@@ -86,6 +86,7 @@ var (
 	flagAuth       = flag.String("auth", "none,namespace,servers", "gateways to measure: none, namespace (may use every McpServer), servers (may use -allowed of them by name)")
 	flagServers    = flag.Int("servers", 20, "McpServers (supervisors of the same fixture) in the registry")
 	flagAllowed    = flag.Int("allowed", 5, "McpServers the servers mode may use by name")
+	flagFloor      = flag.Bool("floor", false, "also measure a plain net/http reverse proxy (httputil.ReverseProxy) to the fixture, in the same rounds: what one more net/http hop costs without the gateway")
 	flagTracing    = flag.String("tracing", "", "also measure every -auth mode with tracing on, every call sampled, over a second set of "+
 		"-servers supervisors: memory (spans exported synchronously to the SDK's in-memory exporter, emptied after every round) "+
 		"or batch (the manager's shape: a batch span processor whose exporter drops the spans); control runs the second set untraced too, "+
@@ -259,6 +260,20 @@ func (b *bench) protocol(proto string, callers []int) error {
 		}
 	}
 	targets := []target{{mode: "direct", url: fx.url, tool: fixtureEcho}}
+	if *flagFloor {
+		url, stop, err := startProxy(fx.url)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		targets = append(targets, target{mode: modeProxy, url: url, tool: fixtureEcho})
+		url, stop, err = startRelay(fx.url)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		targets = append(targets, target{mode: modeRelay, url: url, tool: fixtureEcho})
+	}
 	for _, m := range b.modes {
 		targets = append(targets, target{mode: m, url: gw.urls[m], tool: registry.PublicName(serverName(0), fixtureEcho), token: b.auth.token(m)})
 		if traced != nil {
@@ -273,7 +288,9 @@ func (b *bench) protocol(proto string, callers []int) error {
 			return fmt.Errorf("%d callers over %d sessions: %w", c.callers, c.sessions, err)
 		}
 		for i := 1; i < len(res); i++ {
-			res[i].upstream = gw.upstreamProtocol()
+			if res[i].mode != modeProxy && res[i].mode != modeRelay {
+				res[i].upstream = gw.upstreamProtocol()
+			}
 		}
 		b.results = append(b.results, res)
 	}
@@ -625,6 +642,12 @@ func cpuOf(pid int) time.Duration {
 // tokens and per-server authorization, ≥ 80% of direct throughput; at one
 // caller only (with more, both cores are saturated and the p50 is queueing).
 func gatewayMet(g result, added time.Duration, ratio float64) string {
+	switch g.mode {
+	case modeProxy:
+		return "no target: the floor of one net/http hop"
+	case modeRelay:
+		return "no target: the floor of one TCP hop"
+	}
 	if g.callers != 1 {
 		return "no target at " + strconv.Itoa(g.callers) + " callers"
 	}
@@ -680,7 +703,10 @@ func (b *bench) print(elapsed time.Duration, loadBefore string) {
 func (b *bench) printRow(r result, share, tail string) {
 	proto := r.negotiated
 	mode := r.mode
-	if r.mode != "direct" {
+	if r.mode == modeProxy || r.mode == modeRelay {
+		proto += " / " + r.negotiated
+		mode = map[string]string{modeProxy: "httputil.ReverseProxy, no gateway", modeRelay: "TCP relay, no gateway"}[r.mode]
+	} else if r.mode != "direct" {
 		proto += " / " + r.upstream
 		auth, traced := strings.CutSuffix(r.mode, tracedSuffix)
 		mode = "gateway, auth " + map[string]string{"none": "none",

@@ -135,6 +135,7 @@ type bench struct {
 	urls       []string
 	managers   []*replicaProc // the manager's replicas, r1..rN
 	apiMetrics func(context.Context) (metricSet, error)
+	apiProfile func(ctx context.Context, file string) error // -pprof: the apiserver's CPU profile into file
 	etcdPid    int
 	apiPid     int
 	loadBefore string
@@ -273,6 +274,14 @@ func (b *bench) run(ctx context.Context) error {
 			return nil, err
 		}
 		return parseMetrics(string(raw))
+	}
+	b.apiProfile = func(ctx context.Context, file string) error {
+		raw, err := cs.Discovery().RESTClient().Get().AbsPath("/debug/pprof/profile").
+			Param("seconds", strconv.Itoa(*flagPprofSecs)).DoRaw(ctx)
+		if err != nil {
+			return fmt.Errorf("the apiserver's CPU profile: %w", err)
+		}
+		return os.WriteFile(file, raw, 0o644)
 	}
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create namespace %s: %w", namespace, err)

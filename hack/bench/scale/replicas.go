@@ -200,10 +200,11 @@ func profileFile(r *replicaProc, base, ext string) string {
 }
 
 // cpuProfiles takes every replica's CPU profile of the first
-// -pprof-seconds from the first create, at once.
+// -pprof-seconds from the first create, at once, and the apiserver's.
 func (b *bench) cpuProfiles(ctx context.Context) error {
 	var wg sync.WaitGroup
-	errs := make([]error, len(b.managers))
+	errs := make([]error, len(b.managers)+1)
+	wg.Go(func() { errs[len(b.managers)] = b.apiProfile(ctx, filepath.Join(*flagPprof, "apiserver-cpu.pprof")) })
 	for i, r := range b.managers {
 		wg.Go(func() {
 			errs[i] = fetch(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", r.pprofAddr, *flagPprofSecs),
@@ -225,7 +226,7 @@ func (b *bench) idleProfiles(ctx context.Context) {
 		}
 	}
 	b.notes = append(b.notes, fmt.Sprintf("-pprof: the manager was built with one added file serving net/http/pprof (go build -overlay); "+
-		"profiles in %s: manager-cpu (%d s from the first create), manager-heap and manager-goroutines (end of the idle phase)%s.",
+		"profiles in %s: manager-cpu and apiserver-cpu (%d s from the first create), manager-heap and manager-goroutines (end of the idle phase)%s.",
 		*flagPprof, *flagPprofSecs, map[bool]string{true: "", false: ", one of each per replica"}[*flagReplicas == 1]))
 }
 
