@@ -52,7 +52,7 @@ func (s *Supervisor) CallTool(ctx context.Context, rawName string, args any) (re
 // release it.
 func (s *Supervisor) callable(ctx context.Context, rawName string, deadline time.Time) (*generation, error) {
 	if !s.filter.Load().Allows(rawName) {
-		return nil, &StageError{Stage: StageToolsCall, Err: fmt.Errorf("tool %q is not published: spec.tools filters it out", rawName)}
+		return nil, newStageError(StageToolsCall, fmt.Errorf("tool %q is not published: spec.tools filters it out", rawName))
 	}
 	g, err := s.acquire(ctx, deadline)
 	if err != nil {
@@ -60,8 +60,8 @@ func (s *Supervisor) callable(ctx context.Context, rawName string, deadline time
 	}
 	if s.tasks.required(rawName) {
 		s.release()
-		return nil, &StageError{Stage: StageToolsCall, Err: fmt.Errorf(
-			"tool %q requires task-based execution (execution.taskSupport: required), which the bridge does not support", rawName)}
+		return nil, newStageError(StageToolsCall, fmt.Errorf(
+			"tool %q requires task-based execution (execution.taskSupport: required), which the bridge does not support", rawName))
 	}
 	return g, nil
 }
@@ -91,7 +91,7 @@ func (s *Supervisor) callFailed(ctx, cctx context.Context, g *generation, err er
 	case isTransportFailure(err):
 		kick(g.probe)
 	}
-	return &StageError{Stage: StageToolsCall, Err: err}
+	return newStageError(StageToolsCall, err)
 }
 
 // errCallTimeout is a call's toolCallTimeoutMs running out; it is a

@@ -66,7 +66,7 @@ func (g *generation) lose(stage string, err error) {
 		return
 	}
 	g.lostOnce.Do(func() {
-		g.lostErr = &StageError{Stage: stage, Err: err}
+		g.lostErr = newStageError(stage, err)
 		close(g.lost)
 	})
 }

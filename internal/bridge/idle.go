@@ -106,7 +106,7 @@ func (s *Supervisor) acquire(ctx context.Context, deadline time.Time) (*generati
 		case g != nil:
 			return g, nil
 		case w == nil:
-			return nil, &StageError{Stage: StageToolsCall, Err: fmt.Errorf("%w: %s", ErrUnavailable, why)}
+			return nil, newStageError(StageToolsCall, fmt.Errorf("%w: %s", ErrUnavailable, why))
 		}
 		if err := s.awaitWake(ctx, deadline, w); err != nil {
 			return nil, err
@@ -142,14 +142,14 @@ func (s *Supervisor) awaitWake(ctx context.Context, deadline time.Time, w *wakeu
 	select {
 	case <-w.done:
 		if w.err != nil {
-			return &StageError{Stage: StageToolsCall, Err: fmt.Errorf("%w: waking server %q failed: %s",
-				ErrUnavailable, s.p.ServerName, w.err.Error())}
+			return newStageError(StageToolsCall, fmt.Errorf("%w: waking server %q failed: %s",
+				ErrUnavailable, s.p.ServerName, w.err.Error()))
 		}
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-timer.C:
-		return &StageError{Stage: StageToolsCall, Err: errWakeTimeout{timeout: s.p.ToolCallTimeout, why: s.lastErrorSuffix()}}
+		return newStageError(StageToolsCall, errWakeTimeout{timeout: s.p.ToolCallTimeout, why: s.lastErrorSuffix()})
 	}
 }
 

@@ -251,13 +251,13 @@ func (s *Supervisor) awaitServer(ctx context.Context) *StageError {
 	if ctx.Err() == nil && errors.Is(wctx.Err(), context.DeadlineExceeded) {
 		err = errPodDeadline{budget: s.p.ConnectionTimeout, reason: err.Error()}
 	}
-	return &StageError{Stage: StagePod, Err: err}
+	return newStageError(StagePod, err)
 }
 
 // waiting records why the supervisor waits for its server's Pod.
 func (s *Supervisor) waiting(w PodWait) {
 	s.log.Info("waiting for the server's Pod", "pod", w.Pod, "reason", w.Reason)
-	report := &StageError{Stage: StagePod, Err: errors.New(w.Reason)}
+	report := newStageError(StagePod, errors.New(w.Reason))
 	s.update(func(sn *Snapshot) {
 		sn.PodName, sn.LastError = w.Pod, report
 		s.waitReport = report
@@ -273,7 +273,7 @@ func (s *Supervisor) attemptError(ctx, dctx context.Context, stage string, err e
 	if errors.As(err, &se) {
 		return se
 	}
-	return &StageError{Stage: stage, Err: err}
+	return newStageError(stage, err)
 }
 
 func (s *Supervisor) beginGeneration(everConnected bool) *generation {
@@ -507,7 +507,7 @@ func (s *Supervisor) wakeAnswered(ctx context.Context, err error) {
 		err, outcome = errStoppedAsleep, "cancelled"
 	case err != nil:
 		outcome = "error"
-		s.log.Info("the wake failed", "error", err.Error())
+		s.log.Info("the wake failed", "error", boundError(err).Error())
 	}
 	took, _ := s.finishWake(err)
 	s.observeWake(outcome, took)
@@ -550,7 +550,7 @@ func (s *Supervisor) closeGeneration(g *generation) error {
 		return nil
 	case <-timer.C:
 		s.update(func(sn *Snapshot) {
-			sn.LastError = &StageError{Stage: StageClose, Err: ErrCloseTimeout}
+			sn.LastError = newStageError(StageClose, ErrCloseTimeout)
 		})
 		return ErrCloseTimeout
 	}

@@ -26,7 +26,7 @@ import (
 // the rest of a proxied call. Over stdio it goes through the SDK session.
 func (s *Supervisor) CallToolJSON(ctx context.Context, rawName string, args json.RawMessage) (json.RawMessage, bool, error) {
 	if args != nil && !json.Valid(args) {
-		return nil, false, &StageError{Stage: StageToolsCall, Err: errors.New("the arguments are not valid JSON")}
+		return nil, false, newStageError(StageToolsCall, errors.New("the arguments are not valid JSON"))
 	}
 	if s.p.HTTP == nil { // stdio: the SDK's session, and the wake of a sleeping server
 		return s.callToolAsJSON(ctx, rawName, args)
@@ -74,7 +74,7 @@ func (s *Supervisor) callToolAsJSON(ctx context.Context, rawName string, args js
 	if rb := registry.ResultBytesFrom(ctx); err == nil && rb != nil && !rb.Take(int64(len(b))) {
 		// The SDK has read the result already; what counts is that the
 		// caller does not go on to hold it.
-		return nil, false, &StageError{Stage: StageToolsCall, Err: registry.ErrResultBudget}
+		return nil, false, newStageError(StageToolsCall, registry.ErrResultBudget)
 	}
 	return b, res.IsError, err
 }

@@ -83,7 +83,7 @@ func (s *Supervisor) tracedConnect(ctx context.Context, everConnected bool) (*ge
 		tracing.Fail(span, connectErrorType(se), se.Message()) // as status lastError.message says it
 	default:
 		span.SetAttributes(tracing.Outcome.String(tracing.OutcomeError), tracing.Stage.String(StageClose))
-		tracing.Fail(span, tracing.ErrorTypeOther, err.Error())
+		tracing.Fail(span, tracing.ErrorTypeOther, boundError(err).Error())
 	}
 	return g, err
 }
@@ -121,7 +121,7 @@ func (s *Supervisor) endSync(span trace.Span, g *generation, stage string, err e
 	}
 	if err != nil {
 		span.SetAttributes(tracing.Outcome.String(tracing.OutcomeError), tracing.Stage.String(stage))
-		tracing.Fail(span, tracing.ErrorType(err), err.Error()) // what status lastError.message says
+		tracing.Fail(span, tracing.ErrorType(err), boundError(err).Error()) // what status lastError.message says
 		return
 	}
 	s.mu.Lock()

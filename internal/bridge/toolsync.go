@@ -180,6 +180,7 @@ func (s *Supervisor) publish(g *generation, fetched []*mcp.Tool) {
 	tools := s.filtered(fetched)
 	before := s.registry.Owned(s.ns, s.owner)
 	changed, err := s.registry.Swap(s.ns, s.owner, s.p.ServerName, tools, s)
+	err = boundError(err) // it may name a tool, which the upstream names
 	owned := s.registry.Owned(s.ns, s.owner)
 	reason := v1alpha1.ReasonToolNameConflict
 	if errors.As(err, new(*registry.ToolBudgetError)) {

@@ -76,7 +76,7 @@ type refuser interface {
 func startError(l link, err error) error {
 	if r, ok := l.(refuser); ok {
 		if rerr := r.refused(); rerr != nil {
-			return &StageError{Stage: StageTransportStart, Err: rerr}
+			return newStageError(StageTransportStart, rerr)
 		}
 	}
 	return err
