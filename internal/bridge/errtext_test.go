@@ -120,3 +120,28 @@ func TestAnUpstreamsLongErrorIsCutInStatusAndLogs(t *testing.T) {
 		t.Errorf("%d log lines, the longest %d bytes: want the attempt logged in at most %d", lines, longest, maxErrorText+1024)
 	}
 }
+
+// A server whose initialize answer is larger than a connection keeps
+// (instructions of 2 MiB) is refused at the initialize stage, with the
+// reason, instead of having the session hold it for its life.
+func TestAnOversizedInitializeAnswerIsRefused(t *testing.T) {
+	up := httpServe(t, httpFixture(t, fixture.Options{Protocol: "2025-11-25"}))
+	huge := strings.Repeat("y", 2<<20)
+	up.setIntercept(func(w http.ResponseWriter, r httpRecord) bool {
+		if r.RPCMethod != "initialize" {
+			return false
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},`+
+			`"serverInfo":{"name":"big","version":"1"},"instructions":"%s"}}`+"\n", r.RPCID, huge)
+		return true
+	})
+	s, _ := startSupervisor(t, httpPolicy(up.URL()))
+	sn := waitFor(t, s, "a failed attempt", func(sn Snapshot) bool { return sn.LastError != nil })
+	if sn.LastError.Stage != StageInitialize || !strings.Contains(sn.LastError.Message(), "initialize answer is") {
+		t.Fatalf("lastError = %q at stage %q, want the initialize answer refused for its size", sn.LastError.Message(), sn.LastError.Stage)
+	}
+	if sn.Phase == "Ready" {
+		t.Fatal("the server is Ready on an oversized initialize answer")
+	}
+}

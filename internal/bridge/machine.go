@@ -3,6 +3,7 @@ package bridge
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -321,7 +322,28 @@ func (s *Supervisor) open(ctx context.Context, g *generation) (stage string, err
 	if _, ok := l.(exitReporter); ok {
 		g.goFn(g.watch)
 	}
+	if err := checkInitialize(sess.InitializeResult()); err != nil {
+		return StageInitialize, err // the generation's close ends the session
+	}
 	return "", nil
+}
+
+// maxInitializeBytes bounds the answer to initialize (or server/discover)
+// that a session keeps for its whole life: the SDK holds it, instructions
+// and all, and a message may be 16 MiB (docs/design.md, "Budgets").
+const maxInitializeBytes = 1 << 20
+
+// checkInitialize refuses a session whose server's initialize answer is
+// larger than maxInitializeBytes as JSON.
+func checkInitialize(res *mcp.InitializeResult) error {
+	b, err := json.Marshal(res)
+	if err != nil {
+		return fmt.Errorf("the server's initialize answer cannot be encoded as JSON: %w", err)
+	}
+	if len(b) > maxInitializeBytes {
+		return fmt.Errorf("the server's initialize answer is %d bytes of JSON, over the %d MiB a connection keeps", len(b), maxInitializeBytes>>20)
+	}
+	return nil
 }
 
 // exitedInstead explains a failed handshake by the server's exit: "exit
