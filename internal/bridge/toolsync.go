@@ -43,11 +43,7 @@ func (s *Supervisor) syncTools(ctx context.Context, g *generation) (stage string
 	if err != nil {
 		return StageToolsList(page), err
 	}
-	for _, t := range tools {
-		// Kept for a retried swap: as JSON, not as decoded maps (memory).
-		_ = registry.CompactSchemas(t) // decoded from JSON: it encodes
-	}
-	g.fetched = tools
+	g.fetched = tools // kept for a retried swap, its schemas as JSON (fetchPages)
 	s.publish(g, tools)
 	return "", nil
 }
@@ -88,10 +84,53 @@ func (s *Supervisor) decodedPage(ctx context.Context, g *generation, hl *httpLin
 		return nil, err
 	}
 	res.Tools = slices.DeleteFunc(res.Tools, func(t *mcp.Tool) bool { return t == nil })
-	if slices.ContainsFunc(res.Tools, registry.BindsParamHeaders) {
+	if slices.ContainsFunc(res.Tools, bindsParamHeaders) {
 		return nil, errBindsHeaders
 	}
 	return res, nil
+}
+
+// bindsParamHeaders is registry.BindsParamHeaders for a tool whose input
+// schema is still the JSON it was listed as.
+func bindsParamHeaders(t *mcp.Tool) bool {
+	if raw, ok := t.InputSchema.(json.RawMessage); ok {
+		return hasMemberNamed(raw, "x-mcp-header")
+	}
+	return registry.BindsParamHeaders(t)
+}
+
+// rawToolsPage is a tools/list result whose tools keep their schemas as the
+// JSON they came in: decoded into maps, a schema of many small members
+// takes about fifteen times its JSON, and a fetch may be 16 MiB (see
+// docs/design.md, "Tool sync").
+type rawToolsPage struct {
+	Tools      []*rawTool `json:"tools"`
+	NextCursor string     `json:"nextCursor,omitempty"`
+}
+
+// rawTool is an mcp.Tool whose schemas are decoded as JSON: its own fields,
+// at the shallower depth, take the members from the embedded Tool's.
+type rawTool struct {
+	*mcp.Tool
+	InputSchema  json.RawMessage `json:"inputSchema"`
+	OutputSchema json.RawMessage `json:"outputSchema,omitempty"`
+}
+
+// tool is the listed tool, its schemas as json.RawMessage (nil for null or
+// absent, as the SDK's decoding leaves them).
+func (r *rawTool) tool() *mcp.Tool {
+	t := r.Tool
+	if t == nil {
+		t = new(mcp.Tool)
+	}
+	t.InputSchema, t.OutputSchema = nil, nil
+	if s := r.InputSchema; len(s) > 0 && string(s) != "null" {
+		t.InputSchema = s
+	}
+	if s := r.OutputSchema; len(s) > 0 && string(s) != "null" {
+		t.OutputSchema = s
+	}
+	return t
 }
 
 // decodeToolsPage decodes a tools/list result as the SDK's client decodes
@@ -101,13 +140,19 @@ func decodeToolsPage(raw []byte) (*mcp.ListToolsResult, error) {
 	if nestedDeeperThan(raw, maxJSONDepth) {
 		return nil, fmt.Errorf("the tools/list result is nested deeper than %d levels", maxJSONDepth)
 	}
-	res := new(mcp.ListToolsResult)
-	rest, err := segjson.Parse(raw, res, segjson.DontMatchCaseInsensitiveStructFields)
+	page := new(rawToolsPage)
+	rest, err := segjson.Parse(raw, page, segjson.DontMatchCaseInsensitiveStructFields)
 	if err == nil && len(rest) > 0 {
 		err = errors.New("data after the result")
 	}
 	if err != nil {
 		return nil, fmt.Errorf("the tools/list result cannot be decoded: %v", err)
+	}
+	res := &mcp.ListToolsResult{NextCursor: page.NextCursor, Tools: make([]*mcp.Tool, len(page.Tools))}
+	for i, t := range page.Tools {
+		if t != nil {
+			res.Tools[i] = t.tool()
+		}
 	}
 	return res, nil
 }
@@ -133,6 +178,11 @@ func fetchPages(ctx context.Context, list func(ctx context.Context, cursor strin
 		for _, t := range res.Tools {
 			if err := checkTool(t, seen); err != nil {
 				return nil, page, err
+			}
+			// As JSON, not as the SDK's decoded maps, from this page on:
+			// those take many times the JSON (see rawToolsPage).
+			if err := registry.CompactSchemas(t); err != nil {
+				return nil, page, fmt.Errorf("the tool %q cannot be encoded as JSON: %w", t.Name, err)
 			}
 			b, err := json.Marshal(t)
 			if err != nil {
@@ -164,11 +214,27 @@ func checkTool(t *mcp.Tool, seen map[string]bool) error {
 		return fmt.Errorf("the server listed the tool %q twice", t.Name)
 	}
 	seen[t.Name] = true
-	schema, ok := t.InputSchema.(map[string]any)
-	if !ok || schema["type"] != "object" {
+	if !objectSchema(t.InputSchema) {
 		return fmt.Errorf("the tool %q has an input schema that is not a JSON object schema", t.Name)
 	}
 	return nil
+}
+
+// objectSchema: schema, decoded or as JSON, is an object whose "type" is
+// "object".
+func objectSchema(schema any) bool {
+	switch schema := schema.(type) {
+	case map[string]any:
+		return schema["type"] == "object"
+	case json.RawMessage:
+		if i := skipSpace(schema, 0); i >= len(schema) || schema[i] != '{' {
+			return false
+		}
+		var typ any
+		v := memberValue(schema, "type")
+		return v != nil && json.Unmarshal(v, &typ) == nil && typ == "object"
+	}
+	return false
 }
 
 // publish swaps the tools of a complete fetch that pass the filter in; the

@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpbridge/operator/internal/registry"
 	"github.com/mcpbridge/operator/test/fixture"
 )
 
@@ -202,5 +205,72 @@ func TestDecodeToolsPage(t *testing.T) {
 				t.Errorf("tools %q, want %q", names, tc.tools)
 			}
 		})
+	}
+}
+
+// A listed page keeps each tool's schemas as the JSON they came in: decoded
+// into maps, schemas of many small members take about fifteen times their
+// JSON, and a fetch may be 16 MiB, which would be most of the manager's
+// memory for one server's list.
+func TestToolsPagesKeepTheirSchemasAsJSON(t *testing.T) {
+	var sb strings.Builder
+	sb.WriteString(`{"tools":[`)
+	for i := 0; sb.Len() < 4<<20; i++ {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		fmt.Fprintf(&sb, `{"name":"t%d","inputSchema":{"type":"object","properties":{`, i)
+		for j := range 200 {
+			fmt.Fprintf(&sb, `%s"p%d":{"type":"string"}`, map[bool]string{true: ",", false: ""}[j > 0], j)
+		}
+		sb.WriteString(`}},"outputSchema":null}`)
+	}
+	sb.WriteString(`]}`)
+	raw := []byte(sb.String())
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	res, err := decodeToolsPage(raw)
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if live, limit := int64(after.HeapAlloc)-int64(before.HeapAlloc), int64(3*len(raw)); live > limit {
+		t.Errorf("%d bytes of tools held %d bytes once decoded, want at most %d", len(raw), live, limit)
+	}
+	for _, tool := range res.Tools {
+		if _, ok := tool.InputSchema.(json.RawMessage); !ok || !objectSchema(tool.InputSchema) || tool.OutputSchema != nil {
+			t.Fatalf("tool %s: input schema %T (an object schema: %v), output schema %v; want the JSON, and no output schema for null",
+				tool.Name, tool.InputSchema, objectSchema(tool.InputSchema), tool.OutputSchema)
+		}
+	}
+	runtime.KeepAlive(res)
+}
+
+// A tool binds a parameter to a header when x-mcp-header is a member name,
+// wherever in its schema, however it is written; not when it is a value.
+func TestBindsParamHeadersInTheListedJSON(t *testing.T) {
+	for _, tc := range []struct {
+		schema string
+		binds  bool
+	}{
+		{`{"type":"object","properties":{"r":{"type":"string","x-mcp-header":"Region"}}}`, true},
+		{`{"type":"object","properties":{"r":{"type":"string", "x-mcp-header" : "Region"}}}`, true},
+		{`{"type":"object","properties":{"r":{"type":"string","x-mcp-\u0068eader":"Region"}}}`, true},
+		{`{"type":"object","properties":{"r":{"enum":["x-mcp-header"],"description":"\"x-mcp-header\": no"}}}`, false},
+		{`{"type":"object"}`, false},
+	} {
+		tool := &mcp.Tool{Name: "t", InputSchema: json.RawMessage(tc.schema)}
+		if got := bindsParamHeaders(tool); got != tc.binds {
+			t.Errorf("%s: binds %v, want %v", tc.schema, got, tc.binds)
+		}
+		var decoded map[string]any
+		if err := json.Unmarshal([]byte(tc.schema), &decoded); err != nil {
+			t.Fatal(err)
+		}
+		if got := registry.BindsParamHeaders(&mcp.Tool{InputSchema: decoded}); got != tc.binds {
+			t.Errorf("%s: decoded, binds %v; as JSON %v", tc.schema, got, tc.binds)
+		}
 	}
 }
