@@ -114,7 +114,7 @@ func (s *Supervisor) startSync(ctx context.Context, g *generation) (context.Cont
 
 // endSync ends a sync's span: how many tools were fetched and published,
 // whether the swap was refused, or where the fetch failed.
-func (s *Supervisor) endSync(span trace.Span, g *generation, stage string, err error) {
+func (s *Supervisor) endSync(span trace.Span, fetched int, stage string, err error) {
 	defer span.End()
 	if !span.IsRecording() {
 		return
@@ -127,7 +127,7 @@ func (s *Supervisor) endSync(span trace.Span, g *generation, stage string, err e
 	s.mu.Lock()
 	published, conflict := len(s.snap.Tools), s.snap.SyncConflict
 	s.mu.Unlock()
-	span.SetAttributes(tracing.ToolsFetched.Int(len(g.fetched)), tracing.ToolsPublished.Int(published))
+	span.SetAttributes(tracing.ToolsFetched.Int(fetched), tracing.ToolsPublished.Int(published))
 	if conflict != "" {
 		span.SetAttributes(tracing.Outcome.String(tracing.OutcomeConflict))
 		tracing.Fail(span, "tool_name_conflict", conflict)

@@ -426,7 +426,7 @@ func TestTracingOff(t *testing.T) {
 				cctx, span := s.startCall(ctx, "echo")
 				endCall(span, nil, "success", nil)
 				_, span = s.startSync(cctx, nil)
-				s.endSync(span, nil, "", nil)
+				s.endSync(span, 0, "", nil)
 			})
 			g.Expect(allocs).To(BeZero())
 		})

@@ -905,6 +905,19 @@ func httpSDKServer(t *testing.T, name string, tools ...string) (*mcp.Server, *ht
 	return srv, up
 }
 
+// heldFetch is the fetch s's live generation keeps for a retried swap.
+func heldFetch(s *Supervisor) []*mcp.Tool {
+	s.mu.Lock()
+	g := s.live
+	s.mu.Unlock()
+	if g == nil {
+		return nil
+	}
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	return g.fetched
+}
+
 func httpAddRawTool(srv *mcp.Server, name string) {
 	srv.AddTool(&mcp.Tool{Name: name, Description: "tool " + name, InputSchema: json.RawMessage(`{"type":"object"}`)},
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -979,6 +992,11 @@ func TestHTTPResyncConflictKeepsPreviousSetAndPublishesWhenHolderLeaves(t *testi
 	}
 	if snB.Phase != v1alpha1.PhaseReady || snB.Generation != 1 {
 		t.Fatalf("the conflict changed B's connection: %s, generation %d", snB.Phase, snB.Generation)
+	}
+	// The refused set is not held for the retry (it would be memory outside
+	// the namespace's tool budget): the retry fetches it again.
+	if held := heldFetch(b); held != nil {
+		t.Errorf("B holds its refused set of %d tools", len(held))
 	}
 
 	// The holder goes away: B publishes its pending set by itself.

@@ -116,6 +116,22 @@ func TestToolListByteCap(t *testing.T) {
 	g.Expect(reg.Tools("ns")).To(HaveLen(1000 + 8))
 }
 
+// TestOneToolByteCap: a tool of more than 1 MiB of JSON fails the fetch,
+// naming the tool and the limit (publishing it would decode its schema
+// into maps in the registry and in every gateway view); 1 MiB is fine.
+func TestOneToolByteCap(t *testing.T) {
+	g := NewWithT(t)
+	s, reg := startSupervisor(t, stdioPolicy("--tools=1", "--schema-bytes=1100000"))
+	sn := waitFor(t, s, "a failed attempt", func(sn Snapshot) bool { return sn.FailedAttempts >= 1 })
+	g.Expect(sn.LastError.Message()).To(MatchRegexp(`^the tool "tool_0000" takes 11\d{5} bytes as JSON, over the 1 MiB one tool may take$`))
+	g.Expect(sn.LastError.Stage).To(Equal("tools-list page 1"))
+	g.Expect(reg.Tools("ns")).To(BeEmpty())
+
+	s, reg = startSupervisor(t, stdioPolicy("--tools=1", "--schema-bytes=1000000"))
+	waitFor(t, s, "Ready", isReady)
+	g.Expect(reg.Tools("ns")).To(HaveLen(1 + 8))
+}
+
 func mustCall(t *testing.T, s *Supervisor, tool string) *mcp.CallToolResult {
 	t.Helper()
 	res, err := s.CallTool(context.Background(), tool, nil)

@@ -25,6 +25,10 @@ const (
 	// maxToolBytes bounds the tools of one fetch, all pages together, as
 	// JSON (each tool as the manager holds it, schemas included).
 	maxToolBytes = 16 << 20
+	// maxOneToolBytes bounds one tool as JSON: the registry, and the SDK's
+	// server in every gateway view, decode a tool's schemas into maps
+	// while publishing it, at about fifteen times its JSON.
+	maxOneToolBytes = 1 << 20
 )
 
 // syncTools is the two-phase sync: fetch every page under ctx's
@@ -36,7 +40,8 @@ func (s *Supervisor) syncTools(ctx context.Context, g *generation) (stage string
 	s.syncMu.Lock()
 	defer s.syncMu.Unlock()
 	ctx, span := s.startSync(ctx, g)
-	defer func() { s.endSync(span, g, stage, err) }()
+	var tools []*mcp.Tool
+	defer func() { s.endSync(span, len(tools), stage, err) }()
 	start := time.Now()
 	tools, page, err := s.fetchTools(ctx, g)
 	s.observer.ToolSync(err == nil, time.Since(start))
@@ -99,38 +104,11 @@ func bindsParamHeaders(t *mcp.Tool) bool {
 	return registry.BindsParamHeaders(t)
 }
 
-// rawToolsPage is a tools/list result whose tools keep their schemas as the
-// JSON they came in: decoded into maps, a schema of many small members
-// takes about fifteen times its JSON, and a fetch may be 16 MiB (see
-// docs/design.md, "Tool sync").
+// rawToolsPage is a tools/list result whose tools keep their schemas as
+// the JSON they came in (registry.ToolJSON).
 type rawToolsPage struct {
-	Tools      []*rawTool `json:"tools"`
-	NextCursor string     `json:"nextCursor,omitempty"`
-}
-
-// rawTool is an mcp.Tool whose schemas are decoded as JSON: its own fields,
-// at the shallower depth, take the members from the embedded Tool's.
-type rawTool struct {
-	*mcp.Tool
-	InputSchema  json.RawMessage `json:"inputSchema"`
-	OutputSchema json.RawMessage `json:"outputSchema,omitempty"`
-}
-
-// tool is the listed tool, its schemas as json.RawMessage (nil for null or
-// absent, as the SDK's decoding leaves them).
-func (r *rawTool) tool() *mcp.Tool {
-	t := r.Tool
-	if t == nil {
-		t = new(mcp.Tool)
-	}
-	t.InputSchema, t.OutputSchema = nil, nil
-	if s := r.InputSchema; len(s) > 0 && string(s) != "null" {
-		t.InputSchema = s
-	}
-	if s := r.OutputSchema; len(s) > 0 && string(s) != "null" {
-		t.OutputSchema = s
-	}
-	return t
+	Tools      []*registry.ToolJSON `json:"tools"`
+	NextCursor string               `json:"nextCursor,omitempty"`
 }
 
 // decodeToolsPage decodes a tools/list result as the SDK's client decodes
@@ -148,13 +126,7 @@ func decodeToolsPage(raw []byte) (*mcp.ListToolsResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the tools/list result cannot be decoded: %v", err)
 	}
-	res := &mcp.ListToolsResult{NextCursor: page.NextCursor, Tools: make([]*mcp.Tool, len(page.Tools))}
-	for i, t := range page.Tools {
-		if t != nil {
-			res.Tools[i] = t.tool()
-		}
-	}
-	return res, nil
+	return &mcp.ListToolsResult{NextCursor: page.NextCursor, Tools: registry.DecodedTools(page.Tools)}, nil
 }
 
 // maxJSONDepth is the SDK's limit on the nesting of a message it decodes.
@@ -187,6 +159,9 @@ func fetchPages(ctx context.Context, list func(ctx context.Context, cursor strin
 			b, err := json.Marshal(t)
 			if err != nil {
 				return nil, page, fmt.Errorf("the tool %q cannot be encoded as JSON: %w", t.Name, err)
+			}
+			if len(b) > maxOneToolBytes {
+				return nil, page, fmt.Errorf("the tool %q takes %d bytes as JSON, over the %d MiB one tool may take", t.Name, len(b), maxOneToolBytes>>20)
 			}
 			if size += len(b); size > maxToolBytes {
 				return nil, page, fmt.Errorf("the server's tools exceed %d MiB of JSON", maxToolBytes>>20)
@@ -263,6 +238,10 @@ func (s *Supervisor) publish(g *generation, fetched []*mcp.Tool) {
 		s.signal()
 	}
 	if err != nil {
+		// Not kept for the retry, which fetches it again: held here, a
+		// refused set of up to 16 MiB would be memory outside the
+		// namespace's tool budget, per McpServer (docs/design.md, "Budgets").
+		g.fetched = nil
 		kick(s.conflicted)
 		s.log.Info("tool set not published: keeping the previous set", "error", err.Error())
 		s.emit(true, reason, "Kept the previous tool set: "+err.Error())
@@ -341,11 +320,17 @@ func (s *Supervisor) resyncLoop(g *generation) {
 			return
 		case <-g.retry:
 			// A refused set may fit now that the registry changed, or the
-			// filter changed what the last fetch publishes.
+			// filter changed what the last fetch publishes. A refused set
+			// was not kept: it is fetched again, as a re-sync.
 			s.syncMu.Lock()
-			s.publish(g, g.fetched)
+			kept := g.fetched != nil
+			if kept {
+				s.publish(g, g.fetched)
+			}
 			s.syncMu.Unlock()
-			continue
+			if kept {
+				continue
+			}
 		case <-g.resync:
 		default:
 			if g.doneSyncing() {

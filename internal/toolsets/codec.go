@@ -100,9 +100,10 @@ func Decode(gz []byte) ([]*mcp.Tool, error) {
 	if len(raw) > maxDecodedBytes {
 		return nil, fmt.Errorf("decode the tools: more than %d MiB", maxDecodedBytes>>20)
 	}
-	var tools []*mcp.Tool
+	// Schemas stay JSON: as maps they would take many times the bytes.
+	var tools []*registry.ToolJSON
 	if err := json.Unmarshal(raw, &tools); err != nil {
 		return nil, fmt.Errorf("decode the tools: %w", err)
 	}
-	return tools, nil
+	return registry.DecodedTools(tools), nil
 }

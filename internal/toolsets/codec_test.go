@@ -1,6 +1,7 @@
 package toolsets
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -94,5 +95,38 @@ func TestEncodeRefusesWhatAnObjectCannotCarry(t *testing.T) {
 func TestDecodeRefusesGarbage(t *testing.T) {
 	if _, err := Decode([]byte("not gzip")); err == nil {
 		t.Error("garbage decoded")
+	}
+}
+
+// Decode keeps each tool's schemas as the JSON they are (as maps they take
+// many times their bytes, on every replica that mirrors the set), and what
+// it decodes publishes the same tools again.
+func TestDecodeKeepsSchemasAsJSON(t *testing.T) {
+	in := published(t,
+		&mcp.Tool{Name: "a", InputSchema: json.RawMessage(`{"type":"object","properties":{"x":{"type":"string"}}}`),
+			OutputSchema: json.RawMessage(`{"type":"object"}`)},
+		tool("b", "no output schema"))
+	enc, err := Encode(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := Decode(enc.Gzip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tl := range out {
+		if _, ok := tl.InputSchema.(json.RawMessage); !ok {
+			t.Errorf("tool %s: input schema decoded as %T, want json.RawMessage", tl.Name, tl.InputSchema)
+		}
+	}
+	if _, ok := out[0].OutputSchema.(json.RawMessage); !ok || out[1].OutputSchema != nil {
+		t.Errorf("output schemas %T and %v, want json.RawMessage and nil", out[0].OutputSchema, out[1].OutputSchema)
+	}
+	again, err := Encode(published(t, out...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Digest != enc.Digest {
+		t.Error("the decoded tools publish other tools than the ones encoded")
 	}
 }
