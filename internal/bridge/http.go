@@ -29,6 +29,9 @@ type httpDialer struct {
 	tracer    tracing.Tracer // a span per request of a traced operation
 }
 
+// maxResponseHeaderBytes bounds the headers of one answer of a server.
+const maxResponseHeaderBytes = 64 << 10
+
 func (d *httpDialer) dial(_ context.Context, onLost func(error)) (link, error) {
 	// Every connection of the generation, the SDK's and the calls posted
 	// as JSON alike, is dialled by this one transport, so the guard sees
@@ -42,6 +45,9 @@ func (d *httpDialer) dial(_ context.Context, onLost func(error)) (link, error) {
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ResponseHeaderTimeout: 0, // a call may legitimately take toolCallTimeoutMs
+		// net/http's default is 10 MB, and the SDK keeps the session id a
+		// server sends for the session's life (docs/design.md, "Budgets").
+		MaxResponseHeaderBytes: maxResponseHeaderBytes,
 		// Each server keeps about two connections (its GET stream and a
 		// pooled one for POSTs) with a read and a write buffer each, for as
 		// long as it is connected; bufio passes reads and writes of more
