@@ -39,6 +39,7 @@ type generation struct {
 	lostErr  *StageError
 	lostAt   time.Time   // when serve saw the loss
 	fetched  []*mcp.Tool // the latest complete fetch, for a retried swap
+	refused  refusal     // why the latest fetch was refused, when it was (then fetched is nil)
 
 	closeOnce sync.Once
 	down      chan struct{} // closed once nothing of the generation runs any more

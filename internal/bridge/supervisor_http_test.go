@@ -1026,3 +1026,78 @@ func TestHTTPResyncConflictKeepsPreviousSetAndPublishesWhenHolderLeaves(t *testi
 		t.Error("B's published set was empty at some point")
 	}
 }
+
+// budgetPair starts, in one registry with room for 20 tools of about 65
+// bytes, A with 20 tools (published) and B with 5 (refused for the budget).
+func budgetPair(t *testing.T) (a, b *Supervisor, upB *httpUpstream) {
+	reg := registry.New()
+	reg.MaxToolBytesPerNamespace = 1500
+	var many, few []string
+	for i := range 20 {
+		many = append(many, fmt.Sprintf("a%02d", i))
+	}
+	for i := range 5 {
+		few = append(few, fmt.Sprintf("b%02d", i))
+	}
+	_, upA := httpSDKServer(t, "server-a", many...)
+	_, upB = httpSDKServer(t, "server-b", few...)
+	pA, pB := httpPolicy(upA.URL()), httpPolicy(upB.URL())
+	pA.ServerName, pB.ServerName = "a", "b"
+	a, _ = startSupervisor(t, pA, func(o *Options) { o.Name, o.Registry = "a", reg })
+	waitFor(t, a, "A Ready", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseReady && len(sn.Tools) == 20 })
+	b, _ = startSupervisor(t, pB, func(o *Options) { o.Name, o.Registry = "b", reg })
+	waitFor(t, b, "B refused for the budget", func(sn Snapshot) bool { return sn.SyncReason == v1alpha1.ReasonToolBudgetExceeded })
+	return a, b, upB
+}
+
+// A new filter may make a refused set fit: it is fetched again and what
+// passes the filter is published.
+func TestARefusedSetIsFetchedAgainForANewFilter(t *testing.T) {
+	_, b, _ := budgetPair(t)
+	NewWithT(t).Expect(b.SetToolFilter(policy.ToolFilter{Include: []string{"b00"}})).To(BeTrue())
+	waitFor(t, b, "B's filtered set published", func(sn Snapshot) bool { return len(sn.Tools) == 1 && sn.SyncConflict == "" })
+}
+
+// A set the namespace's tool budget refused is not fetched again while the
+// namespace still has no room for it, however often a retry is asked for
+// (each registry change asks); once there is room, it is fetched again and
+// published. See docs/design.md, "Budgets".
+func TestARefusedSetIsFetchedAgainOnlyOnceItFits(t *testing.T) {
+	a, b, upB := budgetPair(t)
+	lists := func() int {
+		n := 0
+		for _, r := range upB.requests() {
+			if r.RPCMethod == "tools/list" {
+				n++
+			}
+		}
+		return n
+	}
+	before := lists()
+
+	// A retry, as a registry change asks for one, with no more room: B's
+	// syncer runs and finds nothing to do.
+	b.mu.Lock()
+	g := b.live
+	b.mu.Unlock()
+	g.wake(g.retry)
+	NewWithT(t).Eventually(func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return !g.syncing && !g.pendingLocked()
+	}, eventually).Should(BeTrue(), "B's syncer never went idle")
+	if n := lists(); n != before {
+		t.Fatalf("B listed its tools %d more times with no room for them", n-before)
+	}
+
+	// A leaves: there is room, and B fetches its set again and publishes it.
+	dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := a.Dispose(dctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, b, "B's set published", func(sn Snapshot) bool { return len(sn.Tools) == 5 && sn.SyncConflict == "" })
+	if n := lists(); n != before+1 {
+		t.Errorf("B listed its tools %d times once there was room, want once", n-before)
+	}
+}

@@ -241,12 +241,16 @@ func (s *Supervisor) publish(g *generation, fetched []*mcp.Tool) {
 		// Not kept for the retry, which fetches it again: held here, a
 		// refused set of up to 16 MiB would be memory outside the
 		// namespace's tool budget, per McpServer (docs/design.md, "Budgets").
-		g.fetched = nil
+		g.fetched, g.refused = nil, refusal{filter: s.filter.Load()}
+		if be, ok := errors.AsType[*registry.ToolBudgetError](err); ok {
+			g.refused.bytes = be.Bytes
+		}
 		kick(s.conflicted)
 		s.log.Info("tool set not published: keeping the previous set", "error", err.Error())
 		s.emit(true, reason, "Kept the previous tool set: "+err.Error())
 		return
 	}
+	g.refused = refusal{}
 	if changed && len(before) > 0 {
 		added, removed := diffTools(before, owned)
 		s.emit(false, v1alpha1.ReasonToolsChanged, fmt.Sprintf("Tools changed: %d added, %d removed, %d published", added, removed, len(owned)))
@@ -303,6 +307,22 @@ func diffTools(before, after []registry.Tool) (added, removed int) {
 	return added, len(old)
 }
 
+// refusal is what a retry needs to know of a refused set: the bytes the
+// namespace's budget refused (0 when a name conflict did) and the filter
+// they were counted under.
+type refusal struct {
+	bytes  int64
+	filter *policy.ToolFilter
+}
+
+// stillRefused: fetching again would only have the same set refused: the
+// budget refused it, the filter is the same, and the namespace has no room
+// for it yet. The caller holds syncMu.
+func (s *Supervisor) stillRefused(g *generation) bool {
+	r := g.refused
+	return r.bytes > 0 && r.filter == s.filter.Load() && !s.registry.Fits(s.ns, s.owner, r.bytes)
+}
+
 // DefaultResyncInterval: a server's list_changed re-syncs are at least
 // this far apart; notifications in between are coalesced into the next one
 // (docs/design.md, "Budgets" and "Limits"), so that a storm of them costs one fetch a second.
@@ -323,12 +343,12 @@ func (s *Supervisor) resyncLoop(g *generation) {
 			// filter changed what the last fetch publishes. A refused set
 			// was not kept: it is fetched again, as a re-sync.
 			s.syncMu.Lock()
-			kept := g.fetched != nil
+			kept, futile := g.fetched != nil, s.stillRefused(g)
 			if kept {
 				s.publish(g, g.fetched)
 			}
 			s.syncMu.Unlock()
-			if kept {
+			if kept || futile {
 				continue
 			}
 		case <-g.resync:

@@ -38,6 +38,9 @@ func TestSwapRefusesASetOverTheNamespaceToolBudget(t *testing.T) {
 	if got := len(reg.Tools("ns")); got != 6 {
 		t.Fatalf("a refused set changed the namespace: %d tools, want 6", got)
 	}
+	if reg.Fits("ns", "ns/b", be.Bytes) || !reg.Fits("ns", "ns/b", be.Bytes/2) || !reg.Fits("ns", "ns/a", be.Bytes) {
+		t.Fatalf("Fits says otherwise than Swap: %d bytes for b with a's %d published", be.Bytes, be.Others)
+	}
 	if _, err := reg.Swap("other", "other/b", "b", paddedTools("t", 5, 10<<10), c); err != nil {
 		t.Fatalf("another namespace was held to this one's budget: %v", err)
 	}
@@ -46,6 +49,9 @@ func TestSwapRefusesASetOverTheNamespaceToolBudget(t *testing.T) {
 		t.Fatalf("a set that shrinks was refused: %v", err)
 	}
 	reg.MaxToolBytesPerNamespace = 100 << 10
+	if !reg.Fits("ns", "ns/b", be.Bytes) {
+		t.Fatal("Fits says the refused set still does not fit once a shrank")
+	}
 	if _, err := reg.Swap("ns", "ns/b", "b", paddedTools("t", 5, 10<<10), c); err != nil {
 		t.Fatalf("the set fits once a shrank: %v", err)
 	}

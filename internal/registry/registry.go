@@ -309,6 +309,19 @@ func (r *Registry) checkBudget(ns string, st *regNamespace, cur *regOwner, size 
 	return &ToolBudgetError{Bytes: size, Others: others, Max: limit}
 }
 
+// Fits reports whether a set of size bytes (as ToolBudgetError.Bytes
+// counts them) for owner would pass ns's budget now, so that a set refused
+// for it need not be fetched again before it would.
+func (r *Registry) Fits(ns, owner string, size int64) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	st := r.namespaces[ns]
+	if st == nil {
+		st = &regNamespace{}
+	}
+	return r.checkBudget(ns, st, st.owners[owner], size) == nil
+}
+
 // bytesBeyond is the size of the tools published in ns by owners other
 // than those of mine, as JSON.
 func (r *Registry) bytesBeyond(ns string, mine map[string]*regOwner) int64 {
