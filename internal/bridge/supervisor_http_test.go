@@ -994,9 +994,15 @@ func TestHTTPResyncConflictKeepsPreviousSetAndPublishesWhenHolderLeaves(t *testi
 		t.Fatalf("the conflict changed B's connection: %s, generation %d", snB.Phase, snB.Generation)
 	}
 	// The refused set is not held for the retry (it would be memory outside
-	// the namespace's tool budget): the retry fetches it again.
+	// the namespace's tool budget): the retry fetches it again, but not
+	// while A still holds the name.
 	if held := heldFetch(b); held != nil {
 		t.Errorf("B holds its refused set of %d tools", len(held))
+	}
+	listed := toolLists(upB)
+	retryAndSettle(t, b)
+	if n := toolLists(upB); n != listed {
+		t.Errorf("B listed its tools %d more times while A held the name", n-listed)
 	}
 
 	// The holder goes away: B publishes its pending set by itself.
@@ -1064,28 +1070,12 @@ func TestARefusedSetIsFetchedAgainForANewFilter(t *testing.T) {
 // published. See docs/design.md, "Budgets".
 func TestARefusedSetIsFetchedAgainOnlyOnceItFits(t *testing.T) {
 	a, b, upB := budgetPair(t)
-	lists := func() int {
-		n := 0
-		for _, r := range upB.requests() {
-			if r.RPCMethod == "tools/list" {
-				n++
-			}
-		}
-		return n
-	}
+	lists := func() int { return toolLists(upB) }
 	before := lists()
 
 	// A retry, as a registry change asks for one, with no more room: B's
 	// syncer runs and finds nothing to do.
-	b.mu.Lock()
-	g := b.live
-	b.mu.Unlock()
-	g.wake(g.retry)
-	NewWithT(t).Eventually(func() bool {
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		return !g.syncing && !g.pendingLocked()
-	}, eventually).Should(BeTrue(), "B's syncer never went idle")
+	retryAndSettle(t, b)
 	if n := lists(); n != before {
 		t.Fatalf("B listed its tools %d more times with no room for them", n-before)
 	}
@@ -1100,4 +1090,30 @@ func TestARefusedSetIsFetchedAgainOnlyOnceItFits(t *testing.T) {
 	if n := lists(); n != before+1 {
 		t.Errorf("B listed its tools %d times once there was room, want once", n-before)
 	}
+}
+
+// toolLists counts the tools/list requests up has had.
+func toolLists(up *httpUpstream) int {
+	n := 0
+	for _, r := range up.requests() {
+		if r.RPCMethod == "tools/list" {
+			n++
+		}
+	}
+	return n
+}
+
+// retryAndSettle asks s's live generation for a retry, as a registry change
+// does, and waits until its syncer has nothing left to do.
+func retryAndSettle(t *testing.T, s *Supervisor) {
+	t.Helper()
+	s.mu.Lock()
+	g := s.live
+	s.mu.Unlock()
+	g.wake(g.retry)
+	NewWithT(t).Eventually(func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return !g.syncing && !g.pendingLocked()
+	}, eventually).Should(BeTrue(), "the syncer never went idle")
 }

@@ -218,7 +218,10 @@ func (s *Supervisor) publish(g *generation, fetched []*mcp.Tool) {
 	if g.ctx.Err() != nil {
 		return
 	}
-	tools := s.filtered(fetched)
+	// One read of the filter: the refusal below names the filter its set
+	// was counted under, while SetToolFilter may store another meanwhile.
+	filter := s.filter.Load()
+	tools := filtered(fetched, filter)
 	before := s.registry.Owned(s.ns, s.owner)
 	changed, err := s.registry.Swap(s.ns, s.owner, s.p.ServerName, tools, s)
 	err = boundError(err) // it may name a tool, which the upstream names
@@ -241,9 +244,12 @@ func (s *Supervisor) publish(g *generation, fetched []*mcp.Tool) {
 		// Not kept for the retry, which fetches it again: held here, a
 		// refused set of up to 16 MiB would be memory outside the
 		// namespace's tool budget, per McpServer (docs/design.md, "Budgets").
-		g.fetched, g.refused = nil, refusal{filter: s.filter.Load()}
+		g.fetched, g.refused = nil, refusal{filter: filter}
 		if be, ok := errors.AsType[*registry.ToolBudgetError](err); ok {
 			g.refused.bytes = be.Bytes
+		}
+		if ce, ok := errors.AsType[*registry.ConflictError](err); ok {
+			g.refused.conflict = ce
 		}
 		kick(s.conflicted)
 		s.log.Info("tool set not published: keeping the previous set", "error", err.Error())
@@ -257,9 +263,8 @@ func (s *Supervisor) publish(g *generation, fetched []*mcp.Tool) {
 	}
 }
 
-// filtered is the part of a fetch that spec.tools publishes.
-func (s *Supervisor) filtered(fetched []*mcp.Tool) []*mcp.Tool {
-	f := s.filter.Load()
+// filtered is the part of a fetch that the filter f (spec.tools) publishes.
+func filtered(fetched []*mcp.Tool, f *policy.ToolFilter) []*mcp.Tool {
 	if f.Empty() {
 		return fetched
 	}
@@ -308,19 +313,33 @@ func diffTools(before, after []registry.Tool) (added, removed int) {
 }
 
 // refusal is what a retry needs to know of a refused set: the bytes the
-// namespace's budget refused (0 when a name conflict did) and the filter
-// they were counted under.
+// namespace's budget refused, or the name conflict that refused it, and
+// the filter it was filtered with.
 type refusal struct {
-	bytes  int64
-	filter *policy.ToolFilter
+	bytes    int64
+	conflict *registry.ConflictError
+	filter   *policy.ToolFilter
 }
 
-// stillRefused: fetching again would only have the same set refused: the
-// budget refused it, the filter is the same, and the namespace has no room
-// for it yet. The caller holds syncMu.
+// stillRefused: fetching again would only have the same set refused, with
+// the same filter: the namespace has no room for its bytes yet, or the
+// public name it conflicts on is still held by the same owner (itself, when
+// two of its own tools take one name: only a list_changed can mend that).
+// The caller holds syncMu.
 func (s *Supervisor) stillRefused(g *generation) bool {
 	r := g.refused
-	return r.bytes > 0 && r.filter == s.filter.Load() && !s.registry.Fits(s.ns, s.owner, r.bytes)
+	switch {
+	case r.filter != s.filter.Load():
+		return false
+	case r.bytes > 0:
+		return !s.registry.Fits(s.ns, s.owner, r.bytes)
+	case r.conflict != nil && r.conflict.HeldBy == s.owner:
+		return true
+	case r.conflict != nil:
+		t, _, held := s.registry.Lookup(s.ns, r.conflict.PublicName)
+		return held && t.Owner == r.conflict.HeldBy
+	}
+	return false
 }
 
 // DefaultResyncInterval: a server's list_changed re-syncs are at least

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"bytes"
 	"encoding/json"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -32,11 +33,21 @@ func (r *ToolJSON) Decoded() *mcp.Tool {
 	return t
 }
 
+// schemaJSON is s compacted, or nil for null or nothing. Compacted, since
+// what is held is what the limits count (each tool as json.Marshal writes
+// it): a server could pad a schema with megabytes of spaces otherwise.
 func schemaJSON(s json.RawMessage) any {
 	if len(s) == 0 || string(s) == "null" {
 		return nil
 	}
-	return s
+	if bytes.IndexAny(s, " \t\r\n") < 0 {
+		return s
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, s); err != nil {
+		return s // not valid JSON: encoding it fails the fetch
+	}
+	return json.RawMessage(bytes.Clone(b.Bytes()))
 }
 
 // DecodedTools is Decoded of each of tools.
