@@ -126,7 +126,11 @@ func decodeToolsPage(raw []byte) (*mcp.ListToolsResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the tools/list result cannot be decoded: %v", err)
 	}
-	return &mcp.ListToolsResult{NextCursor: page.NextCursor, Tools: registry.DecodedTools(page.Tools)}, nil
+	tools, err := registry.DecodedTools(page.Tools)
+	if err != nil {
+		return nil, fmt.Errorf("the tools/list result cannot be decoded: %v", err)
+	}
+	return &mcp.ListToolsResult{NextCursor: page.NextCursor, Tools: tools}, nil
 }
 
 // maxJSONDepth is the SDK's limit on the nesting of a message it decodes.
@@ -189,6 +193,9 @@ func checkTool(t *mcp.Tool, seen map[string]bool) error {
 		return fmt.Errorf("the server listed the tool %q twice", t.Name)
 	}
 	seen[t.Name] = true
+	if len(t.Meta) > registry.MaxMetaMembers {
+		return fmt.Errorf("the tool %q has more than %d _meta members", t.Name, registry.MaxMetaMembers)
+	}
 	if !objectSchema(t.InputSchema) {
 		return fmt.Errorf("the tool %q has an input schema that is not a JSON object schema", t.Name)
 	}

@@ -347,6 +347,17 @@ func (r *Registry) bytesBeyond(ns string, mine map[string]*regOwner) int64 {
 // tools/list answer, an McpToolSet) encodes them again anyway. See
 // docs/design.md, "Replicas and ownership" (memory).
 func CompactSchemas(t *mcp.Tool) error {
+	// _meta stays a map, as its type is; each member's value becomes JSON.
+	for k, v := range t.Meta {
+		if _, done := v.(json.RawMessage); done || v == nil {
+			continue
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		t.Meta[k] = json.RawMessage(b)
+	}
 	for _, schema := range []*any{&t.InputSchema, &t.OutputSchema} {
 		if *schema == nil {
 			continue

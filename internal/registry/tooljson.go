@@ -3,6 +3,8 @@ package registry
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -16,21 +18,58 @@ type ToolJSON struct {
 	*mcp.Tool
 	InputSchema  json.RawMessage `json:"inputSchema"`
 	OutputSchema json.RawMessage `json:"outputSchema,omitempty"`
+	Meta         json.RawMessage `json:"_meta,omitempty"`
 }
 
+// MaxMetaMembers bounds the members of a tool's _meta: it is held as a map
+// of their JSON values, and each member costs a map entry besides its bytes.
+const MaxMetaMembers = 64
+
 // Decoded is the tool with its schemas as json.RawMessage, nil where the
-// JSON had null or nothing (as decoding into an mcp.Tool leaves them), or
-// nil for a null tool.
-func (r *ToolJSON) Decoded() *mcp.Tool {
+// JSON had null or nothing (as decoding into an mcp.Tool leaves them), and
+// its _meta as the JSON of each member (CompactSchemas); nil for a null tool.
+func (r *ToolJSON) Decoded() (*mcp.Tool, error) {
 	if r == nil {
-		return nil
+		return nil, nil
 	}
 	t := r.Tool
 	if t == nil {
 		t = new(mcp.Tool)
 	}
 	t.InputSchema, t.OutputSchema = schemaJSON(r.InputSchema), schemaJSON(r.OutputSchema)
-	return t
+	meta, err := metaJSON(r.Meta)
+	if err != nil {
+		return nil, fmt.Errorf("the tool %q: %w", t.Name, err)
+	}
+	t.Meta = meta
+	return t, nil
+}
+
+// metaJSON is the members of the JSON object raw, each value as its JSON,
+// compacted; nil for null or nothing. It reads no further than
+// MaxMetaMembers members.
+func metaJSON(raw json.RawMessage) (mcp.Meta, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, errors.New("its _meta is not a JSON object")
+	}
+	meta := mcp.Meta{}
+	for dec.More() {
+		if len(meta) == MaxMetaMembers {
+			return nil, fmt.Errorf("its _meta has more than %d members", MaxMetaMembers)
+		}
+		tok, err := dec.Token()
+		key, ok := tok.(string)
+		var value json.RawMessage
+		if err != nil || !ok || dec.Decode(&value) != nil {
+			return nil, errors.New("its _meta cannot be decoded")
+		}
+		meta[key] = schemaJSON(value)
+	}
+	return meta, nil
 }
 
 // schemaJSON is s compacted, or nil for null or nothing. Compacted, since
@@ -51,10 +90,13 @@ func schemaJSON(s json.RawMessage) any {
 }
 
 // DecodedTools is Decoded of each of tools.
-func DecodedTools(tools []*ToolJSON) []*mcp.Tool {
+func DecodedTools(tools []*ToolJSON) ([]*mcp.Tool, error) {
 	out := make([]*mcp.Tool, len(tools))
 	for i, t := range tools {
-		out[i] = t.Decoded()
+		var err error
+		if out[i], err = t.Decoded(); err != nil {
+			return nil, err
+		}
 	}
-	return out
+	return out, nil
 }

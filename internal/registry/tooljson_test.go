@@ -2,8 +2,11 @@ package registry
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // ToolJSON keeps a tool's schemas as JSON, compacted: what is held is what
@@ -23,7 +26,10 @@ func TestToolJSONKeepsSchemasCompact(t *testing.T) {
 			if err := json.Unmarshal([]byte(tc.tool), &tj); err != nil {
 				t.Fatal(err)
 			}
-			got := tj.Decoded()
+			got, err := tj.Decoded()
+			if err != nil {
+				t.Fatal(err)
+			}
 			for _, c := range []struct {
 				what   string
 				schema any
@@ -41,5 +47,61 @@ func TestToolJSONKeepsSchemasCompact(t *testing.T) {
 				t.Errorf("name %q, want a", got.Name)
 			}
 		})
+	}
+}
+
+// A tool's _meta is held as the JSON of each member, and one with more
+// members than MaxMetaMembers, or that is not an object, is refused.
+func TestToolJSONKeepsMetaMembersAsJSON(t *testing.T) {
+	var members []string
+	for i := range MaxMetaMembers + 1 {
+		members = append(members, fmt.Sprintf(`"k%d":{"a": [1, 2]}`, i))
+	}
+	for _, tc := range []struct {
+		name, meta string
+		want       map[string]string // member: JSON; nil: refused
+	}{
+		{"members", `{"ui":{"b": 1, "a": [true]},"n":null}`, map[string]string{"ui": `{"b":1,"a":[true]}`, "n": ""}},
+		{"as many as allowed", "{" + strings.Join(members[:MaxMetaMembers], ",") + "}", map[string]string{"k0": `{"a":[1,2]}`}},
+		{"one too many", "{" + strings.Join(members, ",") + "}", nil},
+		{"not an object", `"x"`, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var tj ToolJSON
+			if err := json.Unmarshal([]byte(`{"name":"a","inputSchema":{"type":"object"},"_meta":`+tc.meta+`}`), &tj); err != nil {
+				t.Fatal(err)
+			}
+			got, err := tj.Decoded()
+			if tc.want == nil {
+				if err == nil {
+					t.Fatalf("_meta %.60s accepted, want it refused", tc.meta)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k, want := range tc.want {
+				raw, isJSON := got.Meta[k].(json.RawMessage)
+				if want == "" && got.Meta[k] != nil || want != "" && (!isJSON || string(raw) != want) {
+					t.Errorf("_meta[%s] = %T %s, want %s", k, got.Meta[k], raw, want)
+				}
+			}
+		})
+	}
+}
+
+// The registry holds a published tool's _meta as the JSON of each member,
+// not as decoded maps, whichever way the tool came in.
+func TestPublishedToolsHoldMetaAsJSON(t *testing.T) {
+	reg := New()
+	tool := registryTestTool("a")
+	tool.Meta = map[string]any{"ui": map[string]any{"b": 1.0, "a": []any{true}}}
+	if _, err := reg.Swap("ns", "ns/s", "s", []*mcp.Tool{tool}, nil); err != nil {
+		t.Fatal(err)
+	}
+	got := reg.Owned("ns", "ns/s")[0].Upstream.Meta["ui"]
+	if raw, ok := got.(json.RawMessage); !ok || string(raw) != `{"a":[true],"b":1}` {
+		t.Fatalf("_meta.ui held as %T %v, want its JSON", got, got)
 	}
 }

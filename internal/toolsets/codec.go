@@ -105,5 +105,9 @@ func Decode(gz []byte) ([]*mcp.Tool, error) {
 	if err := json.Unmarshal(raw, &tools); err != nil {
 		return nil, fmt.Errorf("decode the tools: %w", err)
 	}
-	return registry.DecodedTools(tools), nil
+	decoded, err := registry.DecodedTools(tools)
+	if err != nil {
+		return nil, fmt.Errorf("decode the tools: %w", err)
+	}
+	return decoded, nil
 }
