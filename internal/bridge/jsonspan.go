@@ -152,19 +152,3 @@ func skipValue(data []byte, i int) int {
 	}
 	return j
 }
-
-// hasMemberNamed: some object anywhere in the valid JSON data has a member
-// called name. In valid JSON a string followed by a colon is a member name.
-func hasMemberNamed(data []byte, name string) bool {
-	for i := 0; i < len(data); i++ {
-		if data[i] != '"' {
-			continue
-		}
-		end := skipString(data, i)
-		if j := skipSpace(data, end); j < len(data) && data[j] == ':' && keyIs(data[i:end], name) {
-			return true
-		}
-		i = end - 1
-	}
-	return false
-}

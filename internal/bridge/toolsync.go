@@ -89,19 +89,10 @@ func (s *Supervisor) decodedPage(ctx context.Context, g *generation, hl *httpLin
 		return nil, err
 	}
 	res.Tools = slices.DeleteFunc(res.Tools, func(t *mcp.Tool) bool { return t == nil })
-	if slices.ContainsFunc(res.Tools, bindsParamHeaders) {
+	if slices.ContainsFunc(res.Tools, registry.BindsParamHeaders) {
 		return nil, errBindsHeaders
 	}
 	return res, nil
-}
-
-// bindsParamHeaders is registry.BindsParamHeaders for a tool whose input
-// schema is still the JSON it was listed as.
-func bindsParamHeaders(t *mcp.Tool) bool {
-	if raw, ok := t.InputSchema.(json.RawMessage); ok {
-		return hasMemberNamed(raw, "x-mcp-header")
-	}
-	return registry.BindsParamHeaders(t)
 }
 
 // rawToolsPage is a tools/list result whose tools keep their schemas as

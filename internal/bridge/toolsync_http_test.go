@@ -9,9 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"github.com/mcpbridge/operator/internal/registry"
 	"github.com/mcpbridge/operator/test/fixture"
 )
 
@@ -246,31 +243,4 @@ func TestToolsPagesKeepTheirSchemasAsJSON(t *testing.T) {
 		}
 	}
 	runtime.KeepAlive(res)
-}
-
-// A tool binds a parameter to a header when x-mcp-header is a member name,
-// wherever in its schema, however it is written; not when it is a value.
-func TestBindsParamHeadersInTheListedJSON(t *testing.T) {
-	for _, tc := range []struct {
-		schema string
-		binds  bool
-	}{
-		{`{"type":"object","properties":{"r":{"type":"string","x-mcp-header":"Region"}}}`, true},
-		{`{"type":"object","properties":{"r":{"type":"string", "x-mcp-header" : "Region"}}}`, true},
-		{`{"type":"object","properties":{"r":{"type":"string","x-mcp-\u0068eader":"Region"}}}`, true},
-		{`{"type":"object","properties":{"r":{"enum":["x-mcp-header"],"description":"\"x-mcp-header\": no"}}}`, false},
-		{`{"type":"object"}`, false},
-	} {
-		tool := &mcp.Tool{Name: "t", InputSchema: json.RawMessage(tc.schema)}
-		if got := bindsParamHeaders(tool); got != tc.binds {
-			t.Errorf("%s: binds %v, want %v", tc.schema, got, tc.binds)
-		}
-		var decoded map[string]any
-		if err := json.Unmarshal([]byte(tc.schema), &decoded); err != nil {
-			t.Fatal(err)
-		}
-		if got := registry.BindsParamHeaders(&mcp.Tool{InputSchema: decoded}); got != tc.binds {
-			t.Errorf("%s: decoded, binds %v; as JSON %v", tc.schema, got, tc.binds)
-		}
-	}
 }

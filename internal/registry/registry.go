@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"bytes"
 	"cmp"
 	"crypto/sha256"
 	"encoding/json"
@@ -378,7 +379,42 @@ func CompactSchemas(t *mcp.Tool) error {
 // header (x-mcp-header), which the SDK's CallTool sets from the tools its
 // own ListTools listed.
 func BindsParamHeaders(t *mcp.Tool) bool {
+	if raw, ok := t.InputSchema.(json.RawMessage); ok {
+		return hasMember(raw, "x-mcp-header")
+	}
 	return hasKey(t.InputSchema, "x-mcp-header")
+}
+
+// hasMember: key is a member name anywhere in the JSON raw, read token by
+// token (decoded into maps, a schema takes many times its JSON).
+func hasMember(raw json.RawMessage, key string) bool {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	var inObject []bool // per open container
+	keyNext := false
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		switch tok {
+		case json.Delim('{'), json.Delim('['):
+			inObject = append(inObject, tok == json.Delim('{'))
+			keyNext = tok == json.Delim('{')
+			continue
+		case json.Delim('}'), json.Delim(']'):
+			inObject = inObject[:len(inObject)-1]
+		default:
+			if keyNext {
+				if tok == any(key) {
+					return true
+				}
+				keyNext = false
+				continue
+			}
+		}
+		// A value ended: in an object, a member name comes next.
+		keyNext = len(inObject) > 0 && inObject[len(inObject)-1]
+	}
 }
 
 // hasKey: key is a member name anywhere in the decoded JSON value v.

@@ -36,7 +36,7 @@ func (r *ToolJSON) Decoded() (*mcp.Tool, error) {
 	if t == nil {
 		t = new(mcp.Tool)
 	}
-	t.InputSchema, t.OutputSchema = schemaJSON(r.InputSchema), schemaJSON(r.OutputSchema)
+	t.InputSchema, t.OutputSchema = compactJSON(r.InputSchema), compactJSON(r.OutputSchema)
 	meta, err := metaJSON(r.Meta)
 	if err != nil {
 		return nil, fmt.Errorf("the tool %q: %w", t.Name, err)
@@ -67,15 +67,16 @@ func metaJSON(raw json.RawMessage) (mcp.Meta, error) {
 		if err != nil || !ok || dec.Decode(&value) != nil {
 			return nil, errors.New("its _meta cannot be decoded")
 		}
-		meta[key] = schemaJSON(value)
+		meta[key] = compactJSON(value)
 	}
 	return meta, nil
 }
 
-// schemaJSON is s compacted, or nil for null or nothing. Compacted, since
-// what is held is what the limits count (each tool as json.Marshal writes
-// it): a server could pad a schema with megabytes of spaces otherwise.
-func schemaJSON(s json.RawMessage) any {
+// compactJSON is s (a schema, a _meta member) compacted, or nil for null or
+// nothing. Compacted, since what is held is what the limits count (each
+// tool as json.Marshal writes it): a server could pad a schema with
+// megabytes of spaces otherwise.
+func compactJSON(s json.RawMessage) any {
 	if len(s) == 0 || string(s) == "null" {
 		return nil
 	}

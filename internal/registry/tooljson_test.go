@@ -105,3 +105,30 @@ func TestPublishedToolsHoldMetaAsJSON(t *testing.T) {
 		t.Fatalf("_meta.ui held as %T %v, want its JSON", got, got)
 	}
 }
+
+// A tool binds a parameter to a header when x-mcp-header is a member name,
+// wherever in its schema, however it is written; not when it is a value.
+func TestBindsParamHeadersInTheListedJSON(t *testing.T) {
+	for _, tc := range []struct {
+		schema string
+		binds  bool
+	}{
+		{`{"type":"object","properties":{"r":{"type":"string","x-mcp-header":"Region"}}}`, true},
+		{`{"type":"object","properties":{"r":{"type":"string", "x-mcp-header" : "Region"}}}`, true},
+		{`{"type":"object","properties":{"r":{"type":"string","x-mcp-\u0068eader":"Region"}}}`, true},
+		{`{"type":"object","properties":{"r":{"enum":["x-mcp-header"],"description":"\"x-mcp-header\": no"}}}`, false},
+		{`{"type":"object"}`, false},
+	} {
+		tool := &mcp.Tool{Name: "t", InputSchema: json.RawMessage(tc.schema)}
+		if got := BindsParamHeaders(tool); got != tc.binds {
+			t.Errorf("%s: binds %v, want %v", tc.schema, got, tc.binds)
+		}
+		var decoded map[string]any
+		if err := json.Unmarshal([]byte(tc.schema), &decoded); err != nil {
+			t.Fatal(err)
+		}
+		if got := BindsParamHeaders(&mcp.Tool{InputSchema: decoded}); got != tc.binds {
+			t.Errorf("%s: decoded, binds %v; as JSON %v", tc.schema, got, tc.binds)
+		}
+	}
+}
