@@ -31,7 +31,9 @@ var _ = Describe("McpServer lifecycle", func() {
 		Expect(toolNames(ready)).To(ContainElements("mcp__fx__echo", "mcp__fx__tool_0000"))
 		Expect(ready.Status.ServerInfo.Name).To(Equal("mcp-fixture"))
 		Expect(kstatusOf(ready)).To(Equal(status.CurrentStatus))
-		Expect(hasEvent(ns, "fx", "Connected", "generation 1")()).To(BeTrue())
+		// Events are sent by the recorder's own goroutine, after the status
+		// patch that made it Ready: wait for it rather than race it.
+		Eventually(hasEvent(ns, "fx", "Connected", "generation 1"), eventuallyTimeout, poll).Should(BeTrue())
 		Eventually(func() float64 { v, _ := metricValue("mcpbridge_connection_up", ns, "fx"); return v }).Should(Equal(1.0))
 		tools, _ := metricValue("mcpbridge_published_tools", ns, "fx")
 		Expect(tools).To(BeEquivalentTo(ready.Status.ToolCount))
