@@ -1064,6 +1064,40 @@ func TestARefusedSetIsFetchedAgainForANewFilter(t *testing.T) {
 	waitFor(t, b, "B's filtered set published", func(sn Snapshot) bool { return len(sn.Tools) == 1 && sn.SyncConflict == "" })
 }
 
+// A new filter applies at once to what a server whose last list was
+// refused still publishes, even when the fetch that would apply it whole
+// fails: the registry never goes on listing a tool the filter excludes.
+func TestANewFilterNarrowsAKeptSetThoughItsFetchFails(t *testing.T) {
+	reg := registry.New()
+	reg.MaxToolBytesPerNamespace = 1000 // room for about 15 tools of B's
+	srv, up := httpSDKServer(t, "server-b", "b00", "b01", "b02", "b03", "b04")
+	p := httpPolicy(up.URL())
+	p.ServerName = "b"
+	b, _ := startSupervisor(t, p, func(o *Options) { o.Name, o.Registry = "b", reg })
+	waitFor(t, b, "B Ready", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseReady && len(sn.Tools) == 5 })
+	for i := range 20 {
+		httpAddRawTool(srv, fmt.Sprintf("c%02d", i)) // list_changed, each
+	}
+	sn := waitFor(t, b, "B's grown set refused", func(sn Snapshot) bool { return sn.SyncReason == v1alpha1.ReasonToolBudgetExceeded })
+	NewWithT(t).Expect(len(sn.Tools)).To(BeNumerically(">", 1), "B keeps a set of more than b00")
+
+	up.setIntercept(func(w http.ResponseWriter, r httpRecord) bool {
+		if r.RPCMethod != "tools/list" {
+			return false
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"error":{"code":-32603,"message":"listing is broken"}}`+"\n", r.RPCID)
+		return true
+	})
+	listed := toolLists(up)
+	NewWithT(t).Expect(b.SetToolFilter(policy.ToolFilter{Include: []string{"b00"}})).To(BeTrue())
+	want := []string{registry.PublicName("b", "b00")}
+	sn = waitFor(t, b, "B's set narrowed to b00", func(sn Snapshot) bool { return slices.Equal(toolNames(sn.Tools), want) })
+	NewWithT(t).Expect(toolNames(reg.Owned("ns", "ns/b"))).To(Equal(want))
+	NewWithT(t).Eventually(func() int { return toolLists(up) }, eventually).Should(BeNumerically(">", listed), "the new filter's fetch was tried")
+	NewWithT(t).Expect(sn.Generation).To(BeEquivalentTo(1), "the same connection")
+}
+
 // A set the namespace's tool budget refused is not fetched again while the
 // namespace still has no room for it, however often a retry is asked for
 // (each registry change asks); once there is room, it is fetched again and

@@ -340,6 +340,28 @@ func (s *Supervisor) stillRefused(g *generation) bool {
 	return false
 }
 
+// narrow applies a new filter to what the registry holds of the server
+// when no fetch is kept to filter again (its last one was refused): what
+// the filter excludes leaves the registry at once, and the fetch that
+// follows adds what it newly allows. Were that fetch to fail, the registry
+// would otherwise go on listing tools the filter excludes until the next
+// list_changed. A subset of its own set is never refused. The caller
+// holds syncMu. See docs/design.md, "Tool sync".
+func (s *Supervisor) narrow(g *generation) {
+	owned := s.registry.Owned(s.ns, s.owner)
+	if len(owned) == 0 {
+		return
+	}
+	upstream := make([]*mcp.Tool, len(owned))
+	for i, t := range owned {
+		upstream[i] = t.Upstream
+	}
+	refused := g.refused
+	s.publish(g, upstream)
+	// Still the last fetch's refusal: the fetch that follows decides anew.
+	g.refused = refused
+}
+
 // DefaultResyncInterval: a server's list_changed re-syncs are at least
 // this far apart; notifications in between are coalesced into the next one
 // (docs/design.md, "Budgets" and "Limits"), so that a storm of them costs one fetch a second.
@@ -361,8 +383,11 @@ func (s *Supervisor) resyncLoop(g *generation) {
 			// was not kept: it is fetched again, as a re-sync.
 			s.syncMu.Lock()
 			kept, futile := g.fetched != nil, s.stillRefused(g)
-			if kept {
+			switch {
+			case kept:
 				s.publish(g, g.fetched)
+			case !futile && g.refused.filter != s.filter.Load():
+				s.narrow(g)
 			}
 			s.syncMu.Unlock()
 			if kept || futile {
