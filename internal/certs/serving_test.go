@@ -83,6 +83,8 @@ func TestServingCertRotatesBeforeExpiry(t *testing.T) {
 		g.Expect(now.SerialNumber).NotTo(Equal(cert.SerialNumber))
 		g.Expect(now.Verify(x509.VerifyOptions{Roots: second.Pool(), DNSName: "gw"})).Error().NotTo(HaveOccurred())
 	}).WithTimeout(10 * time.Second).Should(Succeed())
+	// OnCA is called after the new certificate is stored.
+	g.Eventually(func() []string { mu.Lock(); defer mu.Unlock(); return slices.Clone(heard) }).Should(ContainElement("second"))
 	mu.Lock()
 	defer mu.Unlock()
 	g.Expect(heard).To(ContainElements("first", "second"))

@@ -388,6 +388,9 @@ func useByName(ns, sa string, servers ...string) *rbacv1.RoleBinding {
 		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: ns, Name: sa}},
 	}
 	Expect(k8s.Create(ctx, b)).To(Succeed())
+	for _, server := range servers {
+		waitMayUse(ns, ns, sa, server)
+	}
 	return b
 }
 

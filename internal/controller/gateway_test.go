@@ -16,6 +16,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	authnv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -242,8 +243,24 @@ func saToken(ns, name string, bindIn ...string) string {
 			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "mcpbridge-gateway-user"},
 			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: ns, Name: name}},
 		})).To(Succeed())
+		waitMayUse(bns, ns, name, "")
 	}
 	return tokenFor(ns, name, gatewayAudience)
+}
+
+// waitMayUse waits until the apiserver's authorizer, which learns of
+// bindings from its informers, lets ServiceAccount saNS/sa use the
+// McpServer server in ns (any, when server is ""): the gateway asks the same
+// authorizer, and a refusal it cached would outlive the lag.
+func waitMayUse(ns, saNS, sa, server string) {
+	GinkgoHelper()
+	attrs := &authorizationv1.ResourceAttributes{Namespace: ns, Verb: "use", Group: "mcpbridge.dev", Resource: "mcpservers", Name: server}
+	user := "system:serviceaccount:" + saNS + ":" + sa
+	Eventually(func(g Gomega) {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: user, ResourceAttributes: attrs}}
+		g.Expect(k8s.Create(context.Background(), sar)).To(Succeed())
+		g.Expect(sar.Status.Allowed).To(BeTrue(), "%s may use %q in %s", user, server, ns)
+	}, eventuallyTimeout, poll).Should(Succeed())
 }
 
 // tokenFor returns a token of ServiceAccount ns/name for audiences; none

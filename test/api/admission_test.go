@@ -3,9 +3,11 @@ package api_test
 import (
 	"context"
 	"path/filepath"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -86,4 +88,24 @@ func grant(ctx context.Context, ns, user string, rules ...rbacv1.PolicyRule) {
 		Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, binding))).To(Succeed())
 		Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, role))).To(Succeed())
 	})
+	if len(rules) > 0 {
+		waitGranted(ctx, ns, user, rules[0])
+	}
+}
+
+// waitGranted waits until the apiserver's authorizer, which learns of roles
+// and bindings from its informers, allows user the first verb of rule: a
+// request made at once after the grant could still be refused for RBAC.
+func waitGranted(ctx context.Context, ns, user string, rule rbacv1.PolicyRule) {
+	GinkgoHelper()
+	attrs := &authorizationv1.ResourceAttributes{Namespace: ns, Verb: rule.Verbs[0],
+		Group: rule.APIGroups[0], Resource: rule.Resources[0]}
+	if len(rule.ResourceNames) > 0 {
+		attrs.Name = rule.ResourceNames[0]
+	}
+	Eventually(func(g Gomega) {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: user, ResourceAttributes: attrs}}
+		g.Expect(k8sClient.Create(ctx, sar)).To(Succeed())
+		g.Expect(sar.Status.Allowed).To(BeTrue(), "%s may %s %s", user, attrs.Verb, attrs.Resource)
+	}).WithTimeout(30 * time.Second).WithPolling(20 * time.Millisecond).Should(Succeed())
 }

@@ -105,7 +105,9 @@ func TestNamespacedInstallRunsTheManager(t *testing.T) {
 		out, _, _ := env.Kubectl(ctx(t), append([]string{"auth", "can-i", "--as=system:serviceaccount:" + releaseNamespace + ":" + sa}, args...)...)
 		return strings.TrimSpace(out)
 	}
-	g.Expect(canI("get", "secrets", "-n", watched[0])).To(Equal("yes"))
+	// The authorizer learns of the release's bindings from its informers.
+	g.Eventually(func() string { return canI("get", "secrets", "-n", watched[0]) }, 30*time.Second, 100*time.Millisecond).Should(Equal("yes"))
+	g.Eventually(func() string { return canI("create", "tokenreviews.authentication.k8s.io") }, 30*time.Second, 100*time.Millisecond).Should(Equal("yes"))
 	g.Expect(canI("get", "secrets", "-n", unwatched)).To(Equal("no"))
 	g.Expect(canI("list", "secrets", "-A")).To(Equal("no"))
 	g.Expect(canI("create", "deployments.apps", "-n", unwatched)).To(Equal("no"))

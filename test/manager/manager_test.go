@@ -132,9 +132,16 @@ func TestMetricsAsDeployed(t *testing.T) {
 	g.Expect(string(managerLog)).NotTo(MatchRegexp(`(?i)authenticat`), "a log line about refused tokens")
 	g.Expect(status(createToken(t, ns, "stranger"))()).To(Equal(http.StatusForbidden), "a token without metrics-reader")
 
-	code, body, proto, err := get(hc, url, createToken(t, ns, "scraper"))
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(code).To(Equal(http.StatusOK), "a token bound to %s: %s", reader, body)
+	// The apiserver's authorizer learns of the binding from its informers.
+	scraper := createToken(t, ns, "scraper")
+	var body, proto string
+	g.Eventually(func(g Gomega) {
+		var code int
+		var err error
+		code, body, proto, err = get(hc, url, scraper)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(code).To(Equal(http.StatusOK), "a token bound to %s: %s", reader, body)
+	}, time.Minute, 200*time.Millisecond).Should(Succeed())
 	g.Expect(body).To(ContainSubstring("controller_runtime_"))
 	// --enable-http2 is off: offered h2, the server still speaks HTTP/1.1.
 	g.Expect(proto).To(Equal("HTTP/1.1"))
