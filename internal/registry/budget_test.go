@@ -132,3 +132,22 @@ func TestSwapKeepsTheEntriesOfUnchangedTools(t *testing.T) {
 		t.Errorf("ParamHeaders = %v, %v; want false, true", after[0].ParamHeaders, after[1].ParamHeaders)
 	}
 }
+
+// A budget refusal words each size in a unit that keeps its digits.
+func TestToolBudgetErrorWordsSizes(t *testing.T) {
+	for _, tc := range []struct {
+		err  ToolBudgetError
+		want string
+	}{
+		{ToolBudgetError{Bytes: 20_000, Others: 64<<20 - 10_000, Max: 64 << 20},
+			"the server's tools take 19.5 KiB as JSON and the namespace's other servers publish 63.99 MiB: together over the namespace's budget of 64.00 MiB"},
+		{ToolBudgetError{Bytes: 700, Others: 900, Max: 1500},
+			"the server's tools take 700 bytes as JSON and the namespace's other servers publish 900 bytes: together over the namespace's budget of 1.5 KiB"},
+		{ToolBudgetError{Bytes: 3 << 20, Others: 0, Max: 2 << 20},
+			"the server's tools take 3.00 MiB as JSON and the namespace's other servers publish 0 bytes: together over the namespace's budget of 2.00 MiB"},
+	} {
+		if got := tc.err.Error(); got != tc.want+" ("+FlagMaxToolBytesPerNamespace+")" {
+			t.Errorf("%+v: %q, want %q", tc.err, got, tc.want)
+		}
+	}
+}

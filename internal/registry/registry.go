@@ -281,10 +281,22 @@ type ToolBudgetError struct {
 
 func (e *ToolBudgetError) Error() string {
 	return fmt.Sprintf("the server's tools take %s as JSON and the namespace's other servers publish %s: "+
-		"together over the namespace's budget of %s (%s)", mib(e.Bytes), mib(e.Others), mib(e.Max), FlagMaxToolBytesPerNamespace)
+		"together over the namespace's budget of %s (%s)", size(e.Bytes), size(e.Others), size(e.Max), FlagMaxToolBytesPerNamespace)
 }
 
-func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+// size words n bytes in the unit that keeps its digits: a small server's
+// tools refused next to a nearly full namespace read "19.5 KiB", not
+// "0.0 MiB", and the namespace's "63.99 MiB" is not rounded up to its
+// budget's "64.00 MiB".
+func size(n int64) string {
+	switch {
+	case n < 1<<10:
+		return fmt.Sprintf("%d bytes", n)
+	case n < 1<<20:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
+}
 
 // checkBudget refuses a set of size bytes for owner cur (nil: new) of st,
 // namespace ns, that would pass the namespace's budget. A set that does
