@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/mcpbridge/operator/internal/testenv"
 )
 
 // startHTTPFixture serves the in-repo fixture over Streamable HTTP on a free
@@ -119,12 +120,6 @@ func (d *demo) stopManager() error {
 	return err
 }
 
-// freeAddr returns a loopback address with a port that was free just now.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
+// freeAddr returns a loopback address with a port that was free just now,
+// never one it returned before (the manager's flags must differ).
+func freeAddr() (string, error) { return testenv.FreeAddr() }

@@ -565,8 +565,11 @@ func expectPodObjectsGone(ns, name string) {
 
 func freePort() int {
 	GinkgoHelper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := testenv.FreeAddr()
 	Expect(err).NotTo(HaveOccurred())
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	_, port, err := net.SplitHostPort(addr)
+	Expect(err).NotTo(HaveOccurred())
+	n, err := strconv.Atoi(port)
+	Expect(err).NotTo(HaveOccurred())
+	return n
 }

@@ -12,4 +12,6 @@
 // image builder's, a module of its own). Latencies and
 // Target are what the Go benchmarks of design targets share: percentiles
 // as metrics, and the target logged beside the figure with met or not.
+// FreeAddr hands out loopback addresses for the flags of the processes they
+// start, each once per process.
 package testenv

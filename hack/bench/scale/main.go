@@ -38,7 +38,6 @@ import (
 	"io"
 	"maps"
 	"math"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -568,14 +567,7 @@ func workersStarted(logPath string) bool {
 	return false
 }
 
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
+func freeAddr() (string, error) { return testenv.FreeAddr() }
 
 // findControlPlanePids finds envtest's etcd and kube-apiserver among this
 // process's children, for their CPU time.
