@@ -48,16 +48,16 @@ func (d *demo) startHTTPFixture() (string, error) {
 // apiserver, from the repository root so that the samples' relative commands
 // (bin/mcp-fixture, test/node/...) resolve, and waits for /readyz.
 func (d *demo) startManager(ctx context.Context) error {
-	gateway, err := freeAddr()
+	gateway, err := testenv.FreeAddr()
 	if err != nil {
 		return err
 	}
 	d.gateway = gateway
-	probes, err := freeAddr()
+	probes, err := testenv.FreeAddr()
 	if err != nil {
 		return err
 	}
-	replica, err := freeAddr()
+	replica, err := testenv.FreeAddr()
 	if err != nil {
 		return err
 	}
@@ -119,7 +119,3 @@ func (d *demo) stopManager() error {
 	}
 	return err
 }
-
-// freeAddr returns a loopback address with a port that was free just now,
-// never one it returned before (the manager's flags must differ).
-func freeAddr() (string, error) { return testenv.FreeAddr() }

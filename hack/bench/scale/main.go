@@ -567,8 +567,6 @@ func workersStarted(logPath string) bool {
 	return false
 }
 
-func freeAddr() (string, error) { return testenv.FreeAddr() }
-
 // findControlPlanePids finds envtest's etcd and kube-apiserver among this
 // process's children, for their CPU time.
 func (b *bench) findControlPlanePids() {

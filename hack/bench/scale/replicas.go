@@ -28,6 +28,7 @@ import (
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/hack/bench/internal/report"
+	"github.com/mcpbridge/operator/internal/testenv"
 )
 
 var flagReplicas = flag.Int("replicas", 1, "manager processes (replicas r1..rN, each with its own ports), sharing the Leases and Secrets of one manager namespace")
@@ -99,7 +100,7 @@ func (b *bench) startReplicas(ctx context.Context, cs kubernetes.Interface, bin 
 func (b *bench) startReplica(ctx context.Context, bin, name string) (*replicaProc, error) {
 	var addrs [3]string
 	for i := range addrs {
-		a, err := freeAddr()
+		a, err := testenv.FreeAddr()
 		if err != nil {
 			return nil, err
 		}
@@ -119,7 +120,7 @@ func (b *bench) startReplica(ctx context.Context, bin, name string) (*replicaPro
 	r := &replicaProc{name: name, metrics: "http://" + metrics + "/metrics", probes: probes}
 	if *flagPprof != "" {
 		var err error
-		if r.pprofAddr, err = freeAddr(); err != nil {
+		if r.pprofAddr, err = testenv.FreeAddr(); err != nil {
 			return nil, err
 		}
 		cmd.Env = append(cmd.Env, pprofEnv+"="+r.pprofAddr)
