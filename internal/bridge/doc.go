@@ -105,7 +105,8 @@
 //     connectionTimeoutMs budget. It is the generation's syncer, which
 //     runs only while a re-sync or a retried publish is pending
 //     (generation.wake), so that an idle connection keeps no goroutine
-//     for it.
+//     for it; a re-sync that failed otherwise is asked for again by a
+//     timer (generation.resyncAfter), stopped when the generation closes.
 //
 // A loss raised while the supervisor itself closes the generation is
 // ignored: nothing was lost.

@@ -29,8 +29,12 @@ type generation struct {
 	syncer     func()
 	syncing    bool
 	lastResync time.Time
+	// failedResyncs counts the re-syncs that failed in a row (the syncer's
+	// alone); resyncRetry asks for the next try after a failed one.
+	failedResyncs int
+	resyncRetry   *time.Timer
 
-	mu      sync.Mutex // guards syncer, syncing and closing, and orders goFn before wg.Wait
+	mu      sync.Mutex // guards syncer, syncing, resyncRetry and closing, and orders goFn before wg.Wait
 	closing bool       // no goroutine starts any more
 	wg      sync.WaitGroup
 
@@ -122,6 +126,33 @@ func (g *generation) runSyncerLocked() {
 
 func (g *generation) pendingLocked() bool { return len(g.resync) > 0 || len(g.retry) > 0 }
 
+// resyncAfter asks for a re-sync in d, in place of any asked for before,
+// unless the generation closes first.
+func (g *generation) resyncAfter(d time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case g.closing:
+	case g.resyncRetry == nil:
+		g.resyncRetry = time.AfterFunc(d, func() { g.wake(g.resync) })
+	default:
+		g.resyncRetry.Reset(d)
+	}
+}
+
+// stopResyncRetry drops a re-sync asked for by resyncAfter.
+func (g *generation) stopResyncRetry() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.stopResyncRetryLocked()
+}
+
+func (g *generation) stopResyncRetryLocked() {
+	if g.resyncRetry != nil {
+		g.resyncRetry.Stop()
+	}
+}
+
 // doneSyncing reports whether the syncer may return: nothing is pending.
 // A kick that came meanwhile keeps it on, since its wake saw it running.
 func (g *generation) doneSyncing() bool {
@@ -144,6 +175,7 @@ func (g *generation) shutdown() <-chan struct{} {
 		g.stop()
 		g.mu.Lock()
 		g.closing = true
+		g.stopResyncRetryLocked()
 		g.mu.Unlock()
 		go func() {
 			if g.sess != nil {

@@ -1098,6 +1098,37 @@ func TestANewFilterNarrowsAKeptSetThoughItsFetchFails(t *testing.T) {
 	NewWithT(t).Expect(sn.Generation).To(BeEquivalentTo(1), "the same connection")
 }
 
+// A re-sync that fails keeps the last good set and is tried again with the
+// reconnect backoff, on the same connection: the list the server announced
+// arrives once the server lists again, without another list_changed. See
+// docs/design.md, "Tool sync".
+func TestAFailedResyncIsTriedAgainUntilItSucceeds(t *testing.T) {
+	srv, up := httpSDKServer(t, "server-a", "a00")
+	p := httpPolicy(up.URL())
+	s, _ := startSupervisor(t, p, func(o *Options) { o.ResyncInterval = 20 * time.Millisecond })
+	waitFor(t, s, "Ready with a00", func(sn Snapshot) bool { return isReady(sn) && len(sn.Tools) == 1 })
+
+	up.setIntercept(func(w http.ResponseWriter, r httpRecord) bool {
+		if r.RPCMethod != "tools/list" {
+			return false
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"error":{"code":-32603,"message":"listing is broken"}}`+"\n", r.RPCID)
+		return true
+	})
+	httpAddRawTool(srv, "a01") // list_changed: its re-sync fails
+	waitFor(t, s, "the failed re-sync in lastError", func(sn Snapshot) bool {
+		return sn.LastError != nil && strings.Contains(sn.LastError.Error(), "listing is broken")
+	})
+	NewWithT(t).Eventually(func() int { return toolLists(up) }, eventually).Should(BeNumerically(">=", 3),
+		"the failed re-sync is tried again")
+
+	up.setIntercept(nil) // no list_changed: only a retry can find a01
+	sn := waitFor(t, s, "a01 published", func(sn Snapshot) bool { return len(sn.Tools) == 2 })
+	NewWithT(t).Expect(sn.Generation).To(BeEquivalentTo(1), "the same connection")
+	NewWithT(t).Expect(sn.Phase).To(Equal(v1alpha1.PhaseReady))
+}
+
 // A set the namespace's tool budget refused is not fetched again while the
 // namespace still has no room for it, however often a retry is asked for
 // (each registry change asks); once there is room, it is fetched again and

@@ -370,8 +370,9 @@ const DefaultResyncInterval = time.Second
 // resyncLoop is g's syncer (generation.startSyncing): it runs while a
 // wake is pending and returns when none is. It re-syncs on list_changed,
 // each time with a fresh budget, at most one per s.resync (real time, like
-// the deadlines of requests). A failed re-sync keeps the last good set; a timed-out one is
-// a loss. See docs/design.md, "Tool sync".
+// the deadlines of requests). A failed re-sync keeps the last good set and
+// is tried again (resyncFailed); a timed-out one is a loss. See
+// docs/design.md, "Tool sync".
 func (s *Supervisor) resyncLoop(g *generation) {
 	for {
 		select {
@@ -406,18 +407,36 @@ func (s *Supervisor) resyncLoop(g *generation) {
 		g.lastResync = time.Now()
 		ctx, cancel := context.WithTimeout(g.ctx, s.p.ConnectionTimeout)
 		stage, err := s.syncTools(ctx, g)
-		if err != nil && g.ctx.Err() == nil {
-			se := s.attemptError(g.ctx, ctx, stage, err)
-			s.log.Info("tool re-sync failed: keeping the last good tools", "error", se.Error())
-			s.update(func(sn *Snapshot) { sn.LastError = se })
-			if IsDeadline(se) {
-				g.lose(se.Stage, se.Err)
-			} else if isTransportFailure(err) {
-				kick(g.probe)
-			}
+		if err == nil {
+			g.failedResyncs = 0
+			g.stopResyncRetry()
+		} else if g.ctx.Err() == nil {
+			s.resyncFailed(ctx, g, stage, err)
 		}
 		cancel()
 	}
+}
+
+// resyncFailed reports a failed re-sync and has it tried again after the
+// server's reconnect backoff, at most once per s.resync: the list the
+// server announced is not to be missed until its next list_changed. One
+// that ran out of its budget is a loss instead. See docs/design.md,
+// "Tool sync".
+func (s *Supervisor) resyncFailed(ctx context.Context, g *generation, stage string, err error) {
+	se := s.attemptError(g.ctx, ctx, stage, err)
+	s.update(func(sn *Snapshot) { sn.LastError = se })
+	if IsDeadline(se) {
+		s.log.Info("tool re-sync failed: keeping the last good tools until the reconnect", "error", se.Error())
+		g.lose(se.Stage, se.Err)
+		return
+	}
+	if isTransportFailure(err) {
+		kick(g.probe)
+	}
+	g.failedResyncs++
+	wait := max(s.resync, backoffDelay(s.p.Reconnect, g.failedResyncs))
+	s.log.Info("tool re-sync failed: keeping the last good tools", "error", se.Error(), "retryIn", wait.String())
+	g.resyncAfter(wait)
 }
 
 // sleepCtx waits d (nothing when d <= 0), or reports false when ctx ends
