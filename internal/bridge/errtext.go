@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"io"
+	"regexp"
+	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -38,18 +40,20 @@ type cutError struct {
 func (e *cutError) Error() string   { return e.text }
 func (e *cutError) Unwrap() []error { return e.is }
 
-// boundError is err when its text is at most maxErrorText bytes; otherwise
-// an error with the text cut that answers errors.Is and errors.As as err
-// did for what is asked of failures here, and holds nothing else of err.
+// boundError is err when its text is at most maxErrorText bytes and names
+// no session id; otherwise an error with the text cut and the ids left out
+// (withoutSessionIDs) that answers errors.Is and errors.As as err did for
+// what is asked of failures here, and holds nothing else of err.
 func boundError(err error) error {
 	if err == nil {
 		return nil
 	}
 	text := err.Error()
-	if len(text) <= maxErrorText {
+	kept := withoutSessionIDs(text)
+	if len(kept) <= maxErrorText && kept == text {
 		return err
 	}
-	cut := &cutError{text: Truncate(text, maxErrorText)}
+	cut := &cutError{text: Truncate(kept, maxErrorText)}
 	for _, s := range keptSentinels {
 		if errors.Is(err, s) {
 			cut.is = append(cut.is, s)
@@ -87,4 +91,20 @@ func keptTypes(err error) []error {
 // newStageError is how a StageError is made: with its text bounded.
 func newStageError(stage string, err error) *StageError {
 	return &StageError{Stage: stage, Err: boundError(err)}
+}
+
+// sessionIDs finds the session ids the SDK writes into some of its errors
+// ("failed to connect (session ID: …)", "mismatching session IDs … and …").
+// A session id is what the upstream knows the manager's session by, and a
+// failure's text goes to status, which the namespace reads, to the log and
+// to spans: it names the session without its id (docs/design.md,
+// "Status and conditions").
+var sessionIDs = regexp.MustCompile(`(session ID: )[^)\s]*|(session IDs )"(?:[^"\\]|\\.)*" and "(?:[^"\\]|\\.)*"`)
+
+// withoutSessionIDs is text with every session id sessionIDs finds left out.
+func withoutSessionIDs(text string) string {
+	if !strings.Contains(text, "session ID") {
+		return text
+	}
+	return sessionIDs.ReplaceAllString(text, "${1}${2}redacted")
 }

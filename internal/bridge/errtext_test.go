@@ -167,3 +167,32 @@ func TestAnOversizedResponseHeaderIsRefused(t *testing.T) {
 		t.Fatalf("lastError = %q at stage %q, want the answer's headers refused for their size", Truncate(sn.LastError.Message(), 300), sn.LastError.Stage)
 	}
 }
+
+// The session ids the SDK writes into its errors are left out of what the
+// supervisor keeps and reports (status, logs, spans), and the error still
+// answers as it did.
+func TestBoundErrorLeavesOutSessionIDs(t *testing.T) {
+	const id = "d3b07384d113edec49eaa6238ad5ff00"
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"a session the server forgot", fmt.Errorf("calling %q: failed to connect (session ID: %v): %w", "tools/call", id, mcp.ErrSessionMissing),
+			`calling "tools/call": failed to connect (session ID: redacted): session not found`},
+		{"the session's stream", fmt.Errorf("standalone SSE request failed (session ID: %v): %v", id, io.ErrUnexpectedEOF),
+			"standalone SSE request failed (session ID: redacted): unexpected EOF"},
+		{"two ids", fmt.Errorf("mismatching session IDs %q and %q", id, `x"`+id),
+			"mismatching session IDs redacted"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := boundError(tc.err)
+			if text := got.Error(); text != tc.want {
+				t.Errorf("text %q, want %q", text, tc.want)
+			}
+			if errors.Is(tc.err, mcp.ErrSessionMissing) != errors.Is(got, mcp.ErrSessionMissing) {
+				t.Error("no longer answers errors.Is(ErrSessionMissing) as it did")
+			}
+		})
+	}
+}
