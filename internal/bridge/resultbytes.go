@@ -16,7 +16,7 @@ func readBody(r io.Reader, size int64, rb registry.ResultBytes) ([]byte, error) 
 			return nil, registry.ErrResultBudget
 		}
 		buf := make([]byte, size)
-		n, err := io.ReadFull(r, buf)
+		n, err := readFullInSteps(r, buf)
 		return buf[:n], err
 	}
 	if rb != nil {
@@ -104,4 +104,20 @@ func (c *countingReader) Read(p []byte) (int, error) {
 		return 0, registry.ErrResultBudget
 	}
 	return n, err
+}
+
+// readFullInSteps is io.ReadFull that asks for at most maxBlock bytes a
+// read: one read into a 12 MiB buffer copies whatever the socket holds, a
+// few megabytes, in one system call that holds a core for milliseconds
+// (docs/design.md, "Budgets").
+func readFullInSteps(r io.Reader, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		k, err := io.ReadFull(r, buf[n:min(len(buf), n+maxBlock)])
+		n += k
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }

@@ -115,3 +115,39 @@ func TestMatchAnswerDoesNotCopyTheResult(t *testing.T) {
 		t.Fatalf("the result %s is a copy, not a part of the message", res)
 	}
 }
+
+// An answer of megabytes is read at most maxBlock bytes a read, with its
+// length known or not: one read into a 12 MiB buffer copies what the socket
+// holds in one system call that holds a core for milliseconds.
+func TestABigAnswerIsReadInSteps(t *testing.T) {
+	body := strings.Repeat("x", 3*maxBlock+17)
+	for _, tc := range []struct {
+		name string
+		size int64
+	}{
+		{"length known", int64(len(body))},
+		{"length unknown", -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &readSizes{r: strings.NewReader(body)}
+			got, err := readBody(r, tc.size, &budget{max: 1 << 30})
+			if err != nil || string(got) != body {
+				t.Fatalf("read %d bytes, %v; want the %d of the body", len(got), err, len(body))
+			}
+			if r.largest > maxBlock {
+				t.Errorf("a read asked for %d bytes, more than %d", r.largest, maxBlock)
+			}
+		})
+	}
+}
+
+// readSizes notes the largest buffer a Read was given.
+type readSizes struct {
+	r       io.Reader
+	largest int
+}
+
+func (r *readSizes) Read(p []byte) (int, error) {
+	r.largest = max(r.largest, len(p))
+	return r.r.Read(p)
+}

@@ -374,9 +374,18 @@ func writeResult(w http.ResponseWriter, sid string, id, result json.RawMessage) 
 	}
 	h.Set("Content-Length", strconv.Itoa(n))
 	_, _ = w.Write(head)
-	if tail != nil {
-		_, _ = w.Write(tail)
-		_, _ = w.Write([]byte("}\n"))
+	for len(tail) > 0 {
+		// A piece a write: one write of 16 MiB copies megabytes into the
+		// socket in one system call that holds a core for milliseconds
+		// (docs/design.md, "Budgets").
+		k := min(len(tail), writeStep)
+		if _, err := w.Write(tail[:k]); err != nil {
+			break
+		}
+		tail = tail[k:]
+		if len(tail) == 0 {
+			_, _ = w.Write([]byte("}\n"))
+		}
 	}
 	if f, ok := w.(http.Flusher); ok {
 		f.Flush()
@@ -384,8 +393,11 @@ func writeResult(w http.ResponseWriter, sid string, id, result json.RawMessage) 
 }
 
 // smallResult: results up to this size are copied into the answer's one
-// write; larger ones are written where they are.
-const smallResult = 32 << 10
+// write; larger ones are written where they are, writeStep at a time.
+const (
+	smallResult = 32 << 10
+	writeStep   = 256 << 10
+)
 
 // refuseCall answers a call a budget refused, at once, and counts and
 // audits it.

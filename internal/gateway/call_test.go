@@ -1115,3 +1115,37 @@ func TestWorkAfterTheAnswerWaitsForTheAnswer(t *testing.T) {
 	g.Expect(res.IsError).To(BeFalse(), "%s", answer)
 	g.Eventually(ran, waitLimit).Should(Receive(BeTrue()), "the deferred work ran once the answer had arrived")
 }
+
+// A big result is written to the agent at most writeStep bytes a write, and
+// the answer is the same as written whole: one write of 16 MiB copies
+// megabytes into the socket in one system call.
+func TestABigResultIsWrittenInSteps(t *testing.T) {
+	for _, size := range []int{10, smallResult + 1, 3*writeStep + 5} {
+		t.Run(strconv.Itoa(size), func(t *testing.T) {
+			result := json.RawMessage(`"` + strings.Repeat("r", size-2) + `"`)
+			w := &writeSizes{ResponseRecorder: httptest.NewRecorder()}
+			writeResult(w, "", json.RawMessage(`7`), result)
+			want := `{"jsonrpc":"2.0","id":7,"result":` + string(result) + "}\n"
+			if got := w.Body.String(); got != want {
+				t.Fatalf("answer of %d bytes, want %d", len(got), len(want))
+			}
+			if cl := w.Header().Get("Content-Length"); cl != strconv.Itoa(len(want)) {
+				t.Errorf("Content-Length %s, want %d", cl, len(want))
+			}
+			if w.largest > max(writeStep, smallResult+64) {
+				t.Errorf("a write of %d bytes, more than %d", w.largest, writeStep)
+			}
+		})
+	}
+}
+
+// writeSizes notes the largest write.
+type writeSizes struct {
+	*httptest.ResponseRecorder
+	largest int
+}
+
+func (w *writeSizes) Write(p []byte) (int, error) {
+	w.largest = max(w.largest, len(p))
+	return w.ResponseRecorder.Write(p)
+}
