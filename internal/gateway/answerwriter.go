@@ -14,6 +14,9 @@ type answerWriter struct {
 	http.ResponseWriter
 	status   int
 	onAnswer func()
+	// refused: a budget refused the request with a JSON-RPC error, which
+	// status does not show (pacing.go).
+	refused bool
 }
 
 func (w *answerWriter) start(code int) {

@@ -86,7 +86,7 @@ func (v *view) admitSession(w http.ResponseWriter, r *http.Request) (release fun
 	}
 	if n >= limit {
 		v.opening.Unlock()
-		v.e.refuse(limitSessions)
+		v.refuse(limitSessions)
 		refused("too_many_sessions")
 		w.Header().Set("Retry-After", sessionRetryAfter)
 		http.Error(w, fmt.Sprintf("too many sessions: this identity has %d live sessions in namespace %s, its budget (%s); "+
@@ -115,14 +115,14 @@ func (v *view) admitCall() (release func(), refusal *jsonrpc.Error) {
 	b := v.e.budgets
 	if n := v.calls.Add(1); n > int64(b.CallsPerIdentity) {
 		v.calls.Add(-1)
-		v.e.refuse(limitCallsIdent)
+		v.refuse(limitCallsIdent)
 		return nil, budgetError(fmt.Sprintf("too many calls in flight: this identity has %d tools/call in flight in namespace %s, "+
 			"its budget (%s); retry when one has ended", b.CallsPerIdentity, v.e.ns, FlagMaxCallsPerIdentity))
 	}
 	if n := v.e.calls.Add(1); n > int64(b.CallsPerNamespace) {
 		v.e.calls.Add(-1)
 		v.calls.Add(-1)
-		v.e.refuse(limitCallsNS)
+		v.refuse(limitCallsNS)
 		return nil, budgetError(fmt.Sprintf("too many calls in flight: namespace %s has %d tools/call in flight, "+
 			"its budget (%s); retry when one has ended", v.e.ns, b.CallsPerNamespace, FlagMaxCallsPerNamespace))
 	}
@@ -139,6 +139,18 @@ func budgetError(msg string) *jsonrpc.Error {
 // refuse counts a refusal by a budget of e's namespace.
 func (e *endpoint) refuse(limit string) {
 	refusals.WithLabelValues(e.ns, limit).Inc()
+}
+
+// refuse counts a refusal of one of the identity's requests by a budget.
+func (v *view) refuse(limit string) {
+	v.budgetRefused.add()
+	v.e.refuse(limit)
+}
+
+// refuseResultBytes is resultBudgetError for one of the identity's calls.
+func (v *view) refuseResultBytes() *jsonrpc.Error {
+	v.budgetRefused.add()
+	return v.e.resultBudgetError()
 }
 
 // resultBytes is a namespace's budget of result bytes held in memory.

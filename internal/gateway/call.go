@@ -237,7 +237,7 @@ func (v *view) fastCall(w http.ResponseWriter, r *http.Request, msg *message) bo
 		res, isError, err = jc.CallToolJSON(cctx, tool.RawName, msg.Params.Arguments)
 	}
 	if errors.Is(err, registry.ErrResultBudget) {
-		refusal = v.e.resultBudgetError()
+		refusal = v.refuseResultBytes()
 		v.refuseCall(w, sid, msg, tool, refusal, start)
 		if span.IsRecording() {
 			endMethod(span, r.Header.Get("Mcp-Protocol-Version"), tool, "refused", refusal)

@@ -41,7 +41,9 @@
 // sessions, calls in flight, and the bytes of arguments and results, which
 // the fast path reads once and writes from where it read them, and the SDK
 // path counts once its tool handler has the result. Beyond a budget the
-// request is refused at once.
+// request is refused at once, and the connection it came on is read again
+// only a while later (pacing.go, Server), so that an agent that asks again
+// without pause costs the gateway little.
 //
 // See docs/design.md, "The gateway" and "Sessions on every replica".
 package gateway

@@ -77,6 +77,9 @@ type Gateway struct {
 	// DrainDelay is how long the gateway still serves once the manager
 	// stops, answering with Connection: close (see drainingServer).
 	DrainDelay time.Duration
+	// RefusalPause is how long a connection a refusal was answered on
+	// waits to be read again (pacing.go); zero means DefaultRefusalPause.
+	RefusalPause time.Duration
 
 	draining    atomic.Bool
 	posts       atomic.Int64 // requests in flight but GET streams, for draining
@@ -109,6 +112,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	aw := g.closeWhileDraining(w)
 	defer aw.finish()
+	defer g.paceRefused(r, aw)
 	w = aw
 	var rt *requestTrace // nil: tracing off
 	if g.tracer.On() {
@@ -147,7 +151,11 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 	defer release()
 	r.Body = http.MaxBytesReader(w, r.Body, cmp.Or(g.MaxBodyBytes, DefaultMaxBodyBytes))
 	// One copy of the request, with the span and the grant.
+	refused := v.budgetRefused.count()
 	v.ServeHTTP(w, r.WithContext(withGrant(rt.served(r.Context()), gr)))
+	if v.budgetRefused.count() != refused {
+		aw.refused = true // maybe by another request of the identity: it is over a budget too
+	}
 }
 
 // authorize writes 401, 403, 429 or 503 and returns false unless the
@@ -387,16 +395,14 @@ func (g *Gateway) httpServer() *http.Server {
 // endpoints in step with the registry. The manager closes ln when it
 // stops. With g.TLS set, the
 // listener speaks TLS (HTTP/1.1 only, like the metrics server without
-// --enable-http2).
+// --enable-http2): every connection is one agent's, which pacing relies on.
 func (g *Gateway) AddToManager(mgr manager.Manager, ln net.Listener) error {
 	if err := mgr.Add(g); err != nil {
 		return err
 	}
-	if g.TLS != nil {
-		ln = tls.NewListener(ln, g.TLS)
-	}
+	srv, ln := g.Server(ln)
 	g.serving.Store(true)
-	return mgr.Add(&drainingServer{g: g, srv: g.httpServer(), ln: ln})
+	return mgr.Add(&drainingServer{g: g, srv: srv, ln: ln})
 }
 
 // drainingServer serves the gateway until the manager stops, then drains:

@@ -60,6 +60,9 @@ type view struct {
 	inflight inflight
 	activity activity
 	refusals refusalFold // audit lines of refused calls (audit.go)
+	// budgetRefused counts the identity's requests refused by a budget
+	// (pacing.go).
+	budgetRefused budgetRefusals
 
 	// calls in flight of this identity; opening counts the requests that
 	// may be opening a session now (budgets.go).
@@ -388,11 +391,11 @@ func (v *view) sdkCall(ctx context.Context, next mcp.MethodHandler, req mcp.Requ
 		args = int64(len(p.Arguments))
 	}
 	if !held.Take(2 * args) {
-		return nil, "refused", v.e.resultBudgetError()
+		return nil, "refused", v.refuseResultBytes()
 	}
 	res, err := next(registry.WithResultBytes(ctx, held), "tools/call", req)
 	if errors.Is(err, registry.ErrResultBudget) {
-		return nil, "refused", v.e.resultBudgetError()
+		return nil, "refused", v.refuseResultBytes()
 	}
 	return res, outcomeOf(res, err), err
 }

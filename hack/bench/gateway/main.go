@@ -393,7 +393,7 @@ func (b *bench) startGateway(proto, upstream string, tr *benchTracing) (*gateway
 			if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
 				return
 			}
-			srv := &http.Server{Handler: g.Handler(), ReadHeaderTimeout: 10 * time.Second}
+			srv, ln := g.Server(ln) // as the manager serves it
 			env.srvs = append(env.srvs, srv)
 			env.urls[m] = fmt.Sprintf("http://%s/namespaces/%s/mcp", ln.Addr(), namespace)
 			go func() { _ = g.Start(ctx) }()

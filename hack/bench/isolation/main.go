@@ -376,7 +376,7 @@ func startGateway(ctx context.Context, upstreams []upstream, auth *authEnv) (str
 	if err != nil {
 		return "", nil, err
 	}
-	srv := &http.Server{Handler: g.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv, ln := g.Server(ln) // as the manager serves it: refused callers' connections paced
 	go func() { _ = g.Start(ctx) }()
 	go func() { _ = srv.Serve(ln) }()
 	stop := func() {

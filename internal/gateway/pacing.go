@@ -1,0 +1,134 @@
+package gateway
+
+import (
+	"crypto/tls"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Pacing of refused callers. A refusal is answered at once, but an agent
+// that ignores it and asks again at once keeps the gateway's cores busy
+// with refusals: reading, checking and answering them, thousands a second,
+// while every other tenant's requests wait behind them in the scheduler.
+// So the connection a refusal was answered on is read again only after
+// RefusalPause: the caller has its answer without delay, and its next
+// request on that connection waits in the socket, costing no CPU. Other
+// connections are not touched. See docs/design.md, "Budgets".
+
+// DefaultRefusalPause is how long a connection waits to be read again
+// after a refusal (401, 403, 429, or a tools/call a budget refused).
+const DefaultRefusalPause = 100 * time.Millisecond
+
+// pacedListener hands out pacedConns.
+type pacedListener struct{ net.Listener }
+
+func (l pacedListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &pacedConn{Conn: c, closed: make(chan struct{})}, nil
+}
+
+// pacedConn is a connection whose reads can be put off (pause).
+type pacedConn struct {
+	net.Conn
+	notBefore atomic.Int64 // unix nanoseconds; no read starts before
+	closed    chan struct{}
+	closeOnce sync.Once
+}
+
+// pause puts off the connection's reads for d from now.
+func (c *pacedConn) pause(d time.Duration) {
+	c.notBefore.Store(time.Now().Add(d).UnixNano())
+}
+
+func (c *pacedConn) Read(p []byte) (int, error) {
+	if nb := c.notBefore.Load(); nb != 0 && !c.wait(time.Until(time.Unix(0, nb))) {
+		return 0, net.ErrClosed
+	}
+	return c.Conn.Read(p)
+}
+
+// wait waits d; false when the connection was closed meanwhile.
+func (c *pacedConn) wait(d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-c.closed:
+		return false
+	}
+}
+
+// Close also ends a read that waits.
+func (c *pacedConn) Close() error {
+	c.closeOnce.Do(func() { close(c.closed) })
+	return c.Conn.Close()
+}
+
+// CloseWrite keeps the TCP half-close net/http uses before closing.
+func (c *pacedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// pacedConnOf is the pacedConn r came in on, or nil when it was not served
+// by Server.
+func pacedConnOf(r *http.Request) *pacedConn {
+	c, _ := r.Context().Value(connKey{}).(net.Conn)
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	pc, _ := c.(*pacedConn)
+	return pc
+}
+
+// paceRefused puts off the next read of r's connection when r was refused.
+func (g *Gateway) paceRefused(r *http.Request, aw *answerWriter) {
+	switch {
+	case aw.refused:
+	case aw.status == http.StatusUnauthorized, aw.status == http.StatusForbidden, aw.status == http.StatusTooManyRequests:
+	default:
+		return
+	}
+	if pc := pacedConnOf(r); pc != nil {
+		pc.pause(g.refusalPause())
+	}
+}
+
+func (g *Gateway) refusalPause() time.Duration {
+	if g.RefusalPause != 0 {
+		return g.RefusalPause
+	}
+	return DefaultRefusalPause
+}
+
+// budgetRefusals counts the requests of one identity that a budget refused
+// inside its view (a tools/call beyond the calls or bytes in flight), so
+// that serve knows whether the request it served was refused.
+type budgetRefusals struct{ n atomic.Int64 }
+
+func (b *budgetRefusals) add()         { b.n.Add(1) }
+func (b *budgetRefusals) count() int64 { return b.n.Load() }
+
+// Server is the gateway's HTTP server and the listener it serves on, ln
+// with the connections paced (and TLS with g.TLS set); AddToManager serves
+// them, and a program that runs a gateway outside a manager (the benches)
+// serves them the same way.
+func (g *Gateway) Server(ln net.Listener) (*http.Server, net.Listener) {
+	ln = pacedListener{ln}
+	if g.TLS != nil {
+		ln = tls.NewListener(ln, g.TLS)
+	}
+	return g.httpServer(), ln
+}

@@ -1,0 +1,147 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+)
+
+// TestARefusedCallersConnectionIsReadAgainOnlyAfterThePause: a refusal
+// (HTTP 429, or a tools/call a budget refused with a JSON-RPC error) is
+// answered at once; the next request on the same connection is read only
+// RefusalPause after it, while a request on another connection, sent after
+// it, is answered first.
+func TestARefusedCallersConnectionIsReadAgainOnlyAfterThePause(t *testing.T) {
+	const pause = 2 * time.Second
+	for _, tc := range []struct {
+		name    string
+		budgets Budgets
+		refuse  func(t *testing.T, e *testEnv, c *rawConn)
+	}{
+		{"a 429 (sessions)", Budgets{SessionsPerIdentity: 1}, func(t *testing.T, e *testEnv, c *rawConn) {
+			e.agent(statefulProto)
+			code, _ := c.post(t, initializeBody, map[string]string{"Mcp-Protocol-Version": ""})
+			NewWithT(t).Expect(code).To(Equal(http.StatusTooManyRequests))
+		}},
+		{"a JSON-RPC refusal (calls in flight)", Budgets{CallsPerIdentity: 1}, func(t *testing.T, e *testEnv, c *rawConn) {
+			gt := newGate()
+			t.Cleanup(func() { close(gt.open) })
+			e.fake.setHandle(func(ctx context.Context, _ json.RawMessage) (json.RawMessage, bool, error) {
+				if err := gt.enter(ctx); err != nil {
+					return nil, false, err
+				}
+				return json.RawMessage(defaultResult), false, nil
+			})
+			e.callInBackground(1)
+			NewWithT(t).Eventually(gt.count, waitLimit).Should(Equal(1))
+			call, hdr := sessionlessCall(2, echoPublic, `{}`)
+			code, body := c.post(t, call, hdr)
+			NewWithT(t).Expect(code).To(Equal(http.StatusOK))
+			rc, _ := rpcError(t, body)
+			NewWithT(t).Expect(rc).To(BeEquivalentTo(codeBudget))
+			e.fake.setHandle(nil)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			e := newTestEnv(t, envOptions{budgets: tc.budgets})
+			e.g.RefusalPause = pause
+			addr := servePaced(t, e.g)
+			refused, other := dialRaw(t, addr), dialRaw(t, addr)
+
+			tc.refuse(t, e, refused)
+			answered := time.Now()
+			// Its next request waits; another connection's, sent after it,
+			// does not.
+			list := `{"jsonrpc":"2.0","id":9,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"` +
+				sessionlessProto + `","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"raw","version":"0"}}}}`
+			hdr := map[string]string{"Mcp-Protocol-Version": sessionlessProto, "Mcp-Method": "tools/list"}
+			refused.send(t, list, hdr)
+			other.send(t, list, hdr)
+			first := make(chan string, 2)
+			go func() { refused.read(t); first <- "refused" }()
+			go func() { other.read(t); first <- "other" }()
+			g.Expect(<-first).To(Equal("other"), "the other connection was answered first")
+			g.Expect(<-first).To(Equal("refused"))
+			g.Expect(time.Since(answered)).To(BeNumerically(">=", pause), "read again only after the pause")
+		})
+	}
+}
+
+// servePaced serves g as the manager does (Server: paced connections) on
+// a loopback port and returns its address.
+func servePaced(t *testing.T, g *Gateway) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, ln := g.Server(ln)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return ln.Addr().String()
+}
+
+// rawConn is one kept-alive connection to the gateway, on which the test
+// decides what is sent when.
+type rawConn struct {
+	addr string
+	c    net.Conn
+	br   *bufio.Reader
+}
+
+func dialRaw(t *testing.T, addr string) *rawConn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return &rawConn{addr: addr, c: c, br: bufio.NewReader(c)}
+}
+
+func (c *rawConn) send(t *testing.T, body string, header map[string]string) {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "POST /namespaces/%s/mcp HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"+
+		"Accept: application/json, text/event-stream\r\nContent-Length: %d\r\n", testNS, c.addr, len(body))
+	for k, v := range header {
+		if v != "" {
+			fmt.Fprintf(&b, "%s: %s\r\n", k, v)
+		}
+	}
+	b.WriteString("\r\n" + body)
+	if _, err := io.WriteString(c.c, b.String()); err != nil {
+		t.Error(err)
+	}
+}
+
+func (c *rawConn) read(t *testing.T) (int, []byte) {
+	_ = c.c.SetReadDeadline(time.Now().Add(waitLimit))
+	resp, err := http.ReadResponse(c.br, nil)
+	if err != nil {
+		t.Error(err)
+		return 0, nil
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Error(err)
+	}
+	return resp.StatusCode, body
+}
+
+func (c *rawConn) post(t *testing.T, body string, header map[string]string) (int, []byte) {
+	t.Helper()
+	c.send(t, body, header)
+	return c.read(t)
+}
