@@ -1081,14 +1081,7 @@ func TestANewFilterNarrowsAKeptSetThoughItsFetchFails(t *testing.T) {
 	sn := waitFor(t, b, "B's grown set refused", func(sn Snapshot) bool { return sn.SyncReason == v1alpha1.ReasonToolBudgetExceeded })
 	NewWithT(t).Expect(len(sn.Tools)).To(BeNumerically(">", 1), "B keeps a set of more than b00")
 
-	up.setIntercept(func(w http.ResponseWriter, r httpRecord) bool {
-		if r.RPCMethod != "tools/list" {
-			return false
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"error":{"code":-32603,"message":"listing is broken"}}`+"\n", r.RPCID)
-		return true
-	})
+	failToolLists(up)
 	listed := toolLists(up)
 	NewWithT(t).Expect(b.SetToolFilter(policy.ToolFilter{Include: []string{"b00"}})).To(BeTrue())
 	want := []string{registry.PublicName("b", "b00")}
@@ -1108,14 +1101,7 @@ func TestAFailedResyncIsTriedAgainUntilItSucceeds(t *testing.T) {
 	s, _ := startSupervisor(t, p, func(o *Options) { o.ResyncInterval = 20 * time.Millisecond })
 	waitFor(t, s, "Ready with a00", func(sn Snapshot) bool { return isReady(sn) && len(sn.Tools) == 1 })
 
-	up.setIntercept(func(w http.ResponseWriter, r httpRecord) bool {
-		if r.RPCMethod != "tools/list" {
-			return false
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"error":{"code":-32603,"message":"listing is broken"}}`+"\n", r.RPCID)
-		return true
-	})
+	failToolLists(up)
 	httpAddRawTool(srv, "a01") // list_changed: its re-sync fails
 	waitFor(t, s, "the failed re-sync in lastError", func(sn Snapshot) bool {
 		return sn.LastError != nil && strings.Contains(sn.LastError.Error(), "listing is broken")
@@ -1155,6 +1141,19 @@ func TestARefusedSetIsFetchedAgainOnlyOnceItFits(t *testing.T) {
 	if n := lists(); n != before+1 {
 		t.Errorf("B listed its tools %d times once there was room, want once", n-before)
 	}
+}
+
+// failToolLists has up answer every tools/list with a JSON-RPC error,
+// "listing is broken", until its intercept is cleared.
+func failToolLists(up *httpUpstream) {
+	up.setIntercept(func(w http.ResponseWriter, r httpRecord) bool {
+		if r.RPCMethod != "tools/list" {
+			return false
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"error":{"code":-32603,"message":"listing is broken"}}`+"\n", r.RPCID)
+		return true
+	})
 }
 
 // toolLists counts the tools/list requests up has had.
