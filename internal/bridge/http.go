@@ -138,6 +138,9 @@ func (l *httpLink) close() {
 		// close barrier.
 		go func() {
 			l.notes.Wait()
+			// A drain that ended meanwhile put its connection back in the
+			// pool, where nothing would use or close it.
+			l.base.CloseIdleConnections()
 			close(l.done)
 		}()
 	})
