@@ -143,13 +143,13 @@ func (e *endpoint) refuse(limit string) {
 
 // refuse counts a refusal of one of the identity's requests by a budget.
 func (v *view) refuse(limit string) {
-	v.budgetRefused.add()
+	v.budgetRefused.Add(1)
 	v.e.refuse(limit)
 }
 
 // refuseResultBytes is resultBudgetError for one of the identity's calls.
 func (v *view) refuseResultBytes() *jsonrpc.Error {
-	v.budgetRefused.add()
+	v.budgetRefused.Add(1)
 	return v.e.resultBudgetError()
 }
 

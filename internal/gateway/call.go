@@ -374,18 +374,18 @@ func writeResult(w http.ResponseWriter, sid string, id, result json.RawMessage) 
 	}
 	h.Set("Content-Length", strconv.Itoa(n))
 	_, _ = w.Write(head)
-	for len(tail) > 0 {
+	if tail != nil {
 		// A piece a write: one write of 16 MiB copies megabytes into the
 		// socket in one system call that holds a core for milliseconds
 		// (docs/design.md, "Budgets").
-		k := min(len(tail), writeStep)
-		if _, err := w.Write(tail[:k]); err != nil {
-			break
+		for len(tail) > 0 {
+			k := min(len(tail), writeStep)
+			if _, err := w.Write(tail[:k]); err != nil {
+				break
+			}
+			tail = tail[k:]
 		}
-		tail = tail[k:]
-		if len(tail) == 0 {
-			_, _ = w.Write([]byte("}\n"))
-		}
+		_, _ = w.Write([]byte("}\n"))
 	}
 	if f, ok := w.(http.Flusher); ok {
 		f.Flush()

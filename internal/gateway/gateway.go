@@ -151,9 +151,9 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 	defer release()
 	r.Body = http.MaxBytesReader(w, r.Body, cmp.Or(g.MaxBodyBytes, DefaultMaxBodyBytes))
 	// One copy of the request, with the span and the grant.
-	refused := v.budgetRefused.count()
+	refused := v.budgetRefused.Load()
 	v.ServeHTTP(w, r.WithContext(withGrant(rt.served(r.Context()), gr)))
-	if v.budgetRefused.count() != refused {
+	if v.budgetRefused.Load() != refused {
 		aw.refused = true // maybe by another request of the identity: it is over a budget too
 	}
 }

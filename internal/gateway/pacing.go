@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"crypto/tls"
 	"net"
 	"net/http"
@@ -95,31 +96,17 @@ func pacedConnOf(r *http.Request) *pacedConn {
 
 // paceRefused puts off the next read of r's connection when r was refused.
 func (g *Gateway) paceRefused(r *http.Request, aw *answerWriter) {
-	switch {
-	case aw.refused:
-	case aw.status == http.StatusUnauthorized, aw.status == http.StatusForbidden, aw.status == http.StatusTooManyRequests:
+	switch aw.status {
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusTooManyRequests:
 	default:
-		return
+		if !aw.refused {
+			return
+		}
 	}
 	if pc := pacedConnOf(r); pc != nil {
-		pc.pause(g.refusalPause())
+		pc.pause(cmp.Or(g.RefusalPause, DefaultRefusalPause))
 	}
 }
-
-func (g *Gateway) refusalPause() time.Duration {
-	if g.RefusalPause != 0 {
-		return g.RefusalPause
-	}
-	return DefaultRefusalPause
-}
-
-// budgetRefusals counts the requests of one identity that a budget refused
-// inside its view (a tools/call beyond the calls or bytes in flight), so
-// that serve knows whether the request it served was refused.
-type budgetRefusals struct{ n atomic.Int64 }
-
-func (b *budgetRefusals) add()         { b.n.Add(1) }
-func (b *budgetRefusals) count() int64 { return b.n.Load() }
 
 // Server is the gateway's HTTP server and the listener it serves on, ln
 // with the connections paced (and TLS with g.TLS set); AddToManager serves

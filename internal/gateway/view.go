@@ -60,9 +60,9 @@ type view struct {
 	inflight inflight
 	activity activity
 	refusals refusalFold // audit lines of refused calls (audit.go)
-	// budgetRefused counts the identity's requests refused by a budget
-	// (pacing.go).
-	budgetRefused budgetRefusals
+	// budgetRefused counts the identity's requests refused by a budget, so
+	// that serve knows whether the request it served was (pacing.go).
+	budgetRefused atomic.Int64
 
 	// calls in flight of this identity; opening counts the requests that
 	// may be opening a session now (budgets.go).
