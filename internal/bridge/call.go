@@ -89,7 +89,7 @@ func (s *Supervisor) callFailed(ctx, cctx context.Context, g *generation, err er
 	case isSessionLost(err):
 		g.lose(StageToolsCall, err)
 	case isTransportFailure(err):
-		kick(g.probe)
+		g.askProbe()
 	}
 	return newStageError(StageToolsCall, err)
 }

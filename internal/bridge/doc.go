@@ -99,7 +99,7 @@
 //   - a caller of CallTool or CallToolJSON (call.go): the call failed with an
 //     error that proves the session gone (EOF, ErrSessionMissing,
 //     ErrConnectionClosed).
-//   - healthLoop (health.go): two periodic probes failed in a row, or one
+//   - probes (health.go): two periodic probes failed in a row, or one
 //     probe requested by a call that saw a transport failure.
 //   - resyncLoop (toolsync.go): a list_changed re-sync ran out of its
 //     connectionTimeoutMs budget. It is the generation's syncer, which

@@ -22,7 +22,7 @@ type generation struct {
 	sessErr  error         // what sess.Wait returned; set before sessDone closes
 	resync   chan struct{} // list_changed, coalesced
 	retry    chan struct{} // publish a refused set again, coalesced
-	probe    chan struct{} // a call saw a transport failure, coalesced
+	health   healthChecks
 	// syncer re-syncs and publishes again (resyncLoop), set once the
 	// generation is live; syncing is true while it runs. lastResync is
 	// when the latest re-sync started (its rate limit outlives each run).
@@ -56,7 +56,6 @@ func newGeneration(num int64) *generation {
 		sessDone: make(chan struct{}),
 		resync:   make(chan struct{}, 1),
 		retry:    make(chan struct{}, 1),
-		probe:    make(chan struct{}, 1),
 		lost:     make(chan struct{}),
 		down:     make(chan struct{}),
 	}
@@ -177,6 +176,7 @@ func (g *generation) shutdown() <-chan struct{} {
 		g.closing = true
 		g.stopResyncRetryLocked()
 		g.mu.Unlock()
+		g.stopHealth()
 		go func() {
 			if g.sess != nil {
 				_ = g.sess.Close()

@@ -3,7 +3,10 @@ package bridge
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
+
+	"k8s.io/utils/clock"
 
 	"github.com/mcpbridge/operator/internal/registry"
 )
@@ -15,46 +18,159 @@ const healthFailures = 2
 // health-check interval is configured.
 const demandProbeTimeout = 5 * time.Second
 
-// healthLoop probes the connection every healthCheckIntervalMs, each probe
-// bounded by half the interval; two failures in a row are a loss. A probe
-// requested by a failed call runs at once, and one failure of it is a loss.
-// With the interval at 0 only requested probes run, each bounded by
-// demandProbeTimeout. The interval runs on the supervisor's clock; a
-// probe's own deadline on real time, like every request's.
-// See docs/design.md, "Detecting loss".
-func (s *Supervisor) healthLoop(g *generation) {
-	interval := s.p.HealthCheckInterval
-	var tick <-chan time.Time
-	timeout := demandProbeTimeout
-	if interval > 0 {
-		ticker := s.clock.NewTicker(interval)
-		defer ticker.Stop()
-		tick, timeout = ticker.C(), interval/2
+// healthChecks probes a live generation every healthCheckIntervalMs, each
+// probe bounded by half the interval; two failures in a row are a loss. A
+// probe requested by a failed call runs at once, and one failure of it is a
+// loss. With the interval at 0 only requested probes run, each bounded by
+// demandProbeTimeout. The periodic probes keep the interval's grid on the
+// supervisor's clock, as a ticker would; a probe's own deadline runs on
+// real time, like every request's.
+//
+// Between probes only a timer waits: a probe runs on a goroutine that ends
+// with it, so that an idle connection keeps no goroutine for its health
+// check (docs/design.md, "Replicas and ownership": memory). See
+// docs/design.md, "Detecting loss".
+type healthChecks struct {
+	mu       sync.Mutex
+	clock    clock.WithDelayedExecution
+	interval time.Duration // 0: only requested probes
+	timeout  time.Duration
+	live     bool        // started and not stopped: probes may run
+	running  bool        // the probing goroutine runs
+	asked    bool        // a call asked for a probe; it runs next
+	due      time.Time   // when the next periodic probe is due
+	timer    clock.Timer // fires at due
+	fired    bool        // the timer fired: the periodic probe is due
+	failures int         // periodic probes failed in a row
+}
+
+// startHealth begins the health checks of a live generation; a probe a
+// call asked for before runs at once.
+func (g *generation) startHealth(c clock.WithDelayedExecution, interval time.Duration) {
+	h := &g.health
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if g.ctx.Err() != nil {
+		return
 	}
-	failures := 0
-	for {
-		onDemand := false
-		select {
-		case <-g.ctx.Done():
-			return
-		case <-tick:
-		case <-g.probe:
-			onDemand = true
+	h.clock, h.interval, h.timeout, h.live = c, interval, demandProbeTimeout, true
+	if interval > 0 {
+		h.timeout, h.due = interval/2, c.Now().Add(interval)
+	}
+	g.probeOrWaitLocked()
+}
+
+// askProbe runs a probe now, for a call that saw a transport failure; one
+// asked for before the generation is live runs when it becomes live.
+func (g *generation) askProbe() {
+	h := &g.health
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.asked = true
+	g.probeOrWaitLocked()
+}
+
+// stopHealth stops the timer; no probe starts any more. The generation
+// calls it when it closes.
+func (g *generation) stopHealth() {
+	h := &g.health
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.live = false
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+}
+
+// probeOrWaitLocked starts the probing goroutine when a probe is wanted
+// now, or else sets the timer for the next periodic one.
+func (g *generation) probeOrWaitLocked() {
+	h := &g.health
+	switch {
+	case !h.live || h.running:
+	case h.asked || h.dueLocked():
+		h.running = true
+		g.goFn(g.probes)
+	case h.interval > 0:
+		if h.timer != nil {
+			h.timer.Stop()
 		}
-		err := probe(g, timeout)
+		h.timer = h.clock.AfterFunc(h.due.Sub(h.clock.Now()), g.probeDue)
+	}
+}
+
+func (h *healthChecks) dueLocked() bool {
+	return h.interval > 0 && !h.clock.Now().Before(h.due)
+}
+
+// probeDue is the timer's: the periodic probe is due. It reads no clock: a
+// fake clock runs it while it holds its own lock.
+func (g *generation) probeDue() {
+	h := &g.health
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.fired = true
+	if h.live && !h.running {
+		h.running = true
+		g.goFn(g.probes)
+	}
+}
+
+// probes runs the wanted probes one after another, then sets the timer
+// and returns; it returns at once after a loss or once the generation
+// closes.
+func (g *generation) probes() {
+	h := &g.health
+	for {
+		asked, ok := g.nextProbe()
+		if !ok {
+			return
+		}
+		err := probe(g, h.timeout)
 		switch {
 		case err == nil:
-			failures = 0
+			h.mu.Lock()
+			h.failures = 0
+			h.mu.Unlock()
 		case g.ctx.Err() != nil:
 			return
-		default:
-			failures++
-			if onDemand || failures >= healthFailures {
-				g.lose(StageHealthCheck, err)
-				return
-			}
+		case asked || h.failed() >= healthFailures:
+			g.lose(StageHealthCheck, err)
+			return
 		}
 	}
+}
+
+// nextProbe takes the probe wanted now, a requested one first; when none
+// is, it sets the timer and reports false.
+func (g *generation) nextProbe() (asked, ok bool) {
+	h := &g.health
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case !h.live:
+	case h.asked:
+		h.asked = false
+		return true, true
+	case h.fired || h.dueLocked():
+		h.fired = false
+		for !h.due.After(h.clock.Now()) {
+			h.due = h.due.Add(h.interval)
+		}
+		return false, true
+	}
+	h.running = false
+	g.probeOrWaitLocked()
+	return false, false
+}
+
+// failed counts a failed periodic probe and returns how many failed in a
+// row.
+func (h *healthChecks) failed() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.failures++
+	return h.failures
 }
 
 // probe sends a request valid for the negotiated protocol: ping up to

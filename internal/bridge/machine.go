@@ -404,7 +404,7 @@ func (s *Supervisor) connected(g *generation) {
 	s.emit(false, reason, fmt.Sprintf("%s %s %s (protocol %s) in generation %d; %d tools published",
 		verb, cmp.Or(info.Name, "the server"), info.Version, info.ProtocolVersion, g.num, tools))
 	g.startSyncing(func() { s.resyncLoop(g) })
-	g.goFn(func() { s.healthLoop(g) })
+	g.startHealth(s.clock, s.p.HealthCheckInterval)
 }
 
 // serve waits until the live generation is lost, goes idle, or ctx ends,

@@ -60,7 +60,7 @@ type Options struct {
 	// Clock times backoff, the stability window and the health checks; nil
 	// is the real clock. The close barrier and the deadlines of requests
 	// always run on real time.
-	Clock clock.WithTicker
+	Clock clock.WithDelayedExecution
 	// CloseBarrier defaults to DefaultCloseBarrier.
 	CloseBarrier time.Duration
 	// TerminateGrace is the stdio wait between stdin close, SIGTERM and
@@ -85,7 +85,7 @@ type Supervisor struct {
 	owner    string
 	registry *registry.Registry
 	log      logr.Logger
-	clock    clock.WithTicker
+	clock    clock.WithDelayedExecution
 	barrier  time.Duration
 	resync   time.Duration // least time between two re-syncs
 	dialer   dialer

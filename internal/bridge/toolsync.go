@@ -431,7 +431,7 @@ func (s *Supervisor) resyncFailed(ctx context.Context, g *generation, stage stri
 		return
 	}
 	if isTransportFailure(err) {
-		kick(g.probe)
+		g.askProbe()
 	}
 	g.failedResyncs++
 	wait := max(s.resync, backoffDelay(s.p.Reconnect, g.failedResyncs))

@@ -1,0 +1,72 @@
+package bridge
+
+import (
+	"regexp"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+// Between health probes an idle connection keeps no goroutine for them: a
+// probe runs on a goroutine that ends with it (docs/design.md, "Replicas
+// and ownership": memory). The probes still come, one per interval.
+func TestAnIdleConnectionKeepsNoGoroutineForItsHealthChecks(t *testing.T) {
+	g := NewWithT(t)
+	const interval = time.Second
+	fs := stdioNewFakeServer(t, "alpha")
+	d := &stdioFakeDialer{srv: fs.srv}
+	p := stdioPolicy()
+	p.HealthCheckInterval = interval
+	fc := clocktesting.NewFakeClock(time.Now())
+	s, _ := startSupervisor(t, p, stdioWithDialer(d), func(o *Options) { o.Clock = fc })
+	t.Cleanup(d.release)
+	waitFor(t, s, "Ready", isReady)
+
+	// The supervisor's loop and the wait for the session's end: the whole
+	// idle set of a connection whose link reports no exit.
+	idle := []string{"(*Supervisor).run", "(*generation).waitSession"}
+	g.Eventually(bridgeGoroutines, eventually).Should(Equal(idle))
+	probes := fs.listRequests.Load // on 2026-07-28 a probe is a tools/list
+	for i := range 3 {
+		base := probes()
+		fc.Step(interval)
+		g.Eventually(probes, eventually).Should(BeNumerically(">", base), "probe %d", i+1)
+		g.Eventually(bridgeGoroutines, eventually).Should(Equal(idle), "after probe %d", i+1)
+	}
+}
+
+// bridgeFrame is a function of this package (not of its tests) in a stack
+// trace.
+var bridgeFrame = regexp.MustCompile(`^github\.com/mcpbridge/operator/internal/bridge\.(\S+?)(?:\.func\d+)*\(`)
+
+// bridgeGoroutines names the goroutines that run this package's code, by
+// the outermost function of the package on each stack, sorted; goroutines
+// of the tests' own helpers are left out.
+func bridgeGoroutines() []string {
+	buf := make([]byte, 1<<22)
+	buf = buf[:runtime.Stack(buf, true)]
+	var names []string
+	for _, stack := range strings.Split(string(buf), "\n\n") {
+		lines := strings.Split(stack, "\n")
+		outer := ""
+		for i := 1; i+1 < len(lines); i += 2 {
+			m := bridgeFrame.FindStringSubmatch(lines[i])
+			if m == nil || strings.Contains(lines[i+1], "_test.go:") {
+				continue
+			}
+			if m[1] != "(*generation).goLocked" { // the spawner, not the work
+				outer = m[1]
+			}
+		}
+		if outer != "" {
+			names = append(names, outer)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
