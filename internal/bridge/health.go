@@ -41,7 +41,7 @@ type healthChecks struct {
 	due      time.Time   // when the next periodic probe is due
 	timer    clock.Timer // fires at due
 	fired    bool        // the timer fired: the periodic probe is due
-	failures int         // periodic probes failed in a row
+	failures int         // periodic probes failed in a row; only the probing goroutine uses it
 }
 
 // startHealth begins the health checks of a live generation; a probe a
@@ -89,8 +89,7 @@ func (g *generation) probeOrWaitLocked() {
 	switch {
 	case !h.live || h.running:
 	case h.asked || h.dueLocked():
-		h.running = true
-		g.goFn(g.probes)
+		g.startProbesLocked()
 	case h.interval > 0:
 		if h.timer != nil {
 			h.timer.Stop()
@@ -111,9 +110,13 @@ func (g *generation) probeDue() {
 	defer h.mu.Unlock()
 	h.fired = true
 	if h.live && !h.running {
-		h.running = true
-		g.goFn(g.probes)
+		g.startProbesLocked()
 	}
+}
+
+func (g *generation) startProbesLocked() {
+	g.health.running = true
+	g.goFn(g.probes)
 }
 
 // probes runs the wanted probes one after another, then sets the timer
@@ -129,14 +132,15 @@ func (g *generation) probes() {
 		err := probe(g, h.timeout)
 		switch {
 		case err == nil:
-			h.mu.Lock()
 			h.failures = 0
-			h.mu.Unlock()
 		case g.ctx.Err() != nil:
 			return
-		case asked || h.failed() >= healthFailures:
-			g.lose(StageHealthCheck, err)
-			return
+		default:
+			h.failures++
+			if asked || h.failures >= healthFailures {
+				g.lose(StageHealthCheck, err)
+				return
+			}
 		}
 	}
 }
@@ -162,15 +166,6 @@ func (g *generation) nextProbe() (asked, ok bool) {
 	h.running = false
 	g.probeOrWaitLocked()
 	return false, false
-}
-
-// failed counts a failed periodic probe and returns how many failed in a
-// row.
-func (h *healthChecks) failed() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.failures++
-	return h.failures
 }
 
 // probe sends a request valid for the negotiated protocol: ping up to
