@@ -2,10 +2,12 @@ package bridge
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +29,8 @@ type httpDialer struct {
 	// another tenant's.
 	namespace string
 	tracer    tracing.Tracer // a span per request of a traced operation
+	// tls is nil (the system's roots) but in tests.
+	tls *tls.Config
 }
 
 // maxResponseHeaderBytes bounds the headers of one answer of a server.
@@ -41,6 +45,13 @@ func (d *httpDialer) dial(_ context.Context, onLost func(error)) (link, error) {
 		Proxy: guard.Proxy(http.ProxyFromEnvironment),
 		DialContext: (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second,
 			ControlContext: guard.Control}).DialContext,
+		// A custom dialer turns HTTP/2 off unless asked for. With it, a
+		// server over TLS that offers HTTP/2 gets one connection for its
+		// GET stream and its POSTs alike (over HTTP/1.1 the POSTs need a
+		// second one), as with net/http's default transport. See
+		// docs/design.md, "Replicas and ownership" (memory).
+		ForceAttemptHTTP2:     true,
+		TLSClientConfig:       d.tls,
 		MaxIdleConnsPerHost:   64, // above it, concurrent calls redial every time
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   10 * time.Second,
@@ -191,7 +202,7 @@ func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	endRequest(span, resp, err)
 	if err != nil {
 		done()
-		return nil, err
+		return nil, explainHTTP2(err)
 	}
 	if resp.StatusCode == http.StatusNotFound && req.Header.Get("Mcp-Session-Id") != "" {
 		// The session id stays out of the message: status is widely readable.
@@ -209,6 +220,17 @@ func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	}
 	resp.Body = &releasingBody{ReadCloser: body, release: done}
 	return resp, nil
+}
+
+// explainHTTP2 says what net/http's HTTP/2 client means by a compression
+// error, which is all it says of an answer whose headers are over
+// maxResponseHeaderBytes (over HTTP/1.1 it names the limit itself).
+func explainHTTP2(err error) error {
+	if !strings.Contains(err.Error(), "COMPRESSION_ERROR") {
+		return err
+	}
+	return fmt.Errorf("%w (the server's answer has more than the %d KiB of headers an answer may have, or headers that are not validly compressed)",
+		err, maxResponseHeaderBytes>>10)
 }
 
 // unsniffedKey marks a request whose answer the supervisor reads itself (a

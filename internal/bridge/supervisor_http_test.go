@@ -40,6 +40,7 @@ type httpRecord struct {
 	RPCMethod string          // JSON-RPC method of a POSTed message, "" otherwise
 	RPCID     json.RawMessage // JSON-RPC id of a POSTed call, nil otherwise
 	Header    http.Header
+	Proto     int // HTTP's major version
 	// MetaTraceparent is a POSTed message's params._meta.traceparent.
 	MetaTraceparent string
 	// Cursor is a POSTed message's params.cursor.
@@ -64,10 +65,33 @@ type httpUpstream struct {
 // httpServe serves h until the test ends. Register it before the supervisor
 // (startSupervisor) so that the supervisor is disposed first.
 func httpServe(t *testing.T, h http.Handler) *httpUpstream {
+	return httpServeWith(t, h, (*httptest.Server).Start)
+}
+
+// httpServeHTTP2 is httpServe over TLS with HTTP/2, each of before run on
+// the server before it starts; the option it returns makes a supervisor
+// trust the server's certificate.
+func httpServeHTTP2(t *testing.T, h http.Handler, before ...func(*httptest.Server)) (*httpUpstream, func(*Options)) {
+	u := httpServeWith(t, h, func(srv *httptest.Server) {
+		for _, b := range before {
+			b(srv)
+		}
+		srv.EnableHTTP2 = true
+		srv.StartTLS()
+	})
+	trust := u.srv.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
+	return u, func(o *Options) {
+		o.dialer = &httpDialer{spec: o.Policy.HTTP, egress: o.Egress, namespace: o.Namespace, tls: trust}
+	}
+}
+
+// httpServeWith is httpServe with start in place of (*httptest.Server).Start.
+func httpServeWith(t *testing.T, h http.Handler, start func(*httptest.Server)) *httpUpstream {
 	t.Helper()
 	u := &httpUpstream{}
 	u.handler.Store(&h)
-	u.srv = httptest.NewServer(u)
+	u.srv = httptest.NewUnstartedServer(u)
+	start(u.srv)
 	t.Cleanup(func() {
 		// Ends hung handlers and open SSE streams, so Close cannot block.
 		u.srv.CloseClientConnections()
@@ -90,7 +114,7 @@ func (u *httpUpstream) setIntercept(f func(http.ResponseWriter, httpRecord) bool
 }
 
 func (u *httpUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	rec := httpRecord{Method: r.Method, Header: r.Header.Clone()}
+	rec := httpRecord{Method: r.Method, Header: r.Header.Clone(), Proto: r.ProtoMajor}
 	if r.Method == http.MethodPost && r.Body != nil {
 		body, _ := io.ReadAll(r.Body)
 		r.Body = io.NopCloser(bytes.NewReader(body))
