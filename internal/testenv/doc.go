@@ -13,5 +13,6 @@
 // Target are what the Go benchmarks of design targets share: percentiles
 // as metrics, and the target logged beside the figure with met or not.
 // FreeAddr hands out loopback addresses for the flags of the processes they
-// start, each once per process.
+// start, each once per process, and LoopbackCertificate a certificate for
+// serving HTTPS on them.
 package testenv

@@ -88,6 +88,7 @@ var (
 	flagN         = flag.Int("n", 1000, "McpServers to create")
 	flagUpstreams = flag.Int("upstreams", 1, "fixture HTTP server processes; resource i points at upstream i mod this")
 	flagProtocol  = flag.String("protocol", "auto", "fixture mode: auto (the fixture's default: every protocol version, stateful handler), 2025-11-25 (stateful, sessions) or 2026-07-28 (--stateless, sessionless)")
+	flagTLS       = flag.Bool("tls", false, "the fixtures serve HTTPS (HTTP/2 offered) with a self-signed certificate that the manager trusts through SSL_CERT_FILE")
 	flagTools     = flag.Int("tools", 0, "fixture --tools: generated tools besides its 8 built-ins")
 	flagCreators  = flag.Int("creators", 32, "concurrent create calls")
 	flagIdle      = flag.Duration("idle", 30*time.Second, "idle phase after every resource is Ready, during which writes are counted")
@@ -138,6 +139,7 @@ type bench struct {
 	etcdPid    int
 	apiPid     int
 	loadBefore string
+	certFile   string        // -tls: the fixtures' certificate, the manager's only root
 	mgrStartup time.Duration // exec of the first replica → every replica ready and a member
 	stopWatch  context.CancelFunc
 
@@ -244,6 +246,14 @@ func (b *bench) run(ctx context.Context) error {
 		}
 	}
 
+	if *flagTLS {
+		cert, key, err := testenv.LoopbackCertificate(b.dir)
+		if err != nil {
+			return err
+		}
+		b.certFile = cert
+		fixtureArgs = append(fixtureArgs, "--tls-cert="+cert, "--tls-key="+key)
+	}
 	for i := range *flagUpstreams {
 		p, url, err := startFixture(filepath.Join(b.dir, fmt.Sprintf("fixture-%d.log", i)), fixtureBin, fixtureArgs...)
 		if err != nil {
@@ -1156,6 +1166,14 @@ func (b *bench) collect() results {
 	return r
 }
 
+// tlsNote says how the fixtures serve with -tls.
+func tlsNote() string {
+	if !*flagTLS {
+		return ""
+	}
+	return " over HTTPS with a self-signed certificate, HTTP/2 offered, which the manager trusts as its only root through `SSL_CERT_FILE`"
+}
+
 func (b *bench) print() {
 	r := b.collect()
 	n := *flagN
@@ -1173,10 +1191,10 @@ func (b *bench) print() {
 		b.loadBefore, report.LoadAvg())
 	fmt.Printf("Setup: envtest etcd + kube-apiserver; %s of the manager binary (`go build ./cmd/manager`, `--leader-elect=false --gateway-auth=none --gateway-tls=false --upstream-allow-cidrs=127.0.0.0/8 "+
 		"--replica-name=rI --manager-namespace=%s`%s, each with its own loopback ports, started one after another; "+
-		"every replica ready and seeing all of them live %s after the first exec); %d fixture process(es) (`mcp-fixture --http=127.0.0.1:0`) in %s, %d tools each; "+
+		"every replica ready and seeing all of them live %s after the first exec); %d fixture process(es) (`mcp-fixture --http=127.0.0.1:0`%s) in %s, %d tools each; "+
 		"%d McpServers (streamable-http, one serverName each, spec defaults) created by %d concurrent clients; "+
 		"negotiated protocol in status: %s.\n\n",
-		replicasNote(), managerNamespace, argsNote(), b.mgrStartup.Round(time.Millisecond), len(b.fixtures), mode, *flagTools+builtinTools,
+		replicasNote(), managerNamespace, argsNote(), b.mgrStartup.Round(time.Millisecond), len(b.fixtures), tlsNote(), mode, *flagTools+builtinTools,
 		n, *flagCreators, fmtIntCounts(r.protocols))
 
 	fmt.Println("| Measurement | Value | Goal | Met |")

@@ -117,6 +117,9 @@ func (b *bench) startReplica(ctx context.Context, bin, name string) (*replicaPro
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = b.root
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+b.env.KubeconfigPath)
+	if b.certFile != "" {
+		cmd.Env = append(cmd.Env, "SSL_CERT_FILE="+b.certFile)
+	}
 	r := &replicaProc{name: name, metrics: "http://" + metrics + "/metrics", probes: probes}
 	if *flagPprof != "" {
 		var err error
