@@ -1076,7 +1076,11 @@ func budgetPair(t *testing.T) (a, b *Supervisor, upB *httpUpstream) {
 	a, _ = startSupervisor(t, pA, func(o *Options) { o.Name, o.Registry = "a", reg })
 	waitFor(t, a, "A Ready", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseReady && len(sn.Tools) == 20 })
 	b, _ = startSupervisor(t, pB, func(o *Options) { o.Name, o.Registry = "b", reg })
-	waitFor(t, b, "B refused for the budget", func(sn Snapshot) bool { return sn.SyncReason == v1alpha1.ReasonToolBudgetExceeded })
+	// Ready as well: the first set is refused before the connection is
+	// made live, and the tests ask the live generation for retries.
+	waitFor(t, b, "B Ready, refused for the budget", func(sn Snapshot) bool {
+		return sn.Phase == v1alpha1.PhaseReady && sn.SyncReason == v1alpha1.ReasonToolBudgetExceeded
+	})
 	return a, b, upB
 }
 
