@@ -117,6 +117,7 @@ func (b *bench) startReplica(ctx context.Context, bin, name string) (*replicaPro
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = b.root
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+b.env.KubeconfigPath)
+	cmd.Env = append(cmd.Env, strings.Fields(*flagManagerEnv)...)
 	if b.certFile != "" {
 		cmd.Env = append(cmd.Env, "SSL_CERT_FILE="+b.certFile)
 	}
