@@ -97,7 +97,7 @@ var (
 	flagSample    = flag.Duration("sample", 5*time.Second, "sampling interval of metrics, RSS and CPU; every replica's whole /metrics "+
 		"is read each time, which at 1s cost a third of the managers' CPU in a 5,000-server ramp (a Prometheus scrapes every 15-30s)")
 	flagManagerArgs = flag.String("manager-args", "", "extra manager flags, space-separated (e.g. \"--zap-log-level=error\")")
-	flagManagerEnv  = flag.String("manager-env", "", "extra environment of the manager, space-separated `NAME=VALUE`s (e.g. \"GOMEMLIMIT=150MB\", which only the manager gets)")
+	flagManagerEnv  = flag.String("manager-env", "", "extra environment of the manager, space-separated `NAME=VALUE`s (e.g. \"GOMEMLIMIT=150000000\", which only the manager gets)")
 	flagManager     = flag.String("manager", "", "manager binary (default: go build "+managerPkg+" into a temp dir)")
 	flagFixture     = flag.String("fixture", "", "fixture binary (default: go build "+fixturePkg+" into a temp dir)")
 	flagPprof       = flag.String("pprof", "", "profile the manager into `DIR`: build it with one added file (go build -overlay) that serves net/http/pprof on a loopback port, take a CPU profile from the first create for -pprof-seconds, and heap and goroutine profiles at the end of the idle phase")
