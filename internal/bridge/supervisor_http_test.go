@@ -227,6 +227,28 @@ func httpForEachProtocol(t *testing.T, fn func(t *testing.T, stateless bool)) {
 	}
 }
 
+// httpServeFunc starts an upstream serving h until the test ends, and
+// returns the options a supervisor needs to reach it.
+type httpServeFunc func(t *testing.T, h http.Handler) (*httpUpstream, []func(*Options))
+
+// httpForEachWire runs fn over HTTP/1.1 in clear and over HTTP/2 with TLS,
+// which share one connection per server in different ways (docs/design.md,
+// "Replicas and ownership": memory).
+func httpForEachWire(t *testing.T, fn func(t *testing.T, serve httpServeFunc)) {
+	for _, w := range []struct {
+		name  string
+		serve httpServeFunc
+	}{
+		{"http1.1", func(t *testing.T, h http.Handler) (*httpUpstream, []func(*Options)) { return httpServe(t, h), nil }},
+		{"http2-over-tls", func(t *testing.T, h http.Handler) (*httpUpstream, []func(*Options)) {
+			up, trust := httpServeHTTP2(t, h)
+			return up, []func(*Options){trust}
+		}},
+	} {
+		t.Run(w.name, func(t *testing.T) { fn(t, w.serve) })
+	}
+}
+
 // httpPoll waits until cond holds.
 func httpPoll(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -436,32 +458,34 @@ func TestHTTP5xxIsDetectedAndRecoversWhenServerAnswersAgain(t *testing.T) {
 // can outlive the close barrier).
 // See docs/design.md, "Detecting loss".
 func TestHTTPHangIsDetectedByHealthCheck(t *testing.T) {
-	httpForEachProtocol(t, func(t *testing.T, stateless bool) {
-		up := httpServe(t, httpFixture(t, fixture.Options{Stateless: stateless, HangAfter: 500 * time.Millisecond}))
-		p := httpPolicy(up.URL())
-		p.HealthCheckInterval = 200 * time.Millisecond
-		p.ConnectionTimeout = 300 * time.Millisecond
-		s, _ := startSupervisor(t, p)
-		waitFor(t, s, "Ready", isReady)
+	httpForEachWire(t, func(t *testing.T, serve httpServeFunc) {
+		httpForEachProtocol(t, func(t *testing.T, stateless bool) {
+			up, opts := serve(t, httpFixture(t, fixture.Options{Stateless: stateless, HangAfter: 500 * time.Millisecond}))
+			p := httpPolicy(up.URL())
+			p.HealthCheckInterval = 200 * time.Millisecond
+			p.ConnectionTimeout = 300 * time.Millisecond
+			s, _ := startSupervisor(t, p, opts...)
+			waitFor(t, s, "Ready", isReady)
 
-		lost := waitFor(t, s, "Reconnecting", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseReconnecting })
-		if lost.LastError == nil || lost.LastError.Stage != StageHealthCheck {
-			t.Fatalf("loss reported as %v, want stage %s", lost.LastError, StageHealthCheck)
-		}
-		if !strings.Contains(lost.LastError.Message(), "100ms") {
-			t.Errorf("loss %q does not name the probe timeout (half of 200ms)", lost.LastError.Message())
-		}
-		// The next attempt starts and fails on the connection budget; the
-		// lost generation's close must not have stopped the supervisor.
-		sn := waitFor(t, s, "a failed reconnect attempt", func(sn Snapshot) bool {
-			return sn.FailedAttempts >= 2 || sn.Phase == v1alpha1.PhaseFailed
+			lost := waitFor(t, s, "Reconnecting", func(sn Snapshot) bool { return sn.Phase == v1alpha1.PhaseReconnecting })
+			if lost.LastError == nil || lost.LastError.Stage != StageHealthCheck {
+				t.Fatalf("loss reported as %v, want stage %s", lost.LastError, StageHealthCheck)
+			}
+			if !strings.Contains(lost.LastError.Message(), "100ms") {
+				t.Errorf("loss %q does not name the probe timeout (half of 200ms)", lost.LastError.Message())
+			}
+			// The next attempt starts and fails on the connection budget; the
+			// lost generation's close must not have stopped the supervisor.
+			sn := waitFor(t, s, "a failed reconnect attempt", func(sn Snapshot) bool {
+				return sn.FailedAttempts >= 2 || sn.Phase == v1alpha1.PhaseFailed
+			})
+			if sn.Phase == v1alpha1.PhaseFailed {
+				t.Fatalf("the supervisor stopped on a hung HTTP server: %s / %s (last error: %v)", sn.Reason, sn.Message, sn.LastError)
+			}
+			if sn.LastError == nil || !IsDeadline(sn.LastError) {
+				t.Errorf("reconnect attempt failed with %v, want the 300ms connection budget", sn.LastError)
+			}
 		})
-		if sn.Phase == v1alpha1.PhaseFailed {
-			t.Fatalf("the supervisor stopped on a hung HTTP server: %s / %s (last error: %v)", sn.Reason, sn.Message, sn.LastError)
-		}
-		if sn.LastError == nil || !IsDeadline(sn.LastError) {
-			t.Errorf("reconnect attempt failed with %v, want the 300ms connection budget", sn.LastError)
-		}
 	})
 }
 
@@ -469,44 +493,46 @@ func TestHTTPHangIsDetectedByHealthCheck(t *testing.T) {
 // hangs; here, well under it: nothing of an HTTP generation needs to wait.
 // See docs/design.md, "Hot swap and disposal".
 func TestHTTPDisposeIsPromptWhileRequestsHang(t *testing.T) {
-	httpForEachProtocol(t, func(t *testing.T, stateless bool) {
-		const hangAfter = 500 * time.Millisecond
-		up := httpServe(t, httpFixture(t, fixture.Options{Stateless: stateless, HangAfter: hangAfter}))
-		hangsFrom := time.Now().Add(hangAfter) // the fixture started before now
-		p := httpPolicy(up.URL())
-		s, _ := startSupervisor(t, p)
-		waitFor(t, s, "Ready", isReady)
+	httpForEachWire(t, func(t *testing.T, serve httpServeFunc) {
+		httpForEachProtocol(t, func(t *testing.T, stateless bool) {
+			const hangAfter = 500 * time.Millisecond
+			up, opts := serve(t, httpFixture(t, fixture.Options{Stateless: stateless, HangAfter: hangAfter}))
+			hangsFrom := time.Now().Add(hangAfter) // the fixture started before now
+			p := httpPolicy(up.URL())
+			s, _ := startSupervisor(t, p, opts...)
+			waitFor(t, s, "Ready", isReady)
 
-		time.Sleep(time.Until(hangsFrom)) // the configured fault delay, not a speed guess
-		callDone := make(chan error, 1)
-		go func() {
-			_, err := s.CallTool(context.Background(), fixture.ToolEcho, map[string]any{"text": "x"})
-			callDone <- err
-		}()
-		httpPoll(t, "the call to hang at the server", func() bool { return up.inFlight.Load() >= 1 })
+			time.Sleep(time.Until(hangsFrom)) // the configured fault delay, not a speed guess
+			callDone := make(chan error, 1)
+			go func() {
+				_, err := s.CallTool(context.Background(), fixture.ToolEcho, map[string]any{"text": "x"})
+				callDone <- err
+			}()
+			httpPoll(t, "the call to hang at the server", func() bool { return up.inFlight.Load() >= 1 })
 
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		start := time.Now()
-		if err := s.Dispose(ctx); err != nil {
-			t.Fatalf("dispose: %v", err)
-		}
-		took := time.Since(start)
-		t.Logf("dispose took %v", took)
-		// The requests hang until the fixture closes: waiting for them would
-		// end only at the close barrier, with an error, or at the context's
-		// 10 s. The design target (200 ms) is the benchmark's to measure.
-		if took >= 5*time.Second {
-			t.Errorf("dispose took %v while requests hang: it waited for them", took)
-		}
-		select {
-		case err := <-callDone:
-			if err == nil {
-				t.Error("the hung call succeeded")
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			start := time.Now()
+			if err := s.Dispose(ctx); err != nil {
+				t.Fatalf("dispose: %v", err)
 			}
-		case <-time.After(eventually):
-			t.Error("the hung call did not end with the disposal")
-		}
+			took := time.Since(start)
+			t.Logf("dispose took %v", took)
+			// The requests hang until the fixture closes: waiting for them would
+			// end only at the close barrier, with an error, or at the context's
+			// 10 s. The design target (200 ms) is the benchmark's to measure.
+			if took >= 5*time.Second {
+				t.Errorf("dispose took %v while requests hang: it waited for them", took)
+			}
+			select {
+			case err := <-callDone:
+				if err == nil {
+					t.Error("the hung call succeeded")
+				}
+			case <-time.After(eventually):
+				t.Error("the hung call did not end with the disposal")
+			}
+		})
 	})
 }
 
