@@ -3,6 +3,7 @@ package bridge
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -75,7 +76,8 @@ type Options struct {
 	// its reconciler through it without a goroutine per supervisor.
 	OnChange func()
 
-	dialer dialer // tests inject transports here
+	dialer dialer      // tests inject transports here
+	tls    *tls.Config // and trust their own HTTPS servers here
 }
 
 // Supervisor keeps one MCP server connected and its tools published.
@@ -192,7 +194,7 @@ func (s *Supervisor) newDialer(o Options) dialer {
 		}
 		return &stdioDialer{spec: s.p.Stdio, log: s.log, grace: grace, sniff: s.tasks.sniff}
 	}
-	return &httpDialer{spec: s.p.HTTP, sniff: s.tasks.sniff, egress: cmp.Or(o.Egress, egress.Default()), namespace: o.Namespace, tracer: s.tracer}
+	return &httpDialer{spec: s.p.HTTP, sniff: s.tasks.sniff, egress: cmp.Or(o.Egress, egress.Default()), namespace: o.Namespace, tracer: s.tracer, tls: o.tls}
 }
 
 // Start runs the supervisor until ctx ends or Dispose; a second Start, or a

@@ -80,9 +80,7 @@ func httpServeHTTP2(t *testing.T, h http.Handler, before ...func(*httptest.Serve
 		srv.StartTLS()
 	})
 	trust := u.srv.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
-	return u, func(o *Options) {
-		o.dialer = &httpDialer{spec: o.Policy.HTTP, egress: o.Egress, namespace: o.Namespace, tls: trust}
-	}
+	return u, func(o *Options) { o.tls = trust }
 }
 
 // httpServeWith is httpServe with start in place of (*httptest.Server).Start.
@@ -232,8 +230,8 @@ func httpForEachProtocol(t *testing.T, fn func(t *testing.T, stateless bool)) {
 type httpServeFunc func(t *testing.T, h http.Handler) (*httpUpstream, []func(*Options))
 
 // httpForEachWire runs fn over HTTP/1.1 in clear and over HTTP/2 with TLS,
-// which share one connection per server in different ways (docs/design.md,
-// "Replicas and ownership": memory).
+// where a server's GET stream and its POSTs share one connection
+// (docs/design.md, "Replicas and ownership": memory).
 func httpForEachWire(t *testing.T, fn func(t *testing.T, serve httpServeFunc)) {
 	for _, w := range []struct {
 		name  string
