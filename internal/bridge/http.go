@@ -41,10 +41,11 @@ func (d *httpDialer) dial(_ context.Context, onLost func(error)) (link, error) {
 	// as JSON alike, is dialled by this one transport, so the guard sees
 	// each address it connects to. See docs/design.md, "Egress policy".
 	guard := d.egress.Guard(d.namespace)
+	dial := (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second,
+		ControlContext: guard.Control}).DialContext
 	base := &http.Transport{
-		Proxy: guard.Proxy(http.ProxyFromEnvironment),
-		DialContext: (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second,
-			ControlContext: guard.Control}).DialContext,
+		Proxy:       guard.Proxy(http.ProxyFromEnvironment),
+		DialContext: dial,
 		// A custom dialer turns HTTP/2 off unless asked for. With it, a
 		// server over TLS that offers HTTP/2 gets one connection for its
 		// GET stream and its POSTs alike (over HTTP/1.1 the POSTs need a
@@ -68,8 +69,9 @@ func (d *httpDialer) dial(_ context.Context, onLost func(error)) (link, error) {
 		ReadBufferSize:  connBufferSize,
 		WriteBufferSize: connBufferSize,
 	}
+	posts := &postTransport{base: base, dial: dial, proxy: http.ProxyFromEnvironment}
 	ctx, cancel := context.WithCancel(context.Background())
-	rt := &sessionTransport{base: base, headers: d.spec.Headers, onLost: onLost, linkCtx: ctx, sniff: d.sniff, tracer: d.tracer}
+	rt := &sessionTransport{base: posts, headers: d.spec.Headers, onLost: onLost, linkCtx: ctx, sniff: d.sniff, tracer: d.tracer}
 	// No Client.Timeout: it would cut the SSE streams; every request
 	// carries its own deadline instead.
 	client := &http.Client{
@@ -80,7 +82,7 @@ func (d *httpDialer) dial(_ context.Context, onLost func(error)) (link, error) {
 	}
 	l := &httpLink{
 		guard:  guard,
-		base:   base,
+		posts:  posts,
 		cancel: cancel,
 		client: client,
 		url:    d.spec.URL,
@@ -92,7 +94,7 @@ func (d *httpDialer) dial(_ context.Context, onLost func(error)) (link, error) {
 
 type httpLink struct {
 	guard  *egress.Guard
-	base   *http.Transport
+	posts  *postTransport     // and the net/http transport beneath it
 	cancel context.CancelFunc // ends every request of the generation
 	client *http.Client       // the SDK's, shared by calls forwarded as JSON
 	url    string
@@ -144,14 +146,14 @@ func (l *httpLink) close() {
 		l.closing = true
 		l.mu.Unlock()
 		l.cancel()
-		l.base.CloseIdleConnections()
+		l.posts.shut()
 		// close must not block: the generation waits on done within the
 		// close barrier.
 		go func() {
 			l.notes.Wait()
 			// A drain that ended meanwhile put its connection back in the
 			// pool, where nothing would use or close it.
-			l.base.CloseIdleConnections()
+			l.posts.CloseIdleConnections()
 			close(l.done)
 		}()
 	})

@@ -1,0 +1,293 @@
+package bridge
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// postTransport sends a generation's small POSTs over plain HTTP/1.1 on
+// the calling goroutine: the request is written and its answer read by
+// the goroutine that asked, over a pooled connection that keeps no
+// goroutine of its own while idle. net/http's client hands every request
+// to its connection's write and read goroutines, which costs a call
+// through the gateway as much as the rest of its hop, and keeps those two
+// goroutines for every pooled connection of every server. Everything
+// else (GETs and DELETEs, TLS, a proxy from the environment, bodies of
+// unknown or large size) goes to base. See docs/design.md, "Tool calls".
+type postTransport struct {
+	base  *http.Transport
+	dial  func(ctx context.Context, network, addr string) (net.Conn, error)
+	proxy func(*http.Request) (*url.URL, error)
+
+	mu     sync.Mutex
+	idle   []*postConn // most recently used last
+	closed bool
+}
+
+// postBodyLimit is the largest request body sent this way: a request
+// written whole before its answer is read must fit the socket's buffers,
+// or a server that answers before reading it (413) would be waited on.
+const postBodyLimit = 64 << 10
+
+// maxIdlePosts and postIdleTimeout are the base transport's
+// MaxIdleConnsPerHost and IdleConnTimeout.
+const (
+	maxIdlePosts    = 64
+	postIdleTimeout = 90 * time.Second
+)
+
+// errHeadersTooLarge is net/http's own refusal of an answer whose headers
+// are over maxResponseHeaderBytes.
+var errHeadersTooLarge = fmt.Errorf("net/http: server response headers exceeded %d bytes; aborted", maxResponseHeaderBytes)
+
+// postConn is one pooled connection.
+type postConn struct {
+	conn   net.Conn
+	lim    *headerLimit
+	br     *bufio.Reader
+	bw     *bufio.Writer
+	idleAt time.Time
+}
+
+func (t *postTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if !t.fits(req) {
+		return t.base.RoundTrip(req)
+	}
+	ctx := req.Context()
+	pc, err := t.get(ctx, req.URL.Host)
+	if err != nil {
+		closeBody(req)
+		return nil, err
+	}
+	// A call's deadline or cancellation ends its reads and writes; the
+	// connection is then closed, not pooled.
+	stop := context.AfterFunc(ctx, func() { _ = pc.conn.SetDeadline(time.Unix(1, 0)) })
+	resp, err := pc.exchange(req)
+	if err != nil {
+		stop()
+		pc.conn.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+	resp.Body = &postBody{t: t, pc: pc, body: resp.Body, stop: stop, ctx: ctx, keep: !resp.Close}
+	return resp, nil
+}
+
+// fits says whether req goes over a connection of ours.
+func (t *postTransport) fits(req *http.Request) bool {
+	if req.Method != http.MethodPost || req.URL.Scheme != "http" || req.Close ||
+		req.ContentLength <= 0 || req.ContentLength > postBodyLimit {
+		return false
+	}
+	u, err := t.proxy(req)
+	return err == nil && u == nil
+}
+
+// get is an idle connection that is still open, or a new one.
+func (t *postTransport) get(ctx context.Context, host string) (*postConn, error) {
+	for {
+		t.mu.Lock()
+		n := len(t.idle)
+		if n == 0 {
+			t.mu.Unlock()
+			break
+		}
+		pc := t.idle[n-1]
+		t.idle[n-1] = nil
+		t.idle = t.idle[:n-1]
+		t.mu.Unlock()
+		if time.Since(pc.idleAt) < postIdleTimeout && pc.br.Buffered() == 0 && stillOpen(pc.conn) {
+			return pc, nil
+		}
+		pc.conn.Close()
+	}
+	if _, _, err := net.SplitHostPort(host); err != nil {
+		host = net.JoinHostPort(host, "80")
+	}
+	conn, err := t.dial(ctx, "tcp", host)
+	if err != nil {
+		return nil, err
+	}
+	lim := &headerLimit{r: conn}
+	return &postConn{conn: conn, lim: lim, br: bufio.NewReaderSize(lim, connBufferSize), bw: bufio.NewWriterSize(conn, connBufferSize)}, nil
+}
+
+// put pools pc, or closes it when the pool is full or closed.
+func (t *postTransport) put(pc *postConn) {
+	pc.idleAt = time.Now()
+	t.mu.Lock()
+	if !t.closed && len(t.idle) < maxIdlePosts {
+		t.idle = append(t.idle, pc)
+		pc = nil
+	}
+	t.mu.Unlock()
+	if pc != nil {
+		pc.conn.Close()
+	}
+}
+
+// CloseIdleConnections closes the idle connections of both transports.
+func (t *postTransport) CloseIdleConnections() {
+	t.mu.Lock()
+	idle := t.idle
+	t.idle = nil
+	t.mu.Unlock()
+	for _, pc := range idle {
+		pc.conn.Close()
+	}
+	t.base.CloseIdleConnections()
+}
+
+// shut closes the idle connections and every one in use once its answer
+// is read: the link is closing.
+func (t *postTransport) shut() {
+	t.mu.Lock()
+	t.closed = true
+	t.mu.Unlock()
+	t.CloseIdleConnections()
+}
+
+// exchange writes req and reads the head of its answer, skipping
+// informational answers (1xx).
+func (pc *postConn) exchange(req *http.Request) (*http.Response, error) {
+	if err := req.Write(pc.bw); err != nil {
+		return nil, err
+	}
+	if err := pc.bw.Flush(); err != nil {
+		return nil, err
+	}
+	pc.lim.arm(maxResponseHeaderBytes + connBufferSize)
+	defer pc.lim.disarm()
+	for {
+		resp, err := http.ReadResponse(pc.br, req)
+		switch {
+		case errors.Is(err, errHeadersTooLarge):
+			return nil, errHeadersTooLarge
+		case err != nil:
+			return nil, err
+		case resp.StatusCode == http.StatusSwitchingProtocols:
+			resp.Body.Close()
+			return nil, errors.New("the server switched protocols on a POST")
+		case resp.StatusCode < 200:
+			resp.Body.Close()
+			continue
+		}
+		return resp, nil
+	}
+}
+
+// stillOpen says whether an idle connection can carry a request: the
+// server has neither closed it nor sent anything on it. It peeks without
+// waiting, as net/http's read goroutine would have seen either at once.
+func stillOpen(conn net.Conn) bool {
+	sc, ok := conn.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	open := false
+	var b [1]byte
+	err = raw.Read(func(fd uintptr) bool {
+		n, _, rerr := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		open = n < 0 && (errors.Is(rerr, syscall.EAGAIN) || errors.Is(rerr, syscall.EWOULDBLOCK))
+		return true // never wait for the socket to become readable
+	})
+	return err == nil && open
+}
+
+// headerLimit bounds what is read from a connection while an answer's
+// headers are read.
+type headerLimit struct {
+	r    io.Reader
+	left int
+	on   bool
+}
+
+func (h *headerLimit) arm(n int) { h.left, h.on = n, true }
+func (h *headerLimit) disarm()   { h.on = false }
+
+func (h *headerLimit) Read(p []byte) (int, error) {
+	if !h.on {
+		return h.r.Read(p)
+	}
+	if h.left <= 0 {
+		return 0, errHeadersTooLarge
+	}
+	if len(p) > h.left {
+		p = p[:h.left]
+	}
+	n, err := h.r.Read(p)
+	h.left -= n
+	return n, err
+}
+
+// postBody is an answer's body: its connection goes back to the pool once
+// the body was read to its end, and is closed if the body is closed before.
+type postBody struct {
+	t    *postTransport
+	pc   *postConn
+	body io.Reader
+	stop func() bool
+	ctx  context.Context
+	keep bool // the server keeps the connection open
+
+	mu   sync.Mutex // Close may come from another goroutine, to end a Read
+	done bool
+}
+
+func (b *postBody) Read(p []byte) (int, error) {
+	n, err := b.body.Read(p)
+	switch {
+	case errors.Is(err, io.EOF):
+		b.finish(true)
+	case err != nil:
+		b.finish(false)
+		if cerr := b.ctx.Err(); cerr != nil {
+			err = cerr
+		}
+	}
+	return n, err
+}
+
+// Close closes the connection unless the body was read to its end. The
+// rest of the body is not read: a stream may never end.
+func (b *postBody) Close() error {
+	b.finish(false)
+	return nil
+}
+
+// finish pools the connection if the answer was read whole, the server
+// keeps it open and the request's context did not end it; it acts once.
+func (b *postBody) finish(whole bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.done {
+		return
+	}
+	b.done = true
+	if b.stop() && whole && b.keep {
+		b.t.put(b.pc)
+		return
+	}
+	b.pc.conn.Close()
+}
+
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		req.Body.Close()
+	}
+}

@@ -1,0 +1,294 @@
+package bridge
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/mcpbridge/operator/test/fixture"
+)
+
+// postServer is an httptest server that counts the connections it
+// accepted and closed.
+type postServer struct {
+	*httptest.Server
+	accepted, closed atomic.Int64
+}
+
+func newPostServer(t *testing.T, h http.HandlerFunc, idleTimeout time.Duration) *postServer {
+	t.Helper()
+	s := &postServer{}
+	s.Server = httptest.NewUnstartedServer(h)
+	s.Config.IdleTimeout = idleTimeout
+	s.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		switch st {
+		case http.StateNew:
+			s.accepted.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			s.closed.Add(1)
+		}
+	}
+	s.Start()
+	t.Cleanup(s.Close)
+	return s
+}
+
+func newTestPosts(t *testing.T) *postTransport {
+	t.Helper()
+	pt := &postTransport{base: &http.Transport{}, dial: (&net.Dialer{}).DialContext, proxy: http.ProxyFromEnvironment}
+	t.Cleanup(pt.shut)
+	return pt
+}
+
+// postOnce posts body and returns the answer's body read whole.
+func postOnce(ctx context.Context, rt http.RoundTripper, url, body string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+func echoBody(w http.ResponseWriter, r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(b)
+}
+
+// waitUntil polls cond for up to 30 s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not happen within 30 s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestPostsReuseOneConnectionForEveryKindOfAnswer(t *testing.T) {
+	answers := map[string]http.HandlerFunc{
+		"content length": echoBody,
+		"chunked": func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			w.Header().Set("Content-Type", "text/event-stream")
+			for _, part := range [][]byte{b[:1], b[1:]} {
+				_, _ = w.Write(part)
+				w.(http.Flusher).Flush()
+			}
+		},
+		"after an informational answer": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Link", "</style.css>; rel=preload")
+			w.WriteHeader(http.StatusEarlyHints)
+			echoBody(w, r)
+		},
+	}
+	for name, h := range answers {
+		t.Run(name, func(t *testing.T) {
+			srv := newPostServer(t, h, 0)
+			pt := newTestPosts(t)
+			for i, body := range []string{`{"n":1}`, `{"n":2}`, `{"n":3}`} {
+				got, err := postOnce(t.Context(), pt, srv.URL, body)
+				if err != nil || got != body {
+					t.Fatalf("post %d: %q, %v; want %q", i, got, err, body)
+				}
+			}
+			if n := srv.accepted.Load(); n != 1 {
+				t.Errorf("%d connections accepted for three posts, want 1", n)
+			}
+		})
+	}
+}
+
+// TestPostsKeepNoGoroutineOfTheirOwn: net/http's client keeps a read and a
+// write goroutine for every pooled connection; ours keeps none, and a post
+// runs on the goroutine that asks.
+func TestPostsKeepNoGoroutineOfTheirOwn(t *testing.T) {
+	srv := newPostServer(t, echoBody, 0)
+	pt := newTestPosts(t)
+	if _, err := postOnce(t.Context(), pt, srv.URL, `{}`); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1<<20)
+	stacks := string(buf[:runtime.Stack(buf, true)])
+	if strings.Contains(stacks, "persistConn") {
+		t.Errorf("a net/http connection goroutine runs after a post:\n%s", stacks)
+	}
+	if n := len(pt.idle); n != 1 {
+		t.Errorf("%d idle connections, want 1", n)
+	}
+}
+
+func TestAPostAfterTheServerClosedTheIdleConnectionDialsAgain(t *testing.T) {
+	// As a Node.js server does after its keep-alive timeout (5 s).
+	srv := newPostServer(t, echoBody, 20*time.Millisecond)
+	pt := newTestPosts(t)
+	if _, err := postOnce(t.Context(), pt, srv.URL, `{"n":1}`); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the server to close the idle connection", func() bool { return srv.closed.Load() == 1 })
+	got, err := postOnce(t.Context(), pt, srv.URL, `{"n":2}`)
+	if err != nil || got != `{"n":2}` {
+		t.Fatalf("the post after the close: %q, %v", got, err)
+	}
+	if n := srv.accepted.Load(); n != 2 {
+		t.Errorf("%d connections accepted, want 2", n)
+	}
+}
+
+func TestAConnectionIsNotPooledUnlessItsAnswerWasReadWhole(t *testing.T) {
+	cases := map[string]struct {
+		h    http.HandlerFunc
+		read func(io.Reader) // what the caller reads before it closes the body
+	}{
+		"closed before its end": {
+			h: func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				_, _ = w.Write([]byte("data: 1\n\n"))
+				w.(http.Flusher).Flush()
+				<-r.Context().Done() // a stream that does not end by itself
+			},
+			read: func(r io.Reader) { _, _ = r.Read(make([]byte, 4)) },
+		},
+		"the server closes it": {
+			h: func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Connection", "close")
+				echoBody(w, r)
+			},
+			read: func(r io.Reader) { _, _ = io.ReadAll(r) },
+		},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			srv := newPostServer(t, c.h, 0)
+			pt := newTestPosts(t)
+			for i := range 2 {
+				req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL, strings.NewReader(`{}`))
+				resp, err := pt.RoundTrip(req)
+				if err != nil {
+					t.Fatalf("post %d: %v", i, err)
+				}
+				c.read(resp.Body)
+				resp.Body.Close()
+				waitUntil(t, "the connection to close", func() bool { return srv.closed.Load() == int64(i+1) })
+			}
+			if n := srv.accepted.Load(); n != 2 {
+				t.Errorf("%d connections accepted for two posts, want 2", n)
+			}
+		})
+	}
+}
+
+func TestACancelledPostEndsAtOnceAndClosesItsConnection(t *testing.T) {
+	var once sync.Once
+	arrived := make(chan struct{})
+	srv := newPostServer(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body) // net/http's server sees the client go only once the body was read
+		once.Do(func() { close(arrived) })
+		<-r.Context().Done()
+	}, 0)
+	pt := newTestPosts(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	go func() { <-arrived; cancel() }()
+	_, err := postOnce(ctx, pt, srv.URL, `{}`)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	waitUntil(t, "the server to see the connection closed", func() bool { return srv.closed.Load() == 1 })
+	if n := len(pt.idle); n != 0 {
+		t.Errorf("%d idle connections after a cancelled post, want 0", n)
+	}
+}
+
+func TestAnswerHeadersOverTheLimitAreRefused(t *testing.T) {
+	srv := newPostServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Big", strings.Repeat("a", maxResponseHeaderBytes+connBufferSize+1))
+		echoBody(w, r)
+	}, 0)
+	_, err := postOnce(t.Context(), newTestPosts(t), srv.URL, `{}`)
+	if !errors.Is(err, errHeadersTooLarge) {
+		t.Fatalf("err = %v, want %v", err, errHeadersTooLarge)
+	}
+}
+
+func TestWhichRequestsArePostedOnTheCallersGoroutine(t *testing.T) {
+	small, big := []byte(`{}`), bytes.Repeat([]byte("a"), postBodyLimit+1)
+	proxied := func(*http.Request) (*url.URL, error) { return url.Parse("http://proxy.example:3128") }
+	cases := []struct {
+		name   string
+		method string
+		url    string
+		body   []byte
+		close  bool
+		proxy  bool
+		want   bool
+	}{
+		{name: "a small POST over plain HTTP", method: http.MethodPost, url: "http://127.0.0.1:1/mcp", body: small, want: true},
+		{name: "a GET", method: http.MethodGet, url: "http://127.0.0.1:1/mcp"},
+		{name: "a DELETE", method: http.MethodDelete, url: "http://127.0.0.1:1/mcp"},
+		{name: "over TLS", method: http.MethodPost, url: "https://127.0.0.1:1/mcp", body: small},
+		{name: "a body over the limit", method: http.MethodPost, url: "http://127.0.0.1:1/mcp", body: big},
+		{name: "no body", method: http.MethodPost, url: "http://127.0.0.1:1/mcp"},
+		{name: "asks to close", method: http.MethodPost, url: "http://127.0.0.1:1/mcp", body: small, close: true},
+		{name: "through a proxy", method: http.MethodPost, url: "http://127.0.0.1:1/mcp", body: small, proxy: true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			pt := &postTransport{proxy: http.ProxyFromEnvironment}
+			if c.proxy {
+				pt.proxy = proxied
+			}
+			var body io.Reader
+			if c.body != nil {
+				body = bytes.NewReader(c.body)
+			}
+			req, _ := http.NewRequest(c.method, c.url, body)
+			req.Close = c.close
+			if got := pt.fits(req); got != c.want {
+				t.Errorf("fits = %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+// A connected Streamable HTTP server keeps net/http's connection
+// goroutines only for its GET stream: its calls, probes and listings are
+// posted on a connection that keeps none (docs/design.md, "Tool calls").
+func TestAConnectedServerKeepsConnectionGoroutinesOnlyForItsStream(t *testing.T) {
+	g := NewWithT(t)
+	up := httpServe(t, httpFixture(t, fixture.Options{})) // stateful: the client opens a GET stream
+	s, _ := startSupervisor(t, httpPolicy(up.URL()))
+	waitFor(t, s, "Ready", isReady)
+	httpEcho(t, s, "first")
+	httpEcho(t, s, "second")
+	g.Eventually(up.requests, eventually).Should(ContainElement(HaveField("Method", http.MethodGet)), "a GET stream")
+	persistConns := func() map[string]int {
+		buf := make([]byte, 1<<22)
+		stacks := string(buf[:runtime.Stack(buf, true)])
+		return map[string]int{
+			"readLoop":  strings.Count(stacks, "net/http.(*persistConn).readLoop("),
+			"writeLoop": strings.Count(stacks, "net/http.(*persistConn).writeLoop("),
+		}
+	}
+	g.Eventually(persistConns, eventually).Should(Equal(map[string]int{"readLoop": 1, "writeLoop": 1}))
+}
