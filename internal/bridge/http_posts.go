@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -63,7 +64,7 @@ func (t *postTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return t.base.RoundTrip(req)
 	}
 	ctx := req.Context()
-	pc, err := t.get(ctx, req.URL.Host)
+	pc, err := t.get(ctx, dialAddr(req.URL))
 	if err != nil {
 		closeBody(req)
 		return nil, err
@@ -94,8 +95,13 @@ func (t *postTransport) fits(req *http.Request) bool {
 	return err == nil && u == nil
 }
 
-// get is an idle connection that is still open, or a new one.
-func (t *postTransport) get(ctx context.Context, host string) (*postConn, error) {
+// dialAddr is the address a plain HTTP URL's connection is dialled to.
+func dialAddr(u *url.URL) string {
+	return net.JoinHostPort(u.Hostname(), cmp.Or(u.Port(), "80"))
+}
+
+// get is an idle connection that is still open, or a new one to addr.
+func (t *postTransport) get(ctx context.Context, addr string) (*postConn, error) {
 	for {
 		t.mu.Lock()
 		n := len(t.idle)
@@ -112,10 +118,7 @@ func (t *postTransport) get(ctx context.Context, host string) (*postConn, error)
 		}
 		pc.conn.Close()
 	}
-	if _, _, err := net.SplitHostPort(host); err != nil {
-		host = net.JoinHostPort(host, "80")
-	}
-	conn, err := t.dial(ctx, "tcp", host)
+	conn, err := t.dial(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}

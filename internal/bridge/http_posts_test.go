@@ -292,3 +292,20 @@ func TestAConnectedServerKeepsConnectionGoroutinesOnlyForItsStream(t *testing.T)
 	}
 	g.Eventually(persistConns, eventually).Should(Equal(map[string]int{"readLoop": 1, "writeLoop": 1}))
 }
+
+func TestDialAddr(t *testing.T) {
+	for in, want := range map[string]string{
+		"http://127.0.0.1:8080/mcp": "127.0.0.1:8080",
+		"http://example.test/mcp":   "example.test:80",
+		"http://[::1]:8080/mcp":     "[::1]:8080",
+		"http://[::1]/mcp":          "[::1]:80",
+	} {
+		u, err := url.Parse(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := dialAddr(u); got != want {
+			t.Errorf("dialAddr(%s) = %s, want %s", in, got, want)
+		}
+	}
+}
