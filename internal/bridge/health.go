@@ -170,15 +170,19 @@ func (g *generation) nextProbe() (asked, ok bool) {
 
 // probe sends a request valid for the negotiated protocol: ping up to
 // 2025-11-25, the first tools/list page from 2026-07-28 on (which has no
-// ping), posted by ourselves over HTTP so that the SDK does not cache it.
-// Any JSON-RPC answer, an error included, proves the server alive.
+// ping). Over HTTP both are posted by ourselves: the SDK would decode the
+// ping's answer through a 32 KiB buffer and cache the list. Any JSON-RPC
+// answer, an error included, proves the server alive.
 func probe(g *generation, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(g.ctx, timeout)
 	defer cancel()
 	var err error
 	hl, isHTTP := g.link.(*httpLink)
+	pings := g.sess.InitializeResult().ProtocolVersion < registry.SessionlessProtocol
 	switch {
-	case g.sess.InitializeResult().ProtocolVersion < registry.SessionlessProtocol:
+	case pings && isHTTP:
+		err = g.pingProbe(ctx, hl)
+	case pings:
 		err = g.sess.Ping(ctx, nil)
 	case isHTTP:
 		err = g.listProbe(ctx, hl)

@@ -1,15 +1,20 @@
 package bridge
 
 import (
+	"fmt"
+	"net/http"
 	"regexp"
 	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/mcpbridge/operator/test/fixture"
 )
 
 // Between health probes an idle connection keeps no goroutine for them: a
@@ -69,4 +74,47 @@ func bridgeGoroutines() []string {
 	}
 	slices.Sort(names)
 	return names
+}
+
+// A health probe up to 2025-11-25 is a ping we post ourselves over HTTP:
+// the SDK's Ping decodes each answer through a buffer of 32 KiB, garbage
+// from every server at every interval (docs/design.md, "Detecting loss").
+func TestAPingOverHTTPAllocatesLittle(t *testing.T) {
+	up := httpServe(t, httpFixture(t, fixture.Options{}))
+	var pings atomic.Int64
+	// Answered here, so that the test server's own decoding stays out of
+	// the count.
+	up.setIntercept(func(w http.ResponseWriter, r httpRecord) bool {
+		if r.RPCMethod != "ping" {
+			return false
+		}
+		pings.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{}}`+"\n", r.RPCID)
+		return true
+	})
+	s, _ := startSupervisor(t, httpPolicy(up.URL()))
+	sn := waitFor(t, s, "Ready", isReady)
+	if sn.ServerInfo.ProtocolVersion != httpStatefulVersion {
+		t.Fatalf("protocol %s, want %s", sn.ServerInfo.ProtocolVersion, httpStatefulVersion)
+	}
+	s.mu.Lock()
+	g := s.live
+	s.mu.Unlock()
+	const n = 20
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range n {
+		if err := probe(g, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if pings.Load() != n {
+		t.Fatalf("%d pings reached the server, want %d", pings.Load(), n)
+	}
+	// The process's allocations, the test server's included.
+	if got, limit := (after.TotalAlloc-before.TotalAlloc)/n, uint64(16<<10); got > limit {
+		t.Errorf("a probe allocated %d bytes, want at most %d", got, limit)
+	}
 }

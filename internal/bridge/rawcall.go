@@ -150,6 +150,30 @@ func (g *generation) listProbe(ctx context.Context, hl *httpLink) error {
 	return err
 }
 
+// pingProbe posts a ping (up to 2025-11-25) and drops its empty answer.
+// The SDK's Ping decodes it through a 32 KiB buffer: garbage from every
+// server at every health interval, for an idle fleet the collector's
+// main work.
+func (g *generation) pingProbe(ctx context.Context, hl *httpLink) error {
+	id := "mcpbridge-" + strconv.FormatInt(hl.ids.Add(1), 10)
+	body, err := encode(pingRequest{JSONRPC: "2.0", ID: id, Method: "ping"})
+	if err != nil {
+		return err
+	}
+	_, err = g.roundTrip(ctx, hl, id, "ping", "", body)
+	if err != nil {
+		return g.abandoned(ctx, hl, id, err)
+	}
+	return nil
+}
+
+// pingRequest is a ping on the wire.
+type pingRequest struct {
+	JSONRPC string `json:"jsonrpc"`
+	ID      string `json:"id"`
+	Method  string `json:"method"`
+}
+
 // listPage posts a tools/list for the page after cursor and returns its
 // result as the server sent it. The SDK's ListTools decodes a page through
 // a 32 KiB buffer and then every tool's schema again through another, to
