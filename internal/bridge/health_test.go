@@ -98,10 +98,13 @@ func TestAPingOverHTTPAllocatesLittle(t *testing.T) {
 	if sn.ServerInfo.ProtocolVersion != httpStatefulVersion {
 		t.Fatalf("protocol %s, want %s", sn.ServerInfo.ProtocolVersion, httpStatefulVersion)
 	}
+	// The SDK opens the GET stream on its own after the handshake; its
+	// allocations are not the probes'.
+	NewWithT(t).Eventually(up.requests, eventually).Should(ContainElement(HaveField("Method", http.MethodGet)), "a GET stream")
 	s.mu.Lock()
 	g := s.live
 	s.mu.Unlock()
-	const n = 20
+	const n = 100
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	for range n {
@@ -113,8 +116,10 @@ func TestAPingOverHTTPAllocatesLittle(t *testing.T) {
 	if pings.Load() != n {
 		t.Fatalf("%d pings reached the server, want %d", pings.Load(), n)
 	}
-	// The process's allocations, the test server's included.
-	if got, limit := (after.TotalAlloc-before.TotalAlloc)/n, uint64(16<<10); got > limit {
+	// The process's allocations, the test server's included: about 11 KB
+	// a probe here, about 78 KB through the SDK's Ping.
+	t.Logf("%d bytes allocated a probe", (after.TotalAlloc-before.TotalAlloc)/n)
+	if got, limit := (after.TotalAlloc-before.TotalAlloc)/n, uint64(24<<10); got > limit {
 		t.Errorf("a probe allocated %d bytes, want at most %d", got, limit)
 	}
 }
