@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 	"regexp"
 	"runtime"
@@ -104,22 +105,34 @@ func TestAPingOverHTTPAllocatesLittle(t *testing.T) {
 	s.mu.Lock()
 	g := s.live
 	s.mu.Unlock()
-	const n = 100
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	for range n {
-		if err := probe(g, 5*time.Second); err != nil {
-			t.Fatal(err)
+	// The process's allocations, the test server's included, against the
+	// SDK's Ping to the same server: about 11 KB a probe against 76 KB
+	// (31 against 86 KB under -race). Other tests' leftovers allocate in
+	// the same process now and then, so the least of several batches
+	// counts.
+	perProbe := func(ping func() error) uint64 {
+		const batches, n = 5, 20
+		least := uint64(math.MaxUint64)
+		for range batches {
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			for range n {
+				if err := ping(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			runtime.ReadMemStats(&after)
+			least = min(least, (after.TotalAlloc-before.TotalAlloc)/n)
 		}
+		return least
 	}
-	runtime.ReadMemStats(&after)
-	if pings.Load() != n {
-		t.Fatalf("%d pings reached the server, want %d", pings.Load(), n)
+	ours := perProbe(func() error { return probe(g, 5*time.Second) })
+	sdk := perProbe(func() error { return g.sess.Ping(httpCtx(t), nil) })
+	if want := int64(2 * 5 * 20); pings.Load() != want {
+		t.Fatalf("%d pings reached the server, want %d", pings.Load(), want)
 	}
-	// The process's allocations, the test server's included: about 11 KB
-	// a probe here, about 78 KB through the SDK's Ping.
-	t.Logf("%d bytes allocated a probe", (after.TotalAlloc-before.TotalAlloc)/n)
-	if got, limit := (after.TotalAlloc-before.TotalAlloc)/n, uint64(24<<10); got > limit {
-		t.Errorf("a probe allocated %d bytes, want at most %d", got, limit)
+	t.Logf("bytes allocated a probe: %d, through the SDK's Ping %d", ours, sdk)
+	if ours+32<<10 > sdk {
+		t.Errorf("a probe allocated %d bytes, the SDK's Ping %d: want at least its 32 KiB buffer less", ours, sdk)
 	}
 }
