@@ -53,8 +53,8 @@ func (d *httpDialer) dial(_ context.Context, onLost func(error)) (link, error) {
 		// docs/design.md, "Replicas and ownership" (memory).
 		ForceAttemptHTTP2:     true,
 		TLSClientConfig:       d.tls,
-		MaxIdleConnsPerHost:   64, // above it, concurrent calls redial every time
-		IdleConnTimeout:       90 * time.Second,
+		MaxIdleConnsPerHost:   maxIdleConns,
+		IdleConnTimeout:       idleConnTimeout,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ResponseHeaderTimeout: 0, // a call may legitimately take toolCallTimeoutMs
 		// net/http's default is 10 MB, and the SDK keeps the session id a

@@ -39,11 +39,11 @@ type postTransport struct {
 // or a server that answers before reading it (413) would be waited on.
 const postBodyLimit = 64 << 10
 
-// maxIdlePosts and postIdleTimeout are the base transport's
-// MaxIdleConnsPerHost and IdleConnTimeout.
+// maxIdleConns and idleConnTimeout bound the idle connections of both
+// transports: above maxIdleConns, concurrent calls redial every time.
 const (
-	maxIdlePosts    = 64
-	postIdleTimeout = 90 * time.Second
+	maxIdleConns    = 64
+	idleConnTimeout = 90 * time.Second
 )
 
 // errHeadersTooLarge is net/http's own refusal of an answer whose headers
@@ -113,7 +113,7 @@ func (t *postTransport) get(ctx context.Context, addr string) (*postConn, error)
 		t.idle[n-1] = nil
 		t.idle = t.idle[:n-1]
 		t.mu.Unlock()
-		if time.Since(pc.idleAt) < postIdleTimeout && pc.br.Buffered() == 0 && stillOpen(pc.conn) {
+		if time.Since(pc.idleAt) < idleConnTimeout && pc.br.Buffered() == 0 && stillOpen(pc.conn) {
 			return pc, nil
 		}
 		pc.conn.Close()
@@ -130,7 +130,7 @@ func (t *postTransport) get(ctx context.Context, addr string) (*postConn, error)
 func (t *postTransport) put(pc *postConn) {
 	pc.idleAt = time.Now()
 	t.mu.Lock()
-	if !t.closed && len(t.idle) < maxIdlePosts {
+	if !t.closed && len(t.idle) < maxIdleConns {
 		t.idle = append(t.idle, pc)
 		pc = nil
 	}
@@ -175,8 +175,6 @@ func (pc *postConn) exchange(req *http.Request) (*http.Response, error) {
 	for {
 		resp, err := http.ReadResponse(pc.br, req)
 		switch {
-		case errors.Is(err, errHeadersTooLarge):
-			return nil, errHeadersTooLarge
 		case err != nil:
 			return nil, err
 		case resp.StatusCode == http.StatusSwitchingProtocols:

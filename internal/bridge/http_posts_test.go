@@ -74,18 +74,6 @@ func echoBody(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(b)
 }
 
-// waitUntil polls cond for up to 30 s.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not happen within 30 s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 func TestPostsReuseOneConnectionForEveryKindOfAnswer(t *testing.T) {
 	answers := map[string]http.HandlerFunc{
 		"content length": echoBody,
@@ -146,7 +134,7 @@ func TestAPostAfterTheServerClosedTheIdleConnectionDialsAgain(t *testing.T) {
 	if _, err := postOnce(t.Context(), pt, srv.URL, `{"n":1}`); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the server to close the idle connection", func() bool { return srv.closed.Load() == 1 })
+	httpPoll(t, "the server to close the idle connection", func() bool { return srv.closed.Load() == 1 })
 	got, err := postOnce(t.Context(), pt, srv.URL, `{"n":2}`)
 	if err != nil || got != `{"n":2}` {
 		t.Fatalf("the post after the close: %q, %v", got, err)
@@ -190,7 +178,7 @@ func TestAConnectionIsNotPooledUnlessItsAnswerWasReadWhole(t *testing.T) {
 				}
 				c.read(resp.Body)
 				resp.Body.Close()
-				waitUntil(t, "the connection to close", func() bool { return srv.closed.Load() == int64(i+1) })
+				httpPoll(t, "the connection to close", func() bool { return srv.closed.Load() == int64(i+1) })
 			}
 			if n := srv.accepted.Load(); n != 2 {
 				t.Errorf("%d connections accepted for two posts, want 2", n)
@@ -214,7 +202,7 @@ func TestACancelledPostEndsAtOnceAndClosesItsConnection(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
-	waitUntil(t, "the server to see the connection closed", func() bool { return srv.closed.Load() == 1 })
+	httpPoll(t, "the server to see the connection closed", func() bool { return srv.closed.Load() == 1 })
 	if n := len(pt.idle); n != 0 {
 		t.Errorf("%d idle connections after a cancelled post, want 0", n)
 	}

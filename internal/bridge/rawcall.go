@@ -116,30 +116,43 @@ type requestMeta struct {
 // adds the configured headers and reports a forgotten session, and reads the
 // response, JSON or an SSE stream, up to the answer with its id.
 func (g *generation) postCall(ctx context.Context, hl *httpLink, rawName string, args json.RawMessage) (json.RawMessage, bool, error) {
-	id := "mcpbridge-" + strconv.FormatInt(hl.ids.Add(1), 10)
 	if args == nil {
 		args = json.RawMessage("{}")
 	}
-	msg := callRequest{JSONRPC: "2.0", ID: id, Method: "tools/call", Params: callParams{Name: rawName, Arguments: args}}
-	version := g.sess.InitializeResult().ProtocolVersion
-	if version >= registry.SessionlessProtocol {
-		msg.Params.Meta = &callMeta{requestMeta: &requestMeta{ProtocolVersion: version, ClientInfo: clientImpl}}
-	}
-	if parent, state := tracing.Fields(ctx); parent != "" {
-		if msg.Params.Meta == nil {
-			msg.Params.Meta = &callMeta{}
+	res, err := g.request(ctx, hl, "tools/call", rawName, func(id string) ([]byte, error) {
+		msg := callRequest{JSONRPC: "2.0", ID: id, Method: "tools/call", Params: callParams{Name: rawName, Arguments: args}}
+		version := g.sess.InitializeResult().ProtocolVersion
+		if version >= registry.SessionlessProtocol {
+			msg.Params.Meta = &callMeta{requestMeta: &requestMeta{ProtocolVersion: version, ClientInfo: clientImpl}}
 		}
-		msg.Params.Meta.Traceparent, msg.Params.Meta.Tracestate = parent, state
-	}
-	body, err := encodeCall(msg)
+		if parent, state := tracing.Fields(ctx); parent != "" {
+			if msg.Params.Meta == nil {
+				msg.Params.Meta = &callMeta{}
+			}
+			msg.Params.Meta.Traceparent, msg.Params.Meta.Tracestate = parent, state
+		}
+		return encodeCall(msg)
+	})
 	if err != nil {
 		return nil, false, err
 	}
-	res, err := g.roundTrip(ctx, hl, id, msg.Method, rawName, body)
-	if err != nil {
-		return nil, false, g.abandoned(ctx, hl, id, err)
-	}
 	return res, resultIsError(res), nil
+}
+
+// request posts the message body(id) makes for a new id of ours and
+// returns the result of its answer; a request its context abandoned is
+// cancelled at the server.
+func (g *generation) request(ctx context.Context, hl *httpLink, method, name string, body func(id string) ([]byte, error)) (json.RawMessage, error) {
+	id := "mcpbridge-" + strconv.FormatInt(hl.ids.Add(1), 10)
+	b, err := body(id)
+	if err != nil {
+		return nil, err
+	}
+	res, err := g.roundTrip(ctx, hl, id, method, name, b)
+	if err != nil {
+		return nil, g.abandoned(ctx, hl, id, err)
+	}
+	return res, nil
 }
 
 // listProbe asks for the first tools/list page and drops the answer: the
@@ -155,16 +168,10 @@ func (g *generation) listProbe(ctx context.Context, hl *httpLink) error {
 // server at every health interval, for an idle fleet the collector's
 // main work.
 func (g *generation) pingProbe(ctx context.Context, hl *httpLink) error {
-	id := "mcpbridge-" + strconv.FormatInt(hl.ids.Add(1), 10)
-	body, err := encode(pingRequest{JSONRPC: "2.0", ID: id, Method: "ping"})
-	if err != nil {
-		return err
-	}
-	_, err = g.roundTrip(ctx, hl, id, "ping", "", body)
-	if err != nil {
-		return g.abandoned(ctx, hl, id, err)
-	}
-	return nil
+	_, err := g.request(ctx, hl, "ping", "", func(id string) ([]byte, error) {
+		return encode(pingRequest{JSONRPC: "2.0", ID: id, Method: "ping"})
+	})
+	return err
 }
 
 // pingRequest is a ping on the wire.
@@ -180,21 +187,14 @@ type pingRequest struct {
 // check x-mcp-header annotations: most of the manager's garbage while a
 // fleet connects. See docs/design.md, "Tool sync".
 func (g *generation) listPage(ctx context.Context, hl *httpLink, cursor string) (json.RawMessage, error) {
-	id := "mcpbridge-" + strconv.FormatInt(hl.ids.Add(1), 10)
-	msg := listRequest{JSONRPC: "2.0", ID: id, Method: "tools/list"}
-	msg.Params.Cursor = cursor
-	if version := g.sess.InitializeResult().ProtocolVersion; version >= registry.SessionlessProtocol {
-		msg.Params.Meta = &requestMeta{ProtocolVersion: version, ClientInfo: clientImpl}
-	}
-	body, err := encode(msg)
-	if err != nil {
-		return nil, err
-	}
-	res, err := g.roundTrip(ctx, hl, id, msg.Method, "", body)
-	if err != nil {
-		return nil, g.abandoned(ctx, hl, id, err)
-	}
-	return res, nil
+	return g.request(ctx, hl, "tools/list", "", func(id string) ([]byte, error) {
+		msg := listRequest{JSONRPC: "2.0", ID: id, Method: "tools/list"}
+		msg.Params.Cursor = cursor
+		if version := g.sess.InitializeResult().ProtocolVersion; version >= registry.SessionlessProtocol {
+			msg.Params.Meta = &requestMeta{ProtocolVersion: version, ClientInfo: clientImpl}
+		}
+		return encode(msg)
+	})
 }
 
 // listRequest is a tools/list on the wire.
