@@ -51,8 +51,11 @@ func (d *httpDialer) dial(_ context.Context, onLost func(error)) (link, error) {
 		// GET stream and its POSTs alike (over HTTP/1.1 the POSTs need a
 		// second one), as with net/http's default transport. See
 		// docs/design.md, "Replicas and ownership" (memory).
-		ForceAttemptHTTP2:     true,
-		TLSClientConfig:       d.tls,
+		ForceAttemptHTTP2: true,
+		// net/http writes its protocols (h2) into the configuration it is
+		// given, and every generation of a server has its own transport:
+		// each gets its own copy, never one another is dialling with.
+		TLSClientConfig:       d.tls.Clone(),
 		MaxIdleConnsPerHost:   maxIdleConns,
 		IdleConnTimeout:       idleConnTimeout,
 		TLSHandshakeTimeout:   10 * time.Second,

@@ -41,6 +41,15 @@ func TestAServerOverHTTP2KeepsOneConnection(t *testing.T) {
 				var trust func(*Options)
 				up, trust = httpServeHTTP2(t, h, count)
 				opts = append(opts, trust)
+				var given Options
+				trust(&given)
+				defer func() {
+					// Each generation's transport dials with a copy: net/http
+					// writes h2 into the one it holds, and two generations
+					// sharing one raced (a reconnect dialling while the old
+					// transport still did).
+					g.Expect(given.tls.NextProtos).To(BeEmpty(), "the configuration the supervisor was given is never written")
+				}()
 			} else {
 				up = httpServeWith(t, h, func(srv *httptest.Server) { count(srv); srv.Start() })
 			}
