@@ -44,6 +44,9 @@ type generation struct {
 	lostAt   time.Time   // when serve saw the loss
 	fetched  []*mcp.Tool // the latest complete fetch, for a retried swap
 	refused  refusal     // why the latest fetch was refused, when it was (then fetched is nil)
+	// opening is true until the supervisor calls the generation
+	// connected; guarded by the supervisor's mu. See publish.
+	opening bool
 
 	closeOnce sync.Once
 	down      chan struct{} // closed once nothing of the generation runs any more

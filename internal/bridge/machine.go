@@ -283,6 +283,7 @@ func (s *Supervisor) beginGeneration(everConnected bool) *generation {
 	s.update(func(sn *Snapshot) {
 		sn.Generation++
 		g = newGeneration(sn.Generation)
+		g.opening = true
 		s.last = g
 		if !everConnected || s.waking {
 			sn.Phase, sn.Reason = v1alpha1.PhaseConnecting, v1alpha1.ReasonConnecting
@@ -378,7 +379,7 @@ func (s *Supervisor) connected(g *generation) {
 	}
 	s.mu.Lock()
 	recovered := s.snap.Attempt > 0 || s.snap.Phase == v1alpha1.PhaseReconnecting
-	s.live = g
+	s.live, g.opening = g, false
 	s.snap.Phase, s.snap.Reason, s.snap.ServerInfo = v1alpha1.PhaseReady, v1alpha1.ReasonConnected, info
 	if pl, ok := g.link.(podLink); ok {
 		s.snap.PodName = pl.podName()

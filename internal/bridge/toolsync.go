@@ -221,6 +221,15 @@ func (s *Supervisor) publish(g *generation, fetched []*mcp.Tool) {
 	filter := s.filter.Load()
 	tools := filtered(fetched, filter)
 	before := s.registry.Owned(s.ns, s.owner)
+	s.mu.Lock()
+	opening := g.opening
+	if opening {
+		// A connect's tools can be called from the moment they are listed:
+		// an agent told of them at once must not be told the server is not
+		// connected yet. Nothing can fail between here and connected().
+		s.live = g
+	}
+	s.mu.Unlock()
 	changed, err := s.registry.Swap(s.ns, s.owner, s.p.ServerName, tools, s)
 	err = boundError(err) // it may name a tool, which the upstream names
 	owned := s.registry.Owned(s.ns, s.owner)
@@ -233,7 +242,7 @@ func (s *Supervisor) publish(g *generation, fetched []*mcp.Tool) {
 	if err != nil {
 		s.snap.SyncConflict, s.snap.SyncReason = err.Error(), reason
 	}
-	live := s.live == g
+	live := s.live == g && !opening
 	s.mu.Unlock()
 	if live { // during a connect, connected() signals once for both
 		s.signal()
