@@ -140,7 +140,7 @@ func TestEgressGuardsTheJSONFastPath(t *testing.T) {
 	s.mu.Lock()
 	hl := s.live.link.(*httpLink)
 	s.mu.Unlock()
-	hl.posts.CloseIdleConnections() // the call below has to dial
+	hl.inline.CloseIdleConnections() // the call below has to dial
 	refuse.Store(1)
 	before := dials.Load()
 	_, _, err := s.CallToolJSON(context.Background(), "echo", json.RawMessage(`{"text":"x"}`))

@@ -72,9 +72,9 @@ func (d *httpDialer) dial(_ context.Context, onLost func(error)) (link, error) {
 		ReadBufferSize:  connBufferSize,
 		WriteBufferSize: connBufferSize,
 	}
-	posts := &postTransport{base: base, dial: dial, proxy: http.ProxyFromEnvironment}
+	inline := &inlineTransport{base: base, dial: dial, proxy: http.ProxyFromEnvironment}
 	ctx, cancel := context.WithCancel(context.Background())
-	rt := &sessionTransport{base: posts, headers: d.spec.Headers, onLost: onLost, linkCtx: ctx, sniff: d.sniff, tracer: d.tracer}
+	rt := &sessionTransport{base: inline, headers: d.spec.Headers, onLost: onLost, linkCtx: ctx, sniff: d.sniff, tracer: d.tracer}
 	// No Client.Timeout: it would cut the SSE streams; every request
 	// carries its own deadline instead.
 	client := &http.Client{
@@ -85,7 +85,7 @@ func (d *httpDialer) dial(_ context.Context, onLost func(error)) (link, error) {
 	}
 	l := &httpLink{
 		guard:  guard,
-		posts:  posts,
+		inline: inline,
 		cancel: cancel,
 		client: client,
 		url:    d.spec.URL,
@@ -97,7 +97,7 @@ func (d *httpDialer) dial(_ context.Context, onLost func(error)) (link, error) {
 
 type httpLink struct {
 	guard  *egress.Guard
-	posts  *postTransport     // and the net/http transport beneath it
+	inline *inlineTransport   // and the net/http transport beneath it
 	cancel context.CancelFunc // ends every request of the generation
 	client *http.Client       // the SDK's, shared by calls forwarded as JSON
 	url    string
@@ -149,14 +149,14 @@ func (l *httpLink) close() {
 		l.closing = true
 		l.mu.Unlock()
 		l.cancel()
-		l.posts.shut()
+		l.inline.shut()
 		// close must not block: the generation waits on done within the
 		// close barrier.
 		go func() {
 			l.notes.Wait()
 			// A drain that ended meanwhile put its connection back in the
 			// pool, where nothing would use or close it.
-			l.posts.CloseIdleConnections()
+			l.inline.CloseIdleConnections()
 			close(l.done)
 		}()
 	})

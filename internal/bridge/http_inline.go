@@ -15,22 +15,23 @@ import (
 	"time"
 )
 
-// postTransport sends a generation's small POSTs over plain HTTP/1.1 on
-// the calling goroutine: the request is written and its answer read by
-// the goroutine that asked, over a pooled connection that keeps no
-// goroutine of its own while idle. net/http's client hands every request
-// to its connection's write and read goroutines, which costs a call
-// through the gateway as much as the rest of its hop, and keeps those two
-// goroutines for every pooled connection of every server. Everything
-// else (GETs and DELETEs, TLS, a proxy from the environment, bodies of
-// unknown or large size) goes to base. See docs/design.md, "Tool calls".
-type postTransport struct {
+// inlineTransport sends a generation's small POSTs and its GETs over
+// plain HTTP/1.1 on the calling goroutine: the request is written and its
+// answer read by the goroutine that asked, over a connection that keeps
+// no goroutine of its own. net/http's client hands every request to its
+// connection's write and read goroutines, which costs a call through the
+// gateway as much as the rest of its hop, and keeps those two goroutines
+// for every connection of every server: the pooled one of the POSTs and
+// the GET stream's, open for as long as the server is connected. Everything
+// else (DELETEs, TLS, a proxy from the environment, bodies of unknown or
+// large size) goes to base. See docs/design.md, "Tool calls".
+type inlineTransport struct {
 	base  *http.Transport
 	dial  func(ctx context.Context, network, addr string) (net.Conn, error)
 	proxy func(*http.Request) (*url.URL, error)
 
 	mu     sync.Mutex
-	idle   []*postConn // most recently used last
+	idle   []*inlineConn // most recently used last
 	closed bool
 }
 
@@ -50,8 +51,8 @@ const (
 // are over maxResponseHeaderBytes.
 var errHeadersTooLarge = fmt.Errorf("net/http: server response headers exceeded %d bytes; aborted", maxResponseHeaderBytes)
 
-// postConn is one pooled connection.
-type postConn struct {
+// inlineConn is one pooled connection.
+type inlineConn struct {
 	conn   net.Conn
 	lim    *headerLimit
 	br     *bufio.Reader
@@ -59,7 +60,7 @@ type postConn struct {
 	idleAt time.Time
 }
 
-func (t *postTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+func (t *inlineTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !t.fits(req) {
 		return t.base.RoundTrip(req)
 	}
@@ -81,14 +82,26 @@ func (t *postTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, err
 	}
-	resp.Body = &postBody{t: t, pc: pc, body: resp.Body, stop: stop, ctx: ctx, keep: !resp.Close}
+	resp.Body = &inlineBody{t: t, pc: pc, body: resp.Body, stop: stop, ctx: ctx, keep: !resp.Close}
 	return resp, nil
 }
 
-// fits says whether req goes over a connection of ours.
-func (t *postTransport) fits(req *http.Request) bool {
-	if req.Method != http.MethodPost || req.URL.Scheme != "http" || req.Close ||
-		req.ContentLength <= 0 || req.ContentLength > postBodyLimit {
+// fits says whether req goes over a connection of ours: a POST whose
+// body is small and of known size, or a GET (the SDK's stream) with none.
+func (t *inlineTransport) fits(req *http.Request) bool {
+	if req.URL.Scheme != "http" || req.Close {
+		return false
+	}
+	switch req.Method {
+	case http.MethodPost:
+		if req.ContentLength <= 0 || req.ContentLength > postBodyLimit {
+			return false
+		}
+	case http.MethodGet:
+		if req.ContentLength != 0 || (req.Body != nil && req.Body != http.NoBody) {
+			return false
+		}
+	default:
 		return false
 	}
 	u, err := t.proxy(req)
@@ -101,7 +114,7 @@ func dialAddr(u *url.URL) string {
 }
 
 // get is an idle connection that is still open, or a new one to addr.
-func (t *postTransport) get(ctx context.Context, addr string) (*postConn, error) {
+func (t *inlineTransport) get(ctx context.Context, addr string) (*inlineConn, error) {
 	for {
 		t.mu.Lock()
 		n := len(t.idle)
@@ -123,11 +136,11 @@ func (t *postTransport) get(ctx context.Context, addr string) (*postConn, error)
 		return nil, err
 	}
 	lim := &headerLimit{r: conn}
-	return &postConn{conn: conn, lim: lim, br: bufio.NewReaderSize(lim, connBufferSize), bw: bufio.NewWriterSize(conn, connBufferSize)}, nil
+	return &inlineConn{conn: conn, lim: lim, br: bufio.NewReaderSize(lim, connBufferSize), bw: bufio.NewWriterSize(conn, connBufferSize)}, nil
 }
 
 // put pools pc, or closes it when the pool is full or closed.
-func (t *postTransport) put(pc *postConn) {
+func (t *inlineTransport) put(pc *inlineConn) {
 	pc.idleAt = time.Now()
 	t.mu.Lock()
 	if !t.closed && len(t.idle) < maxIdleConns {
@@ -141,7 +154,7 @@ func (t *postTransport) put(pc *postConn) {
 }
 
 // CloseIdleConnections closes the idle connections of both transports.
-func (t *postTransport) CloseIdleConnections() {
+func (t *inlineTransport) CloseIdleConnections() {
 	t.mu.Lock()
 	idle := t.idle
 	t.idle = nil
@@ -154,7 +167,7 @@ func (t *postTransport) CloseIdleConnections() {
 
 // shut closes the idle connections and every one in use once its answer
 // is read: the link is closing.
-func (t *postTransport) shut() {
+func (t *inlineTransport) shut() {
 	t.mu.Lock()
 	t.closed = true
 	t.mu.Unlock()
@@ -163,7 +176,7 @@ func (t *postTransport) shut() {
 
 // exchange writes req and reads the head of its answer, skipping
 // informational answers (1xx).
-func (pc *postConn) exchange(req *http.Request) (*http.Response, error) {
+func (pc *inlineConn) exchange(req *http.Request) (*http.Response, error) {
 	if err := req.Write(pc.bw); err != nil {
 		return nil, err
 	}
@@ -179,7 +192,7 @@ func (pc *postConn) exchange(req *http.Request) (*http.Response, error) {
 			return nil, err
 		case resp.StatusCode == http.StatusSwitchingProtocols:
 			resp.Body.Close()
-			return nil, errors.New("the server switched protocols on a POST")
+			return nil, fmt.Errorf("the server switched protocols on a %s", req.Method)
 		case resp.StatusCode < 200:
 			resp.Body.Close()
 			continue
@@ -236,11 +249,11 @@ func (h *headerLimit) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// postBody is an answer's body: its connection goes back to the pool once
+// inlineBody is an answer's body: its connection goes back to the pool once
 // the body was read to its end, and is closed if the body is closed before.
-type postBody struct {
-	t    *postTransport
-	pc   *postConn
+type inlineBody struct {
+	t    *inlineTransport
+	pc   *inlineConn
 	body io.Reader
 	stop func() bool
 	ctx  context.Context
@@ -250,7 +263,7 @@ type postBody struct {
 	done bool
 }
 
-func (b *postBody) Read(p []byte) (int, error) {
+func (b *inlineBody) Read(p []byte) (int, error) {
 	n, err := b.body.Read(p)
 	switch {
 	case errors.Is(err, io.EOF):
@@ -266,14 +279,14 @@ func (b *postBody) Read(p []byte) (int, error) {
 
 // Close closes the connection unless the body was read to its end. The
 // rest of the body is not read: a stream may never end.
-func (b *postBody) Close() error {
+func (b *inlineBody) Close() error {
 	b.finish(false)
 	return nil
 }
 
 // finish pools the connection if the answer was read whole, the server
 // keeps it open and the request's context did not end it; it acts once.
-func (b *postBody) finish(whole bool) {
+func (b *inlineBody) finish(whole bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.done {
