@@ -184,6 +184,7 @@ func (g *generation) shutdown() <-chan struct{} {
 			if g.sess != nil {
 				_ = g.sess.Close()
 				<-g.sessDone
+				listening.Delete(g.sess)
 			}
 			if g.link != nil {
 				<-g.link.closed()

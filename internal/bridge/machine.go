@@ -303,22 +303,16 @@ func (s *Supervisor) open(ctx context.Context, g *generation) (stage string, err
 		return StageTransportStart, err
 	}
 	g.link = l
-	client := mcp.NewClient(clientImpl, &mcp.ClientOptions{
-		Capabilities: &mcp.ClientCapabilities{},
-		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
-			// Never list from inside the handler: it runs on the reader.
-			g.wake(g.resync)
-		},
-	})
 	// The SDK's Connect closes its session when ctx ends, and closing can
 	// wait on a hung server; closing the link first makes that immediate.
 	stop := context.AfterFunc(ctx, l.close)
-	sess, err := client.Connect(ctx, l.transport(), nil)
+	sess, err := sdkClient.Connect(ctx, l.transport(), nil)
 	stop()
 	if err != nil {
 		return StageInitialize, exitedInstead(ctx, l, startError(l, err))
 	}
 	g.sess = sess
+	listening.Store(sess, g)
 	g.goFn(g.waitSession)
 	if _, ok := l.(exitReporter); ok {
 		g.goFn(g.watch)

@@ -1,12 +1,14 @@
 package bridge
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 
+	"github.com/mcpbridge/operator/internal/policy"
 	"github.com/mcpbridge/operator/test/fixture"
 )
 
@@ -56,4 +58,32 @@ func TestListChangedStormIsCoalescedToOneResyncPerInterval(t *testing.T) {
 		t.Fatalf("%d re-syncs in %v of list_changed, want at most %d (one per %v)", got, elapsed, limit, interval)
 	}
 	NewWithT(t).Eventually(obs.count, eventually).Should(BeNumerically(">", before), "the storm was never synced")
+}
+
+// Every session is opened by the one SDK client, whose list_changed
+// handler finds the generation by its session: a live generation is found,
+// and a closed one is forgotten, over both transports.
+func TestASessionIsFoundByItsGenerationUntilItCloses(t *testing.T) {
+	up := httpServe(t, httpFixture(t, fixture.Options{}))
+	for _, tc := range []struct {
+		name string
+		p    *policy.Policy
+	}{{"stdio", stdioPolicy()}, {"streamable-http", httpPolicy(up.URL())}} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			s, _ := startSupervisor(t, tc.p)
+			waitFor(t, s, "Ready", isReady)
+			s.mu.Lock()
+			gen := s.live
+			s.mu.Unlock()
+			found, ok := listening.Load(gen.sess)
+			g.Expect(ok).To(BeTrue(), "the live session")
+			g.Expect(found).To(BeIdenticalTo(gen))
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			g.Expect(s.Dispose(ctx)).To(Succeed())
+			_, ok = listening.Load(gen.sess)
+			g.Expect(ok).To(BeFalse(), "the closed session")
+		})
+	}
 }
