@@ -51,14 +51,22 @@ const (
 // are over maxResponseHeaderBytes.
 var errHeadersTooLarge = fmt.Errorf("net/http: server response headers exceeded %d bytes; aborted", maxResponseHeaderBytes)
 
-// inlineConn is one pooled connection.
+// inlineConn is one connection. Its read buffer is taken while a request
+// uses it and given back while it waits in the pool; its write buffer only
+// while a request is written. An idle connection, or a GET stream's,
+// holds neither: see docs/design.md, "Replicas and ownership" (memory).
 type inlineConn struct {
 	conn   net.Conn
 	lim    *headerLimit
-	br     *bufio.Reader
-	bw     *bufio.Writer
+	br     *bufio.Reader // nil while pooled
 	idleAt time.Time
 }
+
+// connReaders and connWriters are the buffers of the connections in use.
+var (
+	connReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, connBufferSize) }}
+	connWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, connBufferSize) }}
+)
 
 func (t *inlineTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !t.fits(req) {
@@ -126,7 +134,8 @@ func (t *inlineTransport) get(ctx context.Context, addr string) (*inlineConn, er
 		t.idle[n-1] = nil
 		t.idle = t.idle[:n-1]
 		t.mu.Unlock()
-		if time.Since(pc.idleAt) < idleConnTimeout && pc.br.Buffered() == 0 && stillOpen(pc.conn) {
+		if time.Since(pc.idleAt) < idleConnTimeout && stillOpen(pc.conn) {
+			pc.takeReader()
 			return pc, nil
 		}
 		pc.conn.Close()
@@ -135,12 +144,27 @@ func (t *inlineTransport) get(ctx context.Context, addr string) (*inlineConn, er
 	if err != nil {
 		return nil, err
 	}
-	lim := &headerLimit{r: conn}
-	return &inlineConn{conn: conn, lim: lim, br: bufio.NewReaderSize(lim, connBufferSize), bw: bufio.NewWriterSize(conn, connBufferSize)}, nil
+	pc := &inlineConn{conn: conn, lim: &headerLimit{r: conn}}
+	pc.takeReader()
+	return pc, nil
 }
 
-// put pools pc, or closes it when the pool is full or closed.
+func (pc *inlineConn) takeReader() {
+	pc.br = connReaders.Get().(*bufio.Reader)
+	pc.br.Reset(pc.lim)
+}
+
+// put pools pc, or closes it when the pool is full or closed, or when the
+// server sent more than the answer (pooled, it would be read as the next
+// one's). Only here is the read buffer given back: no one reads pc now.
 func (t *inlineTransport) put(pc *inlineConn) {
+	if pc.br.Buffered() > 0 {
+		pc.conn.Close()
+		return
+	}
+	pc.br.Reset(nil)
+	connReaders.Put(pc.br)
+	pc.br = nil
 	pc.idleAt = time.Now()
 	t.mu.Lock()
 	if !t.closed && len(t.idle) < maxIdleConns {
@@ -177,10 +201,7 @@ func (t *inlineTransport) shut() {
 // exchange writes req and reads the head of its answer, skipping
 // informational answers (1xx).
 func (pc *inlineConn) exchange(req *http.Request) (*http.Response, error) {
-	if err := req.Write(pc.bw); err != nil {
-		return nil, err
-	}
-	if err := pc.bw.Flush(); err != nil {
+	if err := pc.write(req); err != nil {
 		return nil, err
 	}
 	pc.lim.arm(maxResponseHeaderBytes + connBufferSize)
@@ -199,6 +220,20 @@ func (pc *inlineConn) exchange(req *http.Request) (*http.Response, error) {
 		}
 		return resp, nil
 	}
+}
+
+// write sends req through a write buffer taken for it alone.
+func (pc *inlineConn) write(req *http.Request) error {
+	bw := connWriters.Get().(*bufio.Writer)
+	bw.Reset(pc.conn)
+	defer func() {
+		bw.Reset(nil)
+		connWriters.Put(bw)
+	}()
+	if err := req.Write(bw); err != nil {
+		return err
+	}
+	return bw.Flush()
 }
 
 // stillOpen says whether an idle connection can carry a request: the

@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -303,4 +305,65 @@ func TestDialAddr(t *testing.T) {
 			t.Errorf("dialAddr(%s) = %s, want %s", in, got, want)
 		}
 	}
+}
+
+// A pooled connection holds no buffer: its read buffer is given back when
+// its answer was read whole, and a write buffer is held only while a
+// request is written (docs/design.md, "Replicas and ownership", memory).
+// A server that sends more than its answer has its connection closed, not
+// pooled with those bytes buffered.
+func TestAPooledConnectionHoldsNoBuffer(t *testing.T) {
+	g := NewWithT(t)
+	srv := newPostServer(t, echoBody, 0)
+	pt := newTestPosts(t)
+	for _, body := range []string{`{"first":1}`, `{"second":2}`} {
+		got, err := postOnce(context.Background(), pt, srv.URL, body)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(got).To(Equal(body))
+		idle := pooled(pt)
+		g.Expect(idle).To(HaveLen(1), "pooled")
+		g.Expect(idle[0].br).To(BeNil(), "the pooled connection's read buffer")
+	}
+	g.Expect(srv.accepted.Load()).To(BeEquivalentTo(1), "one connection for both")
+
+	extra := newRawServer(t, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}HTTP/1.1 200 OK\r\n")
+	other := newTestPosts(t) // a transport serves one server
+	got, err := postOnce(context.Background(), other, "http://"+extra+"/mcp", `{}`)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got).To(Equal(`{}`))
+	g.Expect(pooled(other)).To(BeEmpty(), "a connection with bytes beyond its answer")
+}
+
+// pooled is a copy of pt's idle connections.
+func pooled(pt *inlineTransport) []*inlineConn {
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	return slices.Clone(pt.idle)
+}
+
+// newRawServer answers every connection's first request with answer, as
+// bytes, and keeps it open until the client closes it; it returns its
+// address.
+func newRawServer(t *testing.T, answer string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_, _ = http.ReadRequest(bufio.NewReader(c))
+				_, _ = io.WriteString(c, answer)
+				_, _ = io.Copy(io.Discard, c) // until the client closes it
+			}()
+		}
+	}()
+	return ln.Addr().String()
 }
