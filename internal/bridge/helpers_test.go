@@ -48,6 +48,18 @@ func httpPolicy(url string) *policy.Policy {
 	return p
 }
 
+// forEachTransport runs fn with a policy for the fixture over stdio and one
+// for it over Streamable HTTP (stateful).
+func forEachTransport(t *testing.T, fn func(t *testing.T, p *policy.Policy)) {
+	up := httpServe(t, httpFixture(t, fixture.Options{}))
+	for _, tc := range []struct {
+		name string
+		p    *policy.Policy
+	}{{"stdio", stdioPolicy()}, {"streamable-http", httpPolicy(up.URL())}} {
+		t.Run(tc.name, func(t *testing.T) { fn(t, tc.p) })
+	}
+}
+
 // startSupervisor starts a supervisor and disposes it when the test ends.
 func startSupervisor(t *testing.T, p *policy.Policy, mutate ...func(*Options)) (*Supervisor, *registry.Registry) {
 	t.Helper()

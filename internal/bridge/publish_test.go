@@ -21,44 +21,38 @@ import (
 // supervisor says it is connected; the call is made there, through the
 // registry as the gateway makes it.
 func TestAConnectsToolsAreCallableOnceListed(t *testing.T) {
-	up := httpServe(t, httpFixture(t, fixture.Options{}))
-	for _, tc := range []struct {
-		name string
-		p    *policy.Policy
-	}{{"stdio", stdioPolicy()}, {"streamable-http", httpPolicy(up.URL())}} {
-		t.Run(tc.name, func(t *testing.T) {
-			g := NewWithT(t)
-			type result struct {
-				listed bool
-				err    error
+	forEachTransport(t, func(t *testing.T, p *policy.Policy) {
+		g := NewWithT(t)
+		type result struct {
+			listed bool
+			err    error
+		}
+		got := make(chan result, 1)
+		started := make(chan *registry.Registry, 1)
+		var once sync.Once
+		hook := spanEndHook(func(sp sdktrace.ReadOnlySpan) {
+			if sp.Name() != spanSync {
+				return
 			}
-			got := make(chan result, 1)
-			started := make(chan *registry.Registry, 1)
-			var once sync.Once
-			hook := spanEndHook(func(sp sdktrace.ReadOnlySpan) {
-				if sp.Name() != spanSync {
-					return
+			once.Do(func() {
+				reg := <-started
+				_, caller, ok := reg.Lookup("ns", registry.PublicName("fx", fixture.ToolEcho))
+				var err error
+				if ok {
+					_, _, err = caller.(registry.JSONCaller).CallToolJSON(context.Background(), fixture.ToolEcho, json.RawMessage(`{"text":"at once"}`))
 				}
-				once.Do(func() {
-					reg := <-started
-					_, caller, ok := reg.Lookup("ns", registry.PublicName("fx", fixture.ToolEcho))
-					var err error
-					if ok {
-						_, _, err = caller.(registry.JSONCaller).CallToolJSON(context.Background(), fixture.ToolEcho, json.RawMessage(`{"text":"at once"}`))
-					}
-					got <- result{listed: ok, err: err}
-				})
+				got <- result{listed: ok, err: err}
 			})
-			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(hook))
-			t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-			_, reg := startSupervisor(t, tc.p, withTracing(tp))
-			started <- reg
-			var r result
-			g.Eventually(got, eventually).Should(Receive(&r))
-			g.Expect(r.listed).To(BeTrue(), "the tool is in the registry once its sync span ended")
-			g.Expect(r.err).NotTo(HaveOccurred(), "a call to a listed tool")
 		})
-	}
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(hook))
+		t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+		_, reg := startSupervisor(t, p, withTracing(tp))
+		started <- reg
+		var r result
+		g.Eventually(got, eventually).Should(Receive(&r))
+		g.Expect(r.listed).To(BeTrue(), "the tool is in the registry once its sync span ended")
+		g.Expect(r.err).NotTo(HaveOccurred(), "a call to a listed tool")
+	})
 }
 
 // spanEndHook is a span processor that runs fn as each span ends, on the

@@ -64,26 +64,20 @@ func TestListChangedStormIsCoalescedToOneResyncPerInterval(t *testing.T) {
 // handler finds the generation by its session: a live generation is found,
 // and a closed one is forgotten, over both transports.
 func TestASessionIsFoundByItsGenerationUntilItCloses(t *testing.T) {
-	up := httpServe(t, httpFixture(t, fixture.Options{}))
-	for _, tc := range []struct {
-		name string
-		p    *policy.Policy
-	}{{"stdio", stdioPolicy()}, {"streamable-http", httpPolicy(up.URL())}} {
-		t.Run(tc.name, func(t *testing.T) {
-			g := NewWithT(t)
-			s, _ := startSupervisor(t, tc.p)
-			waitFor(t, s, "Ready", isReady)
-			s.mu.Lock()
-			gen := s.live
-			s.mu.Unlock()
-			found, ok := listening.Load(gen.sess)
-			g.Expect(ok).To(BeTrue(), "the live session")
-			g.Expect(found).To(BeIdenticalTo(gen))
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			g.Expect(s.Dispose(ctx)).To(Succeed())
-			_, ok = listening.Load(gen.sess)
-			g.Expect(ok).To(BeFalse(), "the closed session")
-		})
-	}
+	forEachTransport(t, func(t *testing.T, p *policy.Policy) {
+		g := NewWithT(t)
+		s, _ := startSupervisor(t, p)
+		waitFor(t, s, "Ready", isReady)
+		s.mu.Lock()
+		gen := s.live
+		s.mu.Unlock()
+		found, ok := listening.Load(gen.sess)
+		g.Expect(ok).To(BeTrue(), "the live session")
+		g.Expect(found).To(BeIdenticalTo(gen))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		g.Expect(s.Dispose(ctx)).To(Succeed())
+		_, ok = listening.Load(gen.sess)
+		g.Expect(ok).To(BeFalse(), "the closed session")
+	})
 }
