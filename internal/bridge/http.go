@@ -63,12 +63,12 @@ func (d *httpDialer) dial(_ context.Context, onLost func(error)) (link, error) {
 		// net/http's default is 10 MB, and the SDK keeps the session id a
 		// server sends for the session's life (docs/design.md, "Budgets").
 		MaxResponseHeaderBytes: maxResponseHeaderBytes,
-		// Each server keeps about two connections (its GET stream and a
-		// pooled one for POSTs) with a read and a write buffer each, for as
-		// long as it is connected; bufio passes reads and writes of more
-		// than a buffer through, so that large messages lose nothing by
-		// smaller ones. See docs/design.md, "Replicas and ownership"
-		// (memory).
+		// A server over TLS, or behind a proxy, keeps its connections here
+		// (over plain HTTP/1.1 they are inlineTransport's), each with a
+		// read and a write buffer for as long as it is connected; bufio
+		// passes reads and writes of more than a buffer through, so that
+		// large messages lose nothing by smaller ones. See docs/design.md,
+		// "Replicas and ownership" (memory).
 		ReadBufferSize:  connBufferSize,
 		WriteBufferSize: connBufferSize,
 	}

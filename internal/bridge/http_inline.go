@@ -52,9 +52,10 @@ const (
 var errHeadersTooLarge = fmt.Errorf("net/http: server response headers exceeded %d bytes; aborted", maxResponseHeaderBytes)
 
 // inlineConn is one connection. Its read buffer is taken while a request
-// uses it and given back while it waits in the pool; its write buffer only
-// while a request is written. An idle connection, or a GET stream's,
-// holds neither: see docs/design.md, "Replicas and ownership" (memory).
+// uses it (a GET stream's, for the stream's life) and given back while it
+// waits in the pool; its write buffer only while a request is written. An
+// idle connection holds neither: see docs/design.md, "Replicas and
+// ownership" (memory).
 type inlineConn struct {
 	conn   net.Conn
 	lim    *headerLimit
