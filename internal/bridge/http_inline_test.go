@@ -124,7 +124,7 @@ func TestPostsKeepNoGoroutineOfTheirOwn(t *testing.T) {
 	if strings.Contains(stacks, "persistConn") {
 		t.Errorf("a net/http connection goroutine runs after a post:\n%s", stacks)
 	}
-	if n := len(pt.idle); n != 1 {
+	if n := len(pooled(pt)); n != 1 {
 		t.Errorf("%d idle connections, want 1", n)
 	}
 }
@@ -205,7 +205,7 @@ func TestACancelledPostEndsAtOnceAndClosesItsConnection(t *testing.T) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
 	httpPoll(t, "the server to see the connection closed", func() bool { return srv.closed.Load() == 1 })
-	if n := len(pt.idle); n != 0 {
+	if n := len(pooled(pt)); n != 0 {
 		t.Errorf("%d idle connections after a cancelled post, want 0", n)
 	}
 }
