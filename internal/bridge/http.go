@@ -254,6 +254,8 @@ type cappedBody struct {
 	left int
 }
 
+func (b *cappedBody) readWhole() bool { return readWhole(b.ReadCloser) }
+
 func (b *cappedBody) Read(p []byte) (int, error) {
 	if b.left <= 0 {
 		var one [1]byte
@@ -270,6 +272,14 @@ func (b *cappedBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// readWhole says whether body was read to its end: draining it then needs
+// neither a read nor a goroutine. Only a body of inlineTransport can tell;
+// the wrappers of sessionTransport ask the body they wrap.
+func readWhole(body io.Reader) bool {
+	w, ok := body.(interface{ readWhole() bool })
+	return ok && w.readWhole()
+}
+
 // releasingBody releases its request's context once the body is closed:
 // SSE streams live as long as their body.
 type releasingBody struct {
@@ -277,6 +287,8 @@ type releasingBody struct {
 	once    sync.Once
 	release func()
 }
+
+func (b *releasingBody) readWhole() bool { return readWhole(b.ReadCloser) }
 
 func (b *releasingBody) Close() error {
 	err := b.ReadCloser.Close()

@@ -295,8 +295,9 @@ type inlineBody struct {
 	ctx  context.Context
 	keep bool // the server keeps the connection open
 
-	mu   sync.Mutex // Close may come from another goroutine, to end a Read
-	done bool
+	mu    sync.Mutex // Close may come from another goroutine, to end a Read
+	done  bool
+	whole bool // done, and read to its end
 }
 
 func (b *inlineBody) Read(p []byte) (int, error) {
@@ -320,6 +321,13 @@ func (b *inlineBody) Close() error {
 	return nil
 }
 
+// readWhole says whether the body was read to its end.
+func (b *inlineBody) readWhole() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.whole
+}
+
 // finish pools the connection if the answer was read whole, the server
 // keeps it open and the request's context did not end it; it acts once.
 func (b *inlineBody) finish(whole bool) {
@@ -328,7 +336,7 @@ func (b *inlineBody) finish(whole bool) {
 	if b.done {
 		return
 	}
-	b.done = true
+	b.done, b.whole = true, whole
 	if b.stop() && whole && b.keep {
 		b.t.put(b.pc)
 		return

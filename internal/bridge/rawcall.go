@@ -320,6 +320,15 @@ func withMethod(method string, err error) error {
 // next call; a server that keeps its stream open is drained behind it, for
 // at most drainGrace.
 func (l *httpLink) drain(body io.ReadCloser, release context.CancelFunc) (wait func()) {
+	if readWhole(body) {
+		// The usual JSON answer: its length was known and it was read
+		// to its end, so its connection is pooled already. A goroutine
+		// for nothing to read woke another thread on every call
+		// (docs/design.md, "Tool calls").
+		body.Close()
+		release()
+		return func() {}
+	}
 	drained := make(chan struct{})
 	if !l.spawn(func() { drainBody(body, release); close(drained) }) {
 		body.Close()

@@ -1045,3 +1045,44 @@ func TestARawCallsAnswerIsNotReadForTaskSupport(t *testing.T) {
 		}
 	}
 }
+
+// stuckBody is an answer's body whose Read never returns until the test
+// ends: a drain that reads it is seen still running.
+type stuckBody struct {
+	whole   bool
+	unstuck chan struct{}
+	closed  atomic.Bool
+}
+
+func (b *stuckBody) Read([]byte) (int, error) { <-b.unstuck; return 0, io.EOF }
+func (b *stuckBody) Close() error             { b.closed.Store(true); return nil }
+func (b *stuckBody) readWhole() bool          { return b.whole }
+
+func TestAnAnswerReadWholeIsReleasedWithoutADrain(t *testing.T) {
+	for _, whole := range []bool{true, false} {
+		t.Run(fmt.Sprintf("read whole %v", whole), func(t *testing.T) {
+			l := &httpLink{}
+			body := &stuckBody{whole: whole, unstuck: make(chan struct{})}
+			unstick := sync.OnceFunc(func() { close(body.unstuck) })
+			t.Cleanup(unstick)
+			var released atomic.Bool
+			// The wrappers sessionTransport puts around every answer's
+			// body ask the body they wrap.
+			wrapped := &releasingBody{ReadCloser: &cappedBody{ReadCloser: &sniffReader{ReadCloser: body}, left: 1}, release: func() {}}
+			wait := l.drain(wrapped, func() { released.Store(true) })
+			if whole {
+				if !body.closed.Load() || !released.Load() {
+					t.Fatalf("a body read whole: closed %v, released %v when drain returned; want both, with no read", body.closed.Load(), released.Load())
+				}
+			} else if body.closed.Load() || released.Load() {
+				t.Fatalf("a body not read whole was closed (%v) or released (%v) before its rest was read", body.closed.Load(), released.Load())
+			}
+			unstick()
+			wait()
+			l.notes.Wait()
+			if !body.closed.Load() || !released.Load() {
+				t.Fatalf("after the drain: closed %v, released %v; want both", body.closed.Load(), released.Load())
+			}
+		})
+	}
+}
