@@ -254,8 +254,6 @@ type cappedBody struct {
 	left int
 }
 
-func (b *cappedBody) readWhole() bool { return readWhole(b.ReadCloser) }
-
 func (b *cappedBody) Read(p []byte) (int, error) {
 	if b.left <= 0 {
 		var one [1]byte
@@ -272,12 +270,23 @@ func (b *cappedBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// readWhole says whether body was read to its end: draining it then needs
-// neither a read nor a goroutine. Only a body of inlineTransport can tell;
-// the wrappers of sessionTransport ask the body they wrap.
-func readWhole(body io.Reader) bool {
-	w, ok := body.(interface{ readWhole() bool })
-	return ok && w.readWhole()
+// inlineOf is the body of inlineTransport that sessionTransport's
+// wrappers hold, or nil for an answer that came through net/http.
+func inlineOf(body io.Reader) *inlineBody {
+	for {
+		switch b := body.(type) {
+		case *inlineBody:
+			return b
+		case *releasingBody:
+			body = b.ReadCloser
+		case *cappedBody:
+			body = b.ReadCloser
+		case *sniffReader:
+			body = b.ReadCloser
+		default:
+			return nil
+		}
+	}
 }
 
 // releasingBody releases its request's context once the body is closed:
@@ -287,8 +296,6 @@ type releasingBody struct {
 	once    sync.Once
 	release func()
 }
-
-func (b *releasingBody) readWhole() bool { return readWhole(b.ReadCloser) }
 
 func (b *releasingBody) Close() error {
 	err := b.ReadCloser.Close()

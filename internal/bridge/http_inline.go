@@ -57,10 +57,11 @@ var errHeadersTooLarge = fmt.Errorf("net/http: server response headers exceeded 
 // idle connection holds neither: see docs/design.md, "Replicas and
 // ownership" (memory).
 type inlineConn struct {
-	conn   net.Conn
-	lim    *headerLimit
-	br     *bufio.Reader // nil while pooled
-	idleAt time.Time
+	conn     net.Conn
+	lim      *headerLimit
+	br       *bufio.Reader // nil while pooled
+	idleAt   time.Time
+	deadline bool // readRest set a read deadline
 }
 
 // connReaders and connWriters are the buffers of the connections in use.
@@ -166,6 +167,10 @@ func (t *inlineTransport) put(pc *inlineConn) {
 	pc.br.Reset(nil)
 	connReaders.Put(pc.br)
 	pc.br = nil
+	if pc.deadline {
+		_ = pc.conn.SetReadDeadline(time.Time{})
+		pc.deadline = false
+	}
 	pc.idleAt = time.Now()
 	t.mu.Lock()
 	if !t.closed && len(t.idle) < maxIdleConns {
@@ -241,22 +246,37 @@ func (pc *inlineConn) write(req *http.Request) error {
 // server has neither closed it nor sent anything on it. It peeks without
 // waiting, as net/http's read goroutine would have seen either at once.
 func stillOpen(conn net.Conn) bool {
+	n, err := peek(conn)
+	return n < 0 && (errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK))
+}
+
+// arrived says whether the server sent bytes that are not read yet.
+func arrived(conn net.Conn) bool {
+	n, _ := peek(conn)
+	return n > 0
+}
+
+// peek looks at the next byte of conn without taking it or waiting for it:
+// recvfrom's count and error, or -1 when the socket cannot be asked.
+func peek(conn net.Conn) (int, error) {
 	sc, ok := conn.(syscall.Conn)
 	if !ok {
-		return false
+		return -1, nil
 	}
 	raw, err := sc.SyscallConn()
 	if err != nil {
-		return false
+		return -1, nil
 	}
-	open := false
+	n, perr := -1, error(nil)
 	var b [1]byte
 	err = raw.Read(func(fd uintptr) bool {
-		n, _, rerr := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		open = n < 0 && (errors.Is(rerr, syscall.EAGAIN) || errors.Is(rerr, syscall.EWOULDBLOCK))
+		n, _, perr = syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 		return true // never wait for the socket to become readable
 	})
-	return err == nil && open
+	if err != nil {
+		return -1, nil
+	}
+	return n, perr
 }
 
 // headerLimit bounds what is read from a connection while an answer's
@@ -321,11 +341,29 @@ func (b *inlineBody) Close() error {
 	return nil
 }
 
-// readWhole says whether the body was read to its end.
-func (b *inlineBody) readWhole() bool {
+// settle reads the rest of the body on the caller's goroutine if the
+// server has sent some of it already (the end of an SSE stream usually
+// comes right behind its last event), waiting at most wait for the rest,
+// and says whether the body is done with: read to its end and its
+// connection pooled, or failed and its connection closed. With nothing at
+// hand it reads nothing. It is for the goroutine that read the body.
+func (b *inlineBody) settle(wait time.Duration) bool {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.whole
+	done := b.done
+	b.mu.Unlock()
+	if done {
+		return true
+	}
+	if b.pc.br.Buffered() == 0 && !arrived(b.pc.conn) {
+		return false
+	}
+	// A server that sent part of the end and stops is waited on as long
+	// as the background drain would be, and its connection is closed.
+	b.pc.deadline = true
+	_ = b.pc.conn.SetReadDeadline(time.Now().Add(wait))
+	_, _ = io.Copy(io.Discard, io.LimitReader(b, drainLimit))
+	b.finish(false) // past drainLimit: closed, as the background drain would
+	return true
 }
 
 // finish pools the connection if the answer was read whole, the server

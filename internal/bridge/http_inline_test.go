@@ -334,31 +334,6 @@ func TestAPooledConnectionHoldsNoBuffer(t *testing.T) {
 	g.Expect(pooled(other)).To(BeEmpty(), "a connection with bytes beyond its answer")
 }
 
-func TestAnInlineBodyIsReadWholeOnlyOnceItsEndWasRead(t *testing.T) {
-	srv := newPostServer(t, echoBody, 0)
-	pt := newTestPosts(t)
-	for _, readToEnd := range []bool{true, false} {
-		req, err := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(`{}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := pt.RoundTrip(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if readToEnd {
-			_, _ = io.ReadAll(resp.Body)
-		}
-		if got := readWhole(resp.Body); got != readToEnd {
-			t.Errorf("read to its end %v: readWhole %v", readToEnd, got)
-		}
-		resp.Body.Close()
-		if readWhole(resp.Body) != readToEnd {
-			t.Errorf("closed after reading to its end %v: readWhole changed", readToEnd)
-		}
-	}
-}
-
 // pooled is a copy of pt's idle connections.
 func pooled(pt *inlineTransport) []*inlineConn {
 	pt.mu.Lock()

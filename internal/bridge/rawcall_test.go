@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -1046,43 +1047,102 @@ func TestARawCallsAnswerIsNotReadForTaskSupport(t *testing.T) {
 	}
 }
 
-// stuckBody is an answer's body whose Read never returns until the test
-// ends: a drain that reads it is seen still running.
-type stuckBody struct {
-	whole   bool
-	unstuck chan struct{}
-	closed  atomic.Bool
-}
-
-func (b *stuckBody) Read([]byte) (int, error) { <-b.unstuck; return 0, io.EOF }
-func (b *stuckBody) Close() error             { b.closed.Store(true); return nil }
-func (b *stuckBody) readWhole() bool          { return b.whole }
-
-func TestAnAnswerReadWholeIsReleasedWithoutADrain(t *testing.T) {
-	for _, whole := range []bool{true, false} {
-		t.Run(fmt.Sprintf("read whole %v", whole), func(t *testing.T) {
-			l := &httpLink{}
-			body := &stuckBody{whole: whole, unstuck: make(chan struct{})}
-			unstick := sync.OnceFunc(func() { close(body.unstuck) })
-			t.Cleanup(unstick)
-			var released atomic.Bool
-			// The wrappers sessionTransport puts around every answer's
-			// body ask the body they wrap.
-			wrapped := &releasingBody{ReadCloser: &cappedBody{ReadCloser: &sniffReader{ReadCloser: body}, left: 1}, release: func() {}}
-			wait := l.drain(wrapped, func() { released.Store(true) })
-			if whole {
-				if !body.closed.Load() || !released.Load() {
-					t.Fatalf("a body read whole: closed %v, released %v when drain returned; want both, with no read", body.closed.Load(), released.Load())
-				}
-			} else if body.closed.Load() || released.Load() {
-				t.Fatalf("a body not read whole was closed (%v) or released (%v) before its rest was read", body.closed.Load(), released.Load())
+func TestAnAnswersEndAtHandIsReadWithoutAGoroutine(t *testing.T) {
+	const (
+		sseHead  = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+		event    = "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":\"1\",\"result\":{}}\n\n"
+		chunkEnd = "0\r\n\r\n"
+	)
+	sseEvent := fmt.Sprintf("%x\r\n%s\r\n", len(event), event)
+	json := `{"jsonrpc":"2.0","id":"1","result":{}}`
+	for _, tc := range []struct {
+		name          string
+		answer, later string // later is sent once the answer was read
+		// A link that is closing starts no goroutine: drain must do
+		// without one, or close the connection unread.
+		closing        bool
+		endBeforeDrain bool // later has arrived when drain starts
+		releasedAtOnce bool
+		pooled         bool
+	}{
+		// Read whole already: released before drain returns, where a
+		// goroutine started for it would barely have been scheduled.
+		{name: "JSON of known length", releasedAtOnce: true, pooled: true,
+			answer: fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(json), json)},
+		{name: "SSE whose end came with its event", closing: true, releasedAtOnce: true, pooled: true,
+			answer: sseHead + sseEvent + chunkEnd},
+		{name: "SSE whose end came after its event was read", closing: true, endBeforeDrain: true, releasedAtOnce: true, pooled: true,
+			answer: sseHead + sseEvent, later: chunkEnd},
+		{name: "SSE whose end comes later", releasedAtOnce: false, pooled: true,
+			answer: sseHead + sseEvent, later: chunkEnd},
+		{name: "SSE whose end stops halfway", closing: true, releasedAtOnce: true, pooled: false,
+			answer: sseHead + sseEvent + "0\r"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr, sendLater := newStagedServer(t, tc.answer, tc.later)
+			pt := newTestPosts(t)
+			req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/mcp", strings.NewReader(`{}`))
+			if err != nil {
+				t.Fatal(err)
 			}
-			unstick()
+			resp, err := pt.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res, _, err := readAnswerFrom(resp, "1", nil, nil); err != nil || string(res) != "{}" {
+				t.Fatalf("the answer: %s, %v", res, err)
+			}
+			if tc.endBeforeDrain {
+				sendLater()
+				httpPoll(t, "the end of the stream to arrive", func() bool { return arrived(inlineOf(resp.Body).pc.conn) })
+			}
+			l := &httpLink{closing: tc.closing}
+			var released atomic.Bool
+			wait := l.drain(resp.Body, func() { released.Store(true) })
+			if released.Load() != tc.releasedAtOnce {
+				t.Fatalf("released when drain returned: %v, want %v", released.Load(), tc.releasedAtOnce)
+			}
+			sendLater()
 			wait()
 			l.notes.Wait()
-			if !body.closed.Load() || !released.Load() {
-				t.Fatalf("after the drain: closed %v, released %v; want both", body.closed.Load(), released.Load())
+			if !released.Load() {
+				t.Fatal("not released once drained")
+			}
+			if got := len(pooled(pt)); got != map[bool]int{true: 1}[tc.pooled] {
+				t.Fatalf("%d connections pooled, want pooled %v", got, tc.pooled)
 			}
 		})
 	}
+}
+
+// newStagedServer answers every connection's first request with answer,
+// then with later once sendLater is called, and keeps the connection open
+// until the client closes it; it returns its address.
+func newStagedServer(t *testing.T, answer, later string) (addr string, sendLater func()) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	next := make(chan struct{})
+	sendLater = sync.OnceFunc(func() { close(next) })
+	t.Cleanup(sendLater)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_, _ = http.ReadRequest(bufio.NewReader(c))
+				_, _ = io.WriteString(c, answer)
+				<-next
+				_, _ = io.WriteString(c, later)
+				_, _ = io.Copy(io.Discard, c) // until the client closes it
+			}()
+		}
+	}()
+	return ln.Addr().String(), sendLater
 }

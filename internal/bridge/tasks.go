@@ -97,8 +97,6 @@ type sniffReader struct {
 	skip bool // the current line grew past maxSniffLine
 }
 
-func (s *sniffReader) readWhole() bool { return readWhole(s.ReadCloser) }
-
 func (s *sniffReader) Read(p []byte) (int, error) {
 	n, err := s.ReadCloser.Read(p)
 	s.feed(p[:n])
