@@ -341,12 +341,12 @@ func (b *inlineBody) Close() error {
 	return nil
 }
 
-// settle reads the rest of the body on the caller's goroutine if the
-// server has sent some of it already (the end of an SSE stream usually
-// comes right behind its last event), waiting at most wait for the rest,
-// and says whether the body is done with: read to its end and its
-// connection pooled, or failed and its connection closed. With nothing at
-// hand it reads nothing. It is for the goroutine that read the body.
+// settle reads the rest of the body on the caller's goroutine for as long
+// as the server has sent it already (the end of an SSE stream usually
+// comes right behind its last event), and says whether the body is done
+// with: read to its end and its connection pooled, or failed and its
+// connection closed. A rest still to come is left to the caller, to read
+// in the background. It is for the goroutine that read the body.
 func (b *inlineBody) settle(wait time.Duration) bool {
 	b.mu.Lock()
 	done := b.done
@@ -354,17 +354,45 @@ func (b *inlineBody) settle(wait time.Duration) bool {
 	if done {
 		return true
 	}
-	if b.pc.br.Buffered() == 0 && !arrived(b.pc.conn) {
+	if !b.atHand() {
 		return false
 	}
-	// A server that sent part of the end and stops is waited on as long
-	// as the background drain would be, and its connection is closed.
+	// wait bounds a read that needs more than has arrived: a chunk's
+	// header that came in part.
 	b.pc.deadline = true
 	_ = b.pc.conn.SetReadDeadline(time.Now().Add(wait))
-	_, _ = io.Copy(io.Discard, io.LimitReader(b, drainLimit))
-	b.finish(false) // past drainLimit: closed, as the background drain would
-	return true
+	_, err := io.Copy(io.Discard, io.LimitReader(atHandReader{b}, drainLimit))
+	switch {
+	case errors.Is(err, errNotAtHand):
+		// The background read waits as long as the drain allows, and
+		// ends when the request does.
+		b.pc.deadline = false
+		_ = b.pc.conn.SetReadDeadline(time.Time{})
+		if b.ctx.Err() != nil {
+			_ = b.pc.conn.SetReadDeadline(time.Unix(1, 0))
+		}
+		return false
+	case err == nil:
+		b.finish(false) // read to its end (pooled already), or past drainLimit: closed
+	}
+	return true // any other error: Read closed the connection
 }
+
+// atHand says whether bytes of the answer wait to be read.
+func (b *inlineBody) atHand() bool { return b.pc.br.Buffered() > 0 || arrived(b.pc.conn) }
+
+// atHandReader reads b while bytes wait to be read, and then fails with
+// errNotAtHand.
+type atHandReader struct{ b *inlineBody }
+
+func (r atHandReader) Read(p []byte) (int, error) {
+	if !r.b.atHand() {
+		return 0, errNotAtHand
+	}
+	return r.b.Read(p)
+}
+
+var errNotAtHand = errors.New("the rest of the answer has not arrived")
 
 // finish pools the connection if the answer was read whole, the server
 // keeps it open and the request's context did not end it; it acts once.

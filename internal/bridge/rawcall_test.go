@@ -1051,17 +1051,19 @@ func TestAnAnswersEndAtHandIsReadWithoutAGoroutine(t *testing.T) {
 	const (
 		sseHead  = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 		event    = "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":\"1\",\"result\":{}}\n\n"
+		note     = "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{}}\n\n"
 		chunkEnd = "0\r\n\r\n"
 	)
-	sseEvent := fmt.Sprintf("%x\r\n%s\r\n", len(event), event)
+	chunk := func(s string) string { return fmt.Sprintf("%x\r\n%s\r\n", len(s), s) }
 	json := `{"jsonrpc":"2.0","id":"1","result":{}}`
 	for _, tc := range []struct {
-		name          string
-		answer, later string // later is sent once the answer was read
+		name string
+		// answer is sent at once; before once the answer was read, and it
+		// has arrived when drain starts; later once drain returned.
+		answer, before, later string
 		// A link that is closing starts no goroutine: drain must do
 		// without one, or close the connection unread.
 		closing        bool
-		endBeforeDrain bool // later has arrived when drain starts
 		releasedAtOnce bool
 		pooled         bool
 	}{
@@ -1070,16 +1072,20 @@ func TestAnAnswersEndAtHandIsReadWithoutAGoroutine(t *testing.T) {
 		{name: "JSON of known length", releasedAtOnce: true, pooled: true,
 			answer: fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(json), json)},
 		{name: "SSE whose end came with its event", closing: true, releasedAtOnce: true, pooled: true,
-			answer: sseHead + sseEvent + chunkEnd},
-		{name: "SSE whose end came after its event was read", closing: true, endBeforeDrain: true, releasedAtOnce: true, pooled: true,
-			answer: sseHead + sseEvent, later: chunkEnd},
-		{name: "SSE whose end comes later", releasedAtOnce: false, pooled: true,
-			answer: sseHead + sseEvent, later: chunkEnd},
+			answer: sseHead + chunk(event) + chunkEnd},
+		{name: "SSE whose end came after its event was read", closing: true, releasedAtOnce: true, pooled: true,
+			answer: sseHead + chunk(event), before: chunkEnd},
+		{name: "SSE whose end comes later", pooled: true,
+			answer: sseHead + chunk(event), later: chunkEnd},
+		// What has arrived is read, and the rest is waited for in the
+		// background, not on the call.
+		{name: "SSE with a notification after its answer, the end later", pooled: true,
+			answer: sseHead + chunk(event), before: chunk(note), later: chunkEnd},
 		{name: "SSE whose end stops halfway", closing: true, releasedAtOnce: true, pooled: false,
-			answer: sseHead + sseEvent + "0\r"},
+			answer: sseHead + chunk(event), before: "0\r"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			addr, sendLater := newStagedServer(t, tc.answer, tc.later)
+			addr, next := newStagedServer(t, tc.answer, tc.before, tc.later)
 			pt := newTestPosts(t)
 			req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/mcp", strings.NewReader(`{}`))
 			if err != nil {
@@ -1092,9 +1098,9 @@ func TestAnAnswersEndAtHandIsReadWithoutAGoroutine(t *testing.T) {
 			if res, _, err := readAnswerFrom(resp, "1", nil, nil); err != nil || string(res) != "{}" {
 				t.Fatalf("the answer: %s, %v", res, err)
 			}
-			if tc.endBeforeDrain {
-				sendLater()
-				httpPoll(t, "the end of the stream to arrive", func() bool { return arrived(inlineOf(resp.Body).pc.conn) })
+			next()
+			if tc.before != "" {
+				httpPoll(t, "the bytes after the answer to arrive", func() bool { return arrived(inlineOf(resp.Body).pc.conn) })
 			}
 			l := &httpLink{closing: tc.closing}
 			var released atomic.Bool
@@ -1102,7 +1108,7 @@ func TestAnAnswersEndAtHandIsReadWithoutAGoroutine(t *testing.T) {
 			if released.Load() != tc.releasedAtOnce {
 				t.Fatalf("released when drain returned: %v, want %v", released.Load(), tc.releasedAtOnce)
 			}
-			sendLater()
+			next()
 			wait()
 			l.notes.Wait()
 			if !released.Load() {
@@ -1116,18 +1122,17 @@ func TestAnAnswersEndAtHandIsReadWithoutAGoroutine(t *testing.T) {
 }
 
 // newStagedServer answers every connection's first request with answer,
-// then with later once sendLater is called, and keeps the connection open
-// until the client closes it; it returns its address.
-func newStagedServer(t *testing.T, answer, later string) (addr string, sendLater func()) {
+// then sends each of stages when next is called, and keeps the connection
+// open until the client closes it; it returns its address.
+func newStagedServer(t *testing.T, answer string, stages ...string) (addr string, next func()) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	next := make(chan struct{})
-	sendLater = sync.OnceFunc(func() { close(next) })
-	t.Cleanup(sendLater)
+	steps := make(chan struct{}, len(stages))
+	t.Cleanup(func() { close(steps) })
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -1138,11 +1143,13 @@ func newStagedServer(t *testing.T, answer, later string) (addr string, sendLater
 				defer c.Close()
 				_, _ = http.ReadRequest(bufio.NewReader(c))
 				_, _ = io.WriteString(c, answer)
-				<-next
-				_, _ = io.WriteString(c, later)
+				for _, stage := range stages {
+					<-steps
+					_, _ = io.WriteString(c, stage)
+				}
 				_, _ = io.Copy(io.Discard, c) // until the client closes it
 			}()
 		}
 	}()
-	return ln.Addr().String(), sendLater
+	return ln.Addr().String(), func() { steps <- struct{}{} }
 }
