@@ -315,9 +315,8 @@ type inlineBody struct {
 	ctx  context.Context
 	keep bool // the server keeps the connection open
 
-	mu    sync.Mutex // Close may come from another goroutine, to end a Read
-	done  bool
-	whole bool // done, and read to its end
+	mu   sync.Mutex // Close may come from another goroutine, to end a Read
+	done bool
 }
 
 func (b *inlineBody) Read(p []byte) (int, error) {
@@ -402,7 +401,7 @@ func (b *inlineBody) finish(whole bool) {
 	if b.done {
 		return
 	}
-	b.done, b.whole = true, whole
+	b.done = true
 	if b.stop() && whole && b.keep {
 		b.t.put(b.pc)
 		return

@@ -314,16 +314,16 @@ func withMethod(method string, err error) error {
 	return err
 }
 
-// drain reads what follows the answer and then releases the request: at
-// once if it is at hand, or else in the background. The caller runs wait, which returns once that is done or
-// after drainWait, so that the connection is back in the pool before its
-// next call; a server that keeps its stream open is drained behind it, for
-// at most drainGrace.
+// drain reads what follows the answer and then releases the request: what
+// has arrived at once, the rest in the background. The caller runs wait,
+// which returns once that is done or after drainWait, so that the
+// connection is back in the pool before its next call; a server that keeps
+// its stream open is drained behind it, for at most drainGrace.
 func (l *httpLink) drain(body io.ReadCloser, release context.CancelFunc) (wait func()) {
 	if ib := inlineOf(body); ib != nil && ib.settle(drainWait) {
-		// What followed the answer was at hand (nothing, for an answer
-		// of known length), and the connection is pooled already: a
-		// goroutine started for it woke another thread on every call
+		// What followed the answer had arrived (nothing, for an answer
+		// of known length), and the body is done with: a goroutine
+		// started for it woke another thread on every call
 		// (docs/design.md, "Tool calls").
 		body.Close()
 		release()
