@@ -1,7 +1,6 @@
 package bridge
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -346,24 +345,6 @@ func pooled(pt *inlineTransport) []*inlineConn {
 // address.
 func newRawServer(t *testing.T, answer string) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				_, _ = http.ReadRequest(bufio.NewReader(c))
-				_, _ = io.WriteString(c, answer)
-				_, _ = io.Copy(io.Discard, c) // until the client closes it
-			}()
-		}
-	}()
-	return ln.Addr().String()
+	addr, _ := newStagedServer(t, answer)
+	return addr
 }
