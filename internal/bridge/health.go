@@ -95,6 +95,12 @@ func (g *generation) probeOrWaitLocked() {
 			h.timer.Stop()
 		}
 		h.timer = h.clock.AfterFunc(h.due.Sub(h.clock.Now()), g.probeDue)
+		if h.dueLocked() {
+			// The clock passed due while the timer was set (a fake
+			// clock stepped between the two), so the timer is late: the
+			// probe runs now, and its end sets the next timer.
+			g.startProbesLocked()
+		}
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/mcpbridge/operator/test/fixture"
@@ -44,6 +45,43 @@ func TestAnIdleConnectionKeepsNoGoroutineForItsHealthChecks(t *testing.T) {
 		g.Eventually(probes, eventually).Should(BeNumerically(">", base), "probe %d", i+1)
 		g.Eventually(bridgeGoroutines, eventually).Should(Equal(idle), "after probe %d", i+1)
 	}
+}
+
+// A periodic probe is not lost when the clock passes its due time while
+// its timer is being set: the timer is then late by that step.
+func TestAProbeDueWhileItsTimerIsSetRunsAtOnce(t *testing.T) {
+	g := NewWithT(t)
+	const interval = time.Second
+	fs := stdioNewFakeServer(t, "alpha")
+	d := &stdioFakeDialer{srv: fs.srv}
+	p := stdioPolicy()
+	p.HealthCheckInterval = interval
+	sc := &stepWhileSetting{FakeClock: clocktesting.NewFakeClock(time.Now()), step: interval}
+	s, _ := startSupervisor(t, p, stdioWithDialer(d), func(o *Options) { o.Clock = sc })
+	t.Cleanup(d.release)
+	waitFor(t, s, "Ready", isReady)
+	probes := fs.listRequests.Load // on 2026-07-28 a probe is a tools/list
+	base := probes()
+	sc.armed.Store(true) // the timer set after the next probe is set late
+	sc.Step(interval)
+	g.Eventually(probes, eventually).Should(BeNumerically(">=", base+2),
+		"the probe due while its timer was set (the clock is at its due time)")
+}
+
+// stepWhileSetting is a fake clock that, once armed, steps itself by step
+// inside the next AfterFunc, between the caller's reading of the time and
+// the timer's start.
+type stepWhileSetting struct {
+	*clocktesting.FakeClock
+	step  time.Duration
+	armed atomic.Bool
+}
+
+func (c *stepWhileSetting) AfterFunc(d time.Duration, f func()) clock.Timer {
+	if c.armed.CompareAndSwap(true, false) {
+		c.FakeClock.Step(c.step)
+	}
+	return c.FakeClock.AfterFunc(d, f)
 }
 
 // bridgeFrame is a function of this package (not of its tests) in a stack
