@@ -86,7 +86,7 @@ func (e *stopError) Error() string { return e.msg }
 // that it became live. A nil error means "back off and try again"; a
 // *stopError means stop for good.
 func (s *Supervisor) attempt(ctx context.Context, o *outage, everConnected bool) (connected bool, err error) {
-	g, err := s.tracedConnect(ctx, everConnected)
+	g, err := s.connectApart(ctx, everConnected)
 	s.wakeAnswered(ctx, err)
 	switch {
 	case ctx.Err() != nil:
@@ -100,6 +100,26 @@ func (s *Supervisor) attempt(ctx context.Context, o *outage, everConnected bool)
 		return false, s.attemptFailed(o, everConnected, err)
 	}
 	return true, s.served(ctx, g, o)
+}
+
+// connectApart connects on a goroutine that ends with the connect, and
+// waits for it. A connect is the deepest work a supervisor does (the
+// handshake, decoding every tool), and run would keep the stack it grew for
+// as long as the server is served: the runtime shrinks a stack by at most
+// half per collection, and an idle fleet is seldom collected. See
+// docs/design.md, "Replicas and ownership" (memory).
+func (s *Supervisor) connectApart(ctx context.Context, everConnected bool) (*generation, error) {
+	type connected struct {
+		g   *generation
+		err error
+	}
+	done := make(chan connected, 1)
+	go func() {
+		g, err := s.tracedConnect(ctx, everConnected)
+		done <- connected{g, err}
+	}()
+	c := <-done
+	return c.g, c.err
 }
 
 // attemptFailed counts a failed attempt, and stops the supervisor when
