@@ -25,14 +25,8 @@ import (
 func TestAnIdleConnectionKeepsNoGoroutineForItsHealthChecks(t *testing.T) {
 	g := NewWithT(t)
 	const interval = time.Second
-	fs := stdioNewFakeServer(t, "alpha")
-	d := &stdioFakeDialer{srv: fs.srv}
-	p := stdioPolicy()
-	p.HealthCheckInterval = interval
 	fc := clocktesting.NewFakeClock(time.Now())
-	s, _ := startSupervisor(t, p, stdioWithDialer(d), func(o *Options) { o.Clock = fc })
-	t.Cleanup(d.release)
-	waitFor(t, s, "Ready", isReady)
+	fs := startHealthChecked(t, interval, fc)
 
 	// The supervisor's loop and the wait for the session's end: the whole
 	// idle set of a connection whose link reports no exit.
@@ -52,20 +46,28 @@ func TestAnIdleConnectionKeepsNoGoroutineForItsHealthChecks(t *testing.T) {
 func TestAProbeDueWhileItsTimerIsSetRunsAtOnce(t *testing.T) {
 	g := NewWithT(t)
 	const interval = time.Second
-	fs := stdioNewFakeServer(t, "alpha")
-	d := &stdioFakeDialer{srv: fs.srv}
-	p := stdioPolicy()
-	p.HealthCheckInterval = interval
 	sc := &stepWhileSetting{FakeClock: clocktesting.NewFakeClock(time.Now()), step: interval}
-	s, _ := startSupervisor(t, p, stdioWithDialer(d), func(o *Options) { o.Clock = sc })
-	t.Cleanup(d.release)
-	waitFor(t, s, "Ready", isReady)
+	fs := startHealthChecked(t, interval, sc)
 	probes := fs.listRequests.Load // on 2026-07-28 a probe is a tools/list
 	base := probes()
 	sc.armed.Store(true) // the timer set after the next probe is set late
 	sc.Step(interval)
 	g.Eventually(probes, eventually).Should(BeNumerically(">=", base+2),
 		"the probe due while its timer was set (the clock is at its due time)")
+}
+
+// startHealthChecked starts a supervisor of a fake stdio server, probed
+// every interval on clk, and waits until it is Ready.
+func startHealthChecked(t *testing.T, interval time.Duration, clk clock.WithDelayedExecution) *stdioFakeServer {
+	t.Helper()
+	fs := stdioNewFakeServer(t, "alpha")
+	d := &stdioFakeDialer{srv: fs.srv}
+	p := stdioPolicy()
+	p.HealthCheckInterval = interval
+	s, _ := startSupervisor(t, p, stdioWithDialer(d), func(o *Options) { o.Clock = clk })
+	t.Cleanup(d.release)
+	waitFor(t, s, "Ready", isReady)
+	return fs
 }
 
 // stepWhileSetting is a fake clock that, once armed, steps itself by step
