@@ -61,7 +61,7 @@ type inlineConn struct {
 	lim      *headerLimit
 	br       *bufio.Reader // nil while pooled
 	idleAt   time.Time
-	deadline bool // readRest set a read deadline
+	deadline bool // settle set a read deadline
 }
 
 // connReaders and connWriters are the buffers of the connections in use.

@@ -320,17 +320,14 @@ func withMethod(method string, err error) error {
 // connection is back in the pool before its next call; a server that keeps
 // its stream open is drained behind it, for at most drainGrace.
 func (l *httpLink) drain(body io.ReadCloser, release context.CancelFunc) (wait func()) {
-	if ib := inlineOf(body); ib != nil && ib.settle(drainWait) {
-		// What followed the answer had arrived (nothing, for an answer
-		// of known length), and the body is done with: a goroutine
-		// started for it woke another thread on every call
-		// (docs/design.md, "Tool calls").
-		body.Close()
-		release()
-		return func() {}
-	}
+	// What followed the answer may have arrived (nothing, for an answer
+	// of known length): the body is then done with, and a goroutine
+	// started for it would wake another thread on every call
+	// (docs/design.md, "Tool calls").
+	ib := inlineOf(body)
+	settled := ib != nil && ib.settle(drainWait)
 	drained := make(chan struct{})
-	if !l.spawn(func() { drainBody(body, release); close(drained) }) {
+	if settled || !l.spawn(func() { drainBody(body, release); close(drained) }) {
 		body.Close()
 		release()
 		return func() {}

@@ -1114,7 +1114,11 @@ func TestAnAnswersEndAtHandIsReadWithoutAGoroutine(t *testing.T) {
 			if !released.Load() {
 				t.Fatal("not released once drained")
 			}
-			if got := len(pooled(pt)); got != map[bool]int{true: 1}[tc.pooled] {
+			want := 0
+			if tc.pooled {
+				want = 1
+			}
+			if got := len(pooled(pt)); got != want {
 				t.Fatalf("%d connections pooled, want pooled %v", got, tc.pooled)
 			}
 		})
