@@ -1,33 +1,122 @@
 package testenv
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 )
 
+// handedOut is the ports FreeAddr gave this process, and the lock files
+// that keep other test processes off them: held here (a file is closed,
+// and its lock released, when it is collected) until the process exits.
 var handedOut = struct {
 	sync.Mutex
 	ports map[int]bool
+	locks []*os.File
 }{ports: map[int]bool{}}
 
-// FreeAddr is a loopback address no one listened on a moment ago, and
-// never one FreeAddr gave this process before: the kernel may give a port
-// just closed to the next listen on port 0, and two flags of one manager
-// then name the same address (one of them fails to bind at start-up).
+// FreeAddr is a loopback address no one listens on, given to one caller of
+// one test process at a time on this machine. A port a test hands to a
+// process it starts is free only while nothing else binds it before that
+// process does, so FreeAddr takes its ports from below the kernel's
+// ephemeral range (no outgoing connection or listen on port 0 is given
+// one), and a lock file per port keeps test processes that run at once (go
+// test runs packages in parallel) from handing out the same one. Without a
+// range to use (no /proc), it falls back to a port the kernel offers,
+// still never one it gave before.
 func FreeAddr() (string, error) {
 	handedOut.Lock()
 	defer handedOut.Unlock()
+	lo, hi, ok := belowEphemeral()
+	if !ok {
+		return kernelAddr()
+	}
+	n := hi - lo
+	start := rand.IntN(n)
+	for i := range n {
+		port := lo + (start+i)%n
+		if handedOut.ports[port] {
+			continue
+		}
+		lock, err := claimPort(port)
+		if err != nil {
+			continue
+		}
+		handedOut.ports[port] = true
+		handedOut.locks = append(handedOut.locks, lock)
+		return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), nil
+	}
+	return "", fmt.Errorf("no free loopback port in %d-%d", lo, hi-1)
+}
+
+// claimPort locks port's file for this process and checks that nothing
+// listens on the port; it fails when another process holds the lock or the
+// port is bound.
+func claimPort(port int) (*os.File, error) {
+	f, err := os.OpenFile(portLockPath(port), os.O_CREATE|os.O_RDONLY, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, err
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	_ = l.Close()
+	return f, nil
+}
+
+// portLockPath is the file whose lock holds port; a directory per user, so
+// that one user's files never stop another's tests.
+func portLockPath(port int) string {
+	dir := filepath.Join(os.TempDir(), "mcpbridge-test-ports-"+strconv.Itoa(os.Getuid()))
+	_ = os.MkdirAll(dir, 0o700)
+	return filepath.Join(dir, strconv.Itoa(port))
+}
+
+// belowEphemeral is the range [lo, hi) FreeAddr picks from: up to 16,384
+// ports just below the kernel's ephemeral range, above the well-known
+// ports.
+func belowEphemeral() (lo, hi int, ok bool) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0, false
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0, 0, false
+	}
+	hi, err = strconv.Atoi(f[0])
+	if err != nil {
+		return 0, 0, false
+	}
+	lo = max(hi-16384, 10000)
+	return lo, hi, hi-lo >= 1024
+}
+
+// kernelAddr is a port the kernel offers for port 0 that FreeAddr has not
+// given before: the kernel may offer a port just closed again.
+func kernelAddr() (string, error) {
 	for {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return "", err
 		}
 		port := l.Addr().(*net.TCPAddr).Port
-		addr := l.Addr().String()
 		_ = l.Close()
 		if !handedOut.ports[port] {
 			handedOut.ports[port] = true
-			return addr, nil
+			return l.Addr().String(), nil
 		}
 	}
 }
