@@ -13,6 +13,7 @@
 // Target are what the Go benchmarks of design targets share: percentiles
 // as metrics, and the target logged beside the figure with met or not.
 // FreeAddr hands out loopback addresses for the flags of the processes they
-// start, each once per process, and LoopbackCertificate a certificate for
-// serving HTTPS on them.
+// start, from below the kernel's ephemeral range and each to one test
+// process at a time, and LoopbackCertificate a certificate for serving
+// HTTPS on them.
 package testenv
