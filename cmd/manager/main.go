@@ -108,6 +108,11 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	if q := newQuietGC(opts.quietGCHeadroom); q != nil {
+		if err := mgr.Add(q); err != nil {
+			return fmt.Errorf("follow the allocation rate: %w", err)
+		}
+	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("add health check: %w", err)
 	}

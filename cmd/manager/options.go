@@ -51,6 +51,7 @@ type options struct {
 	authLimits              authLimitOptions
 	sessionKeys             sessionKeyOptions
 	gatewayTLS              gatewayTLSOptions
+	quietGCHeadroom         time.Duration
 	zap                     zap.Options
 	// tracerProvider comes from the OTEL_* environment, not from a flag.
 	tracerProvider trace.TracerProvider
@@ -127,6 +128,7 @@ func parseOptions(fs *flag.FlagSet, args []string) (*options, error) {
 	o.sessionKeys.bindFlags(fs)
 	// The gateway's TLS (gatewaytls.go).
 	gatewayDNSNames := o.gatewayTLS.bindFlags(fs)
+	addQuietGCFlag(fs, &o.quietGCHeadroom)
 	o.zap.BindFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n\nRuns the mcp-bridge operator: the McpServer controller, "+

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"math"
+	"os"
+	"runtime/debug"
+	"runtime/metrics"
+	"time"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+)
+
+// A replica spends most of its life quiet: its servers connected, agents
+// calling now and then. GOGC=100 still lets its heap grow to twice what is
+// live (with its stacks) before a collection, and the runtime keeps those
+// pages, so at rest a replica holds about as much garbage as live memory.
+// quietGC sizes the collector's headroom to what the manager allocates
+// instead: a GOGC whose headroom holds what it allocated in the last
+// --gc-quiet-headroom, never more than GOGC=100 gives and never less than
+// 10%. A collection then comes about once per that interval while the
+// manager is quiet, and as often as GOGC=100 makes it when it is busy
+// (servers connecting, agents calling). Once a burst is over, the pages it
+// took are returned to the OS at once. See docs/design.md, "Replicas and
+// ownership" (memory).
+type quietGC struct {
+	headroom time.Duration // the interval whose allocation the headroom holds
+	every    time.Duration // how often the allocation is read
+	read     func() heapSample
+	set      func(percent int) (previous int)
+	release  func() // returns the heap's free pages to the OS
+}
+
+// NeedLeaderElection is false: every replica collects its own garbage.
+func (*quietGC) NeedLeaderElection() bool { return false }
+
+// heapSample is what quietGC reads of the runtime.
+type heapSample struct {
+	allocated uint64 // bytes allocated since the process started
+	scannable uint64 // live heap, stacks and globals: what GOGC is a share of
+}
+
+const (
+	quietGCFloor   = 10  // GOGC never below: each collection costs CPU in proportion to the live heap
+	quietGCCeiling = 100 // the runtime's default, kept whenever the manager is busy
+)
+
+func addQuietGCFlag(fs *flag.FlagSet, headroom *time.Duration) {
+	fs.DurationVar(headroom, "gc-quiet-headroom", 10*time.Second,
+		"the Go heap's headroom between collections holds what the manager allocated in this last interval, "+
+			"never more than GOGC=100 gives (GOGC between 10 and 100): a quiet manager holds little garbage; 0 "+
+			"turns this off, as does a GOGC in the environment")
+}
+
+// newQuietGC is nil when headroom is 0 or GOGC is set: then the runtime's
+// own setting stays.
+func newQuietGC(headroom time.Duration) *quietGC {
+	if headroom <= 0 || os.Getenv("GOGC") != "" {
+		return nil
+	}
+	return &quietGC{headroom: headroom, every: time.Second, read: readHeap, set: debug.SetGCPercent, release: debug.FreeOSMemory}
+}
+
+// Start samples the allocation rate until ctx ends, then gives the runtime
+// back the GOGC it had.
+func (q *quietGC) Start(ctx context.Context) error {
+	current := quietGCCeiling
+	previous := q.set(current)
+	defer q.set(previous)
+	ctrl.LoggerFrom(ctx).Info("garbage collection follows the allocation rate while quiet", "headroom", q.headroom)
+
+	ticker := time.NewTicker(q.every)
+	defer ticker.Stop()
+	// allocated holds the reads of the last headroom, oldest first.
+	allocated := []uint64{q.read().allocated}
+	window := max(int(q.headroom/q.every), 1)
+	burst := true // the manager starts busy: connecting every server
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+			s := q.read()
+			if len(allocated) > window {
+				allocated = allocated[1:]
+			}
+			allocated = append(allocated, s.allocated)
+			g := gogcFor(s.allocated-allocated[0], s.scannable)
+			if g == current {
+				continue
+			}
+			q.set(g)
+			// A burst has ended: what it took is given back now, not over
+			// the minutes the runtime's scavenger would take.
+			if burst && g <= quietGCCeiling/2 {
+				q.release()
+				burst = false
+			}
+			burst = burst || g == quietGCCeiling
+			current = g
+		}
+	}
+}
+
+// gogcFor is the GOGC whose headroom holds allocated bytes, between
+// quietGCFloor and quietGCCeiling.
+func gogcFor(allocated, scannable uint64) int {
+	if scannable == 0 {
+		return quietGCCeiling
+	}
+	g := math.Ceil(100 * float64(allocated) / float64(scannable))
+	return int(min(max(g, quietGCFloor), quietGCCeiling))
+}
+
+var heapMetrics = []string{"/gc/heap/allocs:bytes", "/gc/heap/live:bytes", "/gc/scan/stack:bytes", "/gc/scan/globals:bytes"}
+
+func readHeap() heapSample {
+	s := make([]metrics.Sample, len(heapMetrics))
+	for i, name := range heapMetrics {
+		s[i].Name = name
+	}
+	metrics.Read(s)
+	v := func(i int) uint64 {
+		if s[i].Value.Kind() != metrics.KindUint64 {
+			return 0
+		}
+		return s[i].Value.Uint64()
+	}
+	return heapSample{allocated: v(0), scannable: v(1) + v(2) + v(3)}
+}

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"runtime/metrics"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+)
+
+func TestGOGCHoldsWhatWasAllocated(t *testing.T) {
+	const mb = 1 << 20
+	for _, tc := range []struct {
+		name                 string
+		allocated, scannable uint64
+		want                 int
+	}{
+		{"quiet: the floor", mb, 100 * mb, quietGCFloor},
+		{"30 MB over 100 MB", 30 * mb, 100 * mb, 30},
+		{"a share rounds up", 30 * mb, 70 * mb, 43},
+		{"busy: the runtime's default", 300 * mb, 100 * mb, quietGCCeiling},
+		{"nothing read yet", mb, 0, quietGCCeiling},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := gogcFor(tc.allocated, tc.scannable); got != tc.want {
+				t.Fatalf("gogcFor = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+// The runtime's own GOGC falls while the process allocates little, comes
+// back to 100 in a burst, and is given back when the manager stops; the
+// heap's free pages are returned once after each burst.
+func TestQuietGCFollowsTheRuntimesAllocationRate(t *testing.T) {
+	g := NewWithT(t)
+	q := newQuietGC(200 * time.Millisecond)
+	g.Expect(q).NotTo(BeNil(), "GOGC is set in the test's environment")
+	q.every = 20 * time.Millisecond
+	var releases atomic.Int32
+	release := q.release
+	q.release = func() { releases.Add(1); release() }
+	ctx, cancel := context.WithCancel(t.Context())
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		_ = q.Start(ctx)
+	}()
+
+	g.Eventually(runtimeGOGC).Should(BeNumerically("<", quietGCCeiling), "GOGC while quiet")
+	g.Eventually(releases.Load).Should(BeEquivalentTo(1), "pages returned once the start's burst is over")
+
+	burst, burstOver := context.WithCancel(t.Context())
+	defer burstOver()
+	allocating := make(chan struct{})
+	go func() {
+		defer close(allocating)
+		allocateUntil(burst)
+	}()
+	g.Eventually(runtimeGOGC).Should(Equal(quietGCCeiling), "GOGC in a burst")
+	burstOver()
+	<-allocating
+	g.Eventually(runtimeGOGC).Should(BeNumerically("<", quietGCCeiling), "GOGC once the burst is over")
+	g.Eventually(releases.Load).Should(BeEquivalentTo(2), "pages returned once the burst is over")
+
+	cancel()
+	<-stopped
+	g.Expect(runtimeGOGC()).To(Equal(quietGCCeiling), "GOGC once stopped")
+}
+
+// allocateUntil allocates a 1 MiB buffer at a time, each garbage at once,
+// until ctx ends.
+func allocateUntil(ctx context.Context) {
+	for ctx.Err() == nil {
+		sink = make([]byte, 1<<20)
+	}
+}
+
+var sink []byte
+
+func runtimeGOGC() int {
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(s)
+	return int(s[0].Value.Uint64())
+}
