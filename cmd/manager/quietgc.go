@@ -68,7 +68,7 @@ func (q *quietGC) Start(ctx context.Context) error {
 	current := quietGCCeiling
 	previous := q.set(current)
 	defer q.set(previous)
-	ctrl.LoggerFrom(ctx).Info("garbage collection follows the allocation rate while quiet", "headroom", q.headroom)
+	ctrl.LoggerFrom(ctx).Info("GOGC follows the allocation while quiet", "headroom", q.headroom)
 
 	ticker := time.NewTicker(q.every)
 	defer ticker.Stop()
