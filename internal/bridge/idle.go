@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
+	"github.com/mcpbridge/operator/internal/registry"
 )
 
 // Idle servers: a stdio server with spec.idle.suspendAfterMs sleeps after
@@ -96,6 +97,9 @@ func (s *Supervisor) acquire(ctx context.Context, deadline time.Time) (*generati
 		g, w := s.live, s.wake
 		why := ""
 		switch {
+		case s.retired:
+			s.mu.Unlock()
+			return nil, newStageError(StageToolsCall, registry.ErrNotServing)
 		case g != nil:
 			s.inflight++
 		case w == nil:
@@ -112,6 +116,17 @@ func (s *Supervisor) acquire(ctx context.Context, deadline time.Time) (*generati
 			return nil, err
 		}
 	}
+}
+
+// Retire has every call from now on refused before it is made, with
+// registry.ErrNotServing; the calls already in flight go on. A server
+// handed over to another replica is retired, then stopped once it answers
+// no call, so that no call can start between that wait and the stop
+// (docs/design.md, "Replicas and ownership", handoff).
+func (s *Supervisor) Retire() {
+	s.mu.Lock()
+	s.retired = true
+	s.mu.Unlock()
 }
 
 // InFlight is the number of calls the server is answering now.

@@ -116,6 +116,7 @@ type Supervisor struct {
 	// end of the last call (or the connection) on s.clock, and the wakeup
 	// calls wait for while the server sleeps or wakes (nil otherwise).
 	inflight int
+	retired  bool // Retire: every new call refused before it is made
 	lastCall time.Time
 	wake     *wakeup
 	// suspendAfter is spec.idle.suspendAfterMs, changed in place by

@@ -177,10 +177,13 @@ const drainTimeout = 10 * time.Second
 
 // StopWhenIdle is Stop once key's supervisor answers no call, or after
 // at most DrainTimeout: a server handed over to another replica finishes
-// the calls it had begun (new ones go to the new holder).
+// the calls it had begun. It is retired first: a call that reaches it
+// after that is refused before it is made, and its route sends it to the
+// new holder.
 func (s *Supervisors) StopWhenIdle(ctx context.Context, key types.NamespacedName) error {
 	sup := s.Get(key)
 	if sup != nil {
+		sup.Retire()
 		if err := waitIdle(ctx, s.DrainTimeout, sup.InFlight); err != nil {
 			return err
 		}

@@ -186,6 +186,11 @@ func (e *Endpoint) serveCall(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, isError, err := callLocal(ctx, caller, &c)
+	if errors.Is(err, registry.ErrNotServing) { // retired for a handoff: not called
+		tracing.Fail(span, codeNotOwner, "not served by this replica")
+		writeFailure(w, http.StatusConflict, failure{Error: codeNotOwner})
+		return
+	}
 	if err != nil {
 		tracing.Fail(span, tracing.ErrorType(err), "the owner's call failed")
 		writeFailure(w, http.StatusBadGateway, failure{Error: codeCallFailed, Message: err.Error()})

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/mcpbridge/operator/internal/peer"
+	"github.com/mcpbridge/operator/internal/registry"
 )
 
 // A result whose bytes a re-encoding would change (spacing, key order).
@@ -67,6 +69,14 @@ var _ = Describe("Forwarding a call to the owning replica", func() {
 	It("answers ErrNotServedHere when the replica has no local caller for the owner", func(ctx SpecContext) {
 		before := metricValue("mcpbridge_replica_forwards_total", "outcome", "not_owner")
 		_, _, err := a.Client().Call(ctx, b.target(), peer.Call{Namespace: "team", Owner: "team/elsewhere", Tool: "find"})
+		Expect(err).To(MatchError(peer.ErrNotServedHere))
+		Expect(metricValue("mcpbridge_replica_forwards_total", "outcome", "not_owner")).To(Equal(before + 1))
+	})
+
+	It("answers ErrNotServedHere when the local caller was retired for a handoff, so that the sender sends the call on", func(ctx SpecContext) {
+		bLocal.set("team", "team/moving", &jsonCaller{err: fmt.Errorf("tools-call: %w", registry.ErrNotServing)})
+		before := metricValue("mcpbridge_replica_forwards_total", "outcome", "not_owner")
+		_, _, err := a.Client().Call(ctx, b.target(), peer.Call{Namespace: "team", Owner: "team/moving", Tool: "find"})
 		Expect(err).To(MatchError(peer.ErrNotServedHere))
 		Expect(metricValue("mcpbridge_replica_forwards_total", "outcome", "not_owner")).To(Equal(before + 1))
 	})

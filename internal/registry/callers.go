@@ -37,6 +37,11 @@ type ResultBytes interface {
 	Return(n int64)
 }
 
+// ErrNotServing fails a call that its Caller refused before making it: the
+// server is being handed to another replica, and the call belongs where the
+// server is served next. Only such a call may be sent again.
+var ErrNotServing = errors.New("the McpServer is no longer served by this replica; the call was not made")
+
 // ErrResultBudget fails a call whose result would pass its ResultBytes
 // budget. It is the caller's budget, not the server's failure: the
 // connection is left alone.

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -116,7 +117,8 @@ func (rt *route) call(ctx context.Context, rawName string, args json.RawMessage,
 
 // try calls holder's supervisor, here or forwarded; done is false when
 // there is no call to make yet (no holder, a holder not live or not
-// serving it here, a forward the peer refused before calling).
+// serving it here, a supervisor here retired for a handoff, a forward the
+// peer refused before calling).
 func (rt *route) try(ctx context.Context, holder, rawName string, args json.RawMessage, sdk bool,
 	callLocal func(registry.Caller) (json.RawMessage, bool, error)) (res json.RawMessage, isErr, done bool, err error) {
 	m := rt.m
@@ -130,6 +132,9 @@ func (rt *route) try(ctx context.Context, holder, rawName string, args json.RawM
 			return nil, false, false, nil
 		}
 		res, isErr, err = callLocal(c)
+		if errors.Is(err, registry.ErrNotServing) {
+			return nil, false, false, nil // retired for a handoff: the call was not made
+		}
 		return res, isErr, true, err
 	}
 	p, ok := m.peer(holder)
