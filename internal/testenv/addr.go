@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -45,6 +46,9 @@ func FreeAddr() (string, error) {
 			continue
 		}
 		lock, err := claimPort(port)
+		if errors.Is(err, errNoLocks) {
+			return kernelAddr()
+		}
 		if err != nil {
 			continue
 		}
@@ -59,12 +63,15 @@ func FreeAddr() (string, error) {
 // listens on the port; it fails when another process holds the lock or the
 // port is bound.
 func claimPort(port int) (*os.File, error) {
-	f, err := os.OpenFile(portLockPath(port), os.O_CREATE|os.O_RDONLY, 0o600)
+	f, err := os.OpenFile(portLockPath(port), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", errNoLocks, err)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: %w", errNoLocks, err)
+		}
 		return nil, err
 	}
 	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
@@ -76,6 +83,11 @@ func claimPort(port int) (*os.File, error) {
 	return f, nil
 }
 
+// errNoLocks: the lock files cannot be used here (the directory is not
+// ours, or the file system has no flock); FreeAddr then takes the
+// kernel's ports, as where it has no range.
+var errNoLocks = errors.New("the port lock files cannot be used")
+
 // portLockPath is the file whose lock holds port; a directory per user, so
 // that one user's files never stop another's tests.
 func portLockPath(port int) string {
@@ -85,8 +97,9 @@ func portLockPath(port int) string {
 }
 
 // belowEphemeral is the range [lo, hi) FreeAddr picks from: up to 16,384
-// ports just below the kernel's ephemeral range, above the well-known
-// ports.
+// ports just below the kernel's ephemeral range and Kubernetes' NodePorts
+// (on a node, kube-proxy may take loopback traffic to those), above the
+// well-known ports.
 func belowEphemeral() (lo, hi int, ok bool) {
 	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
 	if err != nil {
@@ -100,9 +113,13 @@ func belowEphemeral() (lo, hi int, ok bool) {
 	if err != nil {
 		return 0, 0, false
 	}
+	hi = min(hi, nodePortsFrom)
 	lo = max(hi-16384, 10000)
 	return lo, hi, hi-lo >= 1024
 }
+
+// nodePortsFrom is the first port of Kubernetes' default NodePort range.
+const nodePortsFrom = 30000
 
 // kernelAddr is a port the kernel offers for port 0 that FreeAddr has not
 // given before: the kernel may offer a port just closed again.

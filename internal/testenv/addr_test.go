@@ -3,6 +3,7 @@ package testenv
 import (
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
@@ -15,6 +16,9 @@ func TestFreeAddrHandsOutEachAddressOnceBelowTheEphemeralRange(t *testing.T) {
 	lo, hi, ok := belowEphemeral()
 	if !ok {
 		t.Fatal("no range below the ephemeral ports: /proc/sys/net/ipv4/ip_local_port_range unread")
+	}
+	if hi > nodePortsFrom {
+		t.Fatalf("the range %d-%d reaches Kubernetes' NodePorts", lo, hi-1)
 	}
 	seen := map[string]bool{}
 	for range 500 {
@@ -97,4 +101,23 @@ func listenOn(t *testing.T, port int) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
+}
+
+// Where the lock files cannot be made, FreeAddr still hands out an address,
+// one the kernel offers, rather than failing every port of its range.
+func TestFreeAddrWithoutLockFilesTakesTheKernelsPorts(t *testing.T) {
+	notADir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notADir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TMPDIR", notADir)
+	addr, err := FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("%s cannot be listened on: %v", addr, err)
+	}
+	l.Close()
 }
