@@ -86,7 +86,7 @@ func (q *quietGC) Start(ctx context.Context) error {
 				allocated = allocated[1:]
 			}
 			allocated = append(allocated, s.allocated)
-			g := gogcFor(s.allocated-allocated[0], s.scannable)
+			g := gogcFor(overWindow(allocated, window), s.scannable)
 			if g == current {
 				continue
 			}
@@ -101,6 +101,17 @@ func (q *quietGC) Start(ctx context.Context) error {
 			current = g
 		}
 	}
+}
+
+// overWindow is what reads (cumulative, one a sample, oldest first)
+// allocated over a window of that many samples: while fewer have been
+// taken, what they show, scaled to the whole window.
+func overWindow(reads []uint64, window int) uint64 {
+	n := len(reads) - 1
+	if n <= 0 {
+		return 0
+	}
+	return (reads[n] - reads[0]) / uint64(n) * uint64(window)
 }
 
 // gogcFor is the GOGC whose headroom holds allocated bytes, between

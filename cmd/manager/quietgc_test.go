@@ -31,6 +31,28 @@ func TestGOGCHoldsWhatWasAllocated(t *testing.T) {
 	}
 }
 
+// Until the window is full, the reads taken so far stand for the whole
+// window: a manager's first seconds are not taken for quiet ones.
+func TestOverWindowScalesAWindowNotYetFull(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		reads  []uint64
+		window int
+		want   uint64
+	}{
+		{"one read", []uint64{100}, 10, 0},
+		{"one second of ten", []uint64{100, 150}, 10, 500},
+		{"five of ten", []uint64{0, 10, 20, 30, 40, 50}, 10, 100},
+		{"full", []uint64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 100}, 10, 100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := overWindow(tc.reads, tc.window); got != tc.want {
+				t.Fatalf("overWindow = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
 // The runtime's own GOGC falls while the process allocates little, comes
 // back to 100 in a burst, and is given back when the manager stops; the
 // heap's free pages are returned once after each burst.
