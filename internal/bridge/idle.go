@@ -113,9 +113,23 @@ func (s *Supervisor) acquire(ctx context.Context, deadline time.Time) (*generati
 			return nil, newStageError(StageToolsCall, fmt.Errorf("%w: %s", ErrUnavailable, why))
 		}
 		if err := s.awaitWake(ctx, deadline, w); err != nil {
-			return nil, err
+			return nil, s.refusedIfRetired(ctx, err)
 		}
 	}
+}
+
+// refusedIfRetired is registry.ErrNotServing in place of err when the
+// supervisor was retired while the call waited for a wake: the stop that
+// followed ended the wake, and the call, never made, belongs to the new
+// holder.
+func (s *Supervisor) refusedIfRetired(ctx context.Context, err error) error {
+	s.mu.Lock()
+	retired := s.retired
+	s.mu.Unlock()
+	if retired && ctx.Err() == nil {
+		return newStageError(StageToolsCall, registry.ErrNotServing)
+	}
+	return err
 }
 
 // Retire has every call from now on refused before it is made, with
@@ -123,9 +137,15 @@ func (s *Supervisor) acquire(ctx context.Context, deadline time.Time) (*generati
 // handed over to another replica is retired, then stopped once it answers
 // no call, so that no call can start between that wait and the stop
 // (docs/design.md, "Replicas and ownership", handoff).
-func (s *Supervisor) Retire() {
+func (s *Supervisor) Retire() { s.setRetired(true) }
+
+// Unretire undoes Retire, for a stop that did not happen: the supervisor
+// serves calls again.
+func (s *Supervisor) Unretire() { s.setRetired(false) }
+
+func (s *Supervisor) setRetired(retired bool) {
 	s.mu.Lock()
-	s.retired = true
+	s.retired = retired
 	s.mu.Unlock()
 }
 

@@ -46,4 +46,28 @@ var _ = Describe("Stopping a supervisor for a handoff", func() {
 		Expect(<-inFlight).To(Succeed(), "the call in flight when the stop began")
 		Expect(<-stopped).To(Succeed())
 	})
+
+	It("serves calls again when its context ends before the stop", func(ctx SpecContext) {
+		ns := newNamespace()
+		Expect(k8s.Create(ctx, stdioServer(ns, "fx"))).To(Succeed())
+		readyAt(ns, "fx", 1)
+		key := client.ObjectKey{Namespace: ns, Name: "fx"}
+		sup := sups.Get(key)
+		Expect(sup).NotTo(BeNil())
+
+		inFlight := make(chan error, 1)
+		go func() {
+			_, err := sup.CallTool(context.WithoutCancel(ctx), fixture.ToolSleep, map[string]any{"ms": 1000})
+			inFlight <- err
+		}()
+		Eventually(sup.InFlight, eventuallyTimeout, poll).Should(Equal(1))
+		ended, end := context.WithCancel(ctx)
+		end()
+		Expect(sups.StopWhenIdle(ended, key)).To(MatchError(context.Canceled))
+
+		_, err := sup.CallTool(ctx, fixture.ToolEcho, map[string]any{"text": "x"})
+		Expect(err).NotTo(HaveOccurred(), "the supervisor was not stopped, so it serves")
+		Expect(<-inFlight).To(Succeed())
+		Expect(sups.Get(key)).To(BeIdenticalTo(sup))
+	})
 })

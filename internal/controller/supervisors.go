@@ -185,6 +185,7 @@ func (s *Supervisors) StopWhenIdle(ctx context.Context, key types.NamespacedName
 	if sup != nil {
 		sup.Retire()
 		if err := waitIdle(ctx, s.DrainTimeout, sup.InFlight); err != nil {
+			sup.Unretire() // not stopped: a later reconcile may keep it
 			return err
 		}
 	}
