@@ -19,23 +19,29 @@ import (
 // the stop goes to the new holder instead of failing on the closing
 // connection (docs/design.md, "Replicas and ownership", handoff).
 var _ = Describe("Stopping a supervisor for a handoff", func() {
-	It("answers the call in flight and refuses the next one as not served here", func(ctx SpecContext) {
+	// callingSupervisor is a Ready server's supervisor with a sleep call
+	// of ms in flight, whose outcome comes on the channel.
+	callingSupervisor := func(ctx SpecContext, ms int) (client.ObjectKey, *bridge.Supervisor, <-chan error) {
 		ns := newNamespace()
 		Expect(k8s.Create(ctx, stdioServer(ns, "fx"))).To(Succeed())
 		readyAt(ns, "fx", 1)
 		key := client.ObjectKey{Namespace: ns, Name: "fx"}
 		sup := sups.Get(key)
 		Expect(sup).NotTo(BeNil())
-
 		inFlight := make(chan error, 1)
 		go func() {
-			res, err := sup.CallTool(context.WithoutCancel(ctx), fixture.ToolSleep, map[string]any{"ms": 500})
+			res, err := sup.CallTool(context.WithoutCancel(ctx), fixture.ToolSleep, map[string]any{"ms": ms})
 			if err == nil && res.IsError {
 				err = errors.New(bridge.RenderText(res))
 			}
 			inFlight <- err
 		}()
 		Eventually(sup.InFlight, eventuallyTimeout, poll).Should(Equal(1))
+		return key, sup, inFlight
+	}
+
+	It("answers the call in flight and refuses the next one as not served here", func(ctx SpecContext) {
+		key, sup, inFlight := callingSupervisor(ctx, 500)
 		stopped := make(chan error, 1)
 		go func() { stopped <- sups.StopWhenIdle(context.WithoutCancel(ctx), key) }()
 
@@ -48,19 +54,7 @@ var _ = Describe("Stopping a supervisor for a handoff", func() {
 	})
 
 	It("serves calls again when its context ends before the stop", func(ctx SpecContext) {
-		ns := newNamespace()
-		Expect(k8s.Create(ctx, stdioServer(ns, "fx"))).To(Succeed())
-		readyAt(ns, "fx", 1)
-		key := client.ObjectKey{Namespace: ns, Name: "fx"}
-		sup := sups.Get(key)
-		Expect(sup).NotTo(BeNil())
-
-		inFlight := make(chan error, 1)
-		go func() {
-			_, err := sup.CallTool(context.WithoutCancel(ctx), fixture.ToolSleep, map[string]any{"ms": 1000})
-			inFlight <- err
-		}()
-		Eventually(sup.InFlight, eventuallyTimeout, poll).Should(Equal(1))
+		key, sup, inFlight := callingSupervisor(ctx, 1000)
 		ended, end := context.WithCancel(ctx)
 		end()
 		Expect(sups.StopWhenIdle(ended, key)).To(MatchError(context.Canceled))
