@@ -181,14 +181,12 @@ func (e *Endpoint) serveCall(w http.ResponseWriter, r *http.Request) {
 	defer span.End()
 	caller, ok := e.local(c.Namespace, c.Owner)
 	if !ok {
-		tracing.Fail(span, codeNotOwner, "not served by this replica")
-		writeFailure(w, http.StatusConflict, failure{Error: codeNotOwner})
+		notServed(w, span)
 		return
 	}
 	res, isError, err := callLocal(ctx, caller, &c)
 	if errors.Is(err, registry.ErrNotServing) { // retired for a handoff: not called
-		tracing.Fail(span, codeNotOwner, "not served by this replica")
-		writeFailure(w, http.StatusConflict, failure{Error: codeNotOwner})
+		notServed(w, span)
 		return
 	}
 	if err != nil {
@@ -204,6 +202,13 @@ func (e *Endpoint) serveCall(w http.ResponseWriter, r *http.Request) {
 		tracing.SetAttributes(span, tracing.Outcome.String(outcome))
 	}
 	writeBody(w, http.StatusOK, encodeAnswer(res, isError))
+}
+
+// notServed answers not_owner: the call was not made here, and the
+// sending replica sends it to the owner it computes next.
+func notServed(w http.ResponseWriter, span trace.Span) {
+	tracing.Fail(span, codeNotOwner, "not served by this replica")
+	writeFailure(w, http.StatusConflict, failure{Error: codeNotOwner})
 }
 
 // serveEnded hands the sessions another replica ended to this replica's
