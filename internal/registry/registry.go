@@ -112,9 +112,9 @@ func New() *Registry {
 // readers that compare it see only what changed.
 //
 // Published tools are deep copies (by JSON round trip) of the given tools, so
-// the caller may reuse them; a schema given as a json.RawMessage or a struct
-// is published as the generic JSON value (map[string]any, float64 numbers),
-// as the SDK client would have decoded it.
+// the caller may reuse them; their schemas and _meta members are published
+// as json.RawMessage in canonical form (canonicalJSON: compact, the members
+// of every object in name order, numbers as the server wrote them).
 //
 // changed reports whether the published tools of ns changed; only then are
 // subscribers signalled. A set equal to the current one (same public names,
@@ -202,31 +202,19 @@ func regPrepare(owner, serverName string, tools []*mcp.Tool) ([]Tool, [][sha256.
 		}
 		seen[t.Name] = struct{}{}
 
-		raw, err := json.Marshal(t)
+		up, canonical, err := regCopy(t)
 		if err != nil {
-			return nil, nil, 0, fmt.Errorf("tool %q cannot be encoded as JSON: %w", t.Name, err)
-		}
-		up := new(mcp.Tool)
-		if err := json.Unmarshal(raw, up); err != nil {
-			return nil, nil, 0, fmt.Errorf("tool %q cannot be decoded from JSON: %w", t.Name, err)
-		}
-		paramHeaders := BindsParamHeaders(up)
-		if err := CompactSchemas(up); err != nil {
-			return nil, nil, 0, fmt.Errorf("tool %q cannot be encoded as JSON: %w", t.Name, err)
-		}
-		canonical, err := json.Marshal(up)
-		if err != nil {
-			return nil, nil, 0, fmt.Errorf("tool %q cannot be encoded as JSON: %w", t.Name, err)
+			return nil, nil, 0, err
 		}
 		size += int64(len(canonical))
 		items = append(items, item{
 			tool: Tool{
 				Name:         PublicName(serverName, t.Name),
-				RawName:      t.Name,
+				RawName:      up.Name,
 				ServerName:   serverName,
 				Owner:        owner,
 				Upstream:     up,
-				ParamHeaders: paramHeaders,
+				ParamHeaders: BindsParamHeaders(up),
 			},
 			digest: sha256.Sum256(canonical),
 		})
@@ -244,6 +232,30 @@ func regPrepare(owner, serverName string, tools []*mcp.Tool) ([]Tool, [][sha256.
 		digests[i] = it.digest
 	}
 	return out, digests, size, nil
+}
+
+// regCopy is the registry's own copy of t, decoded from the canonical form
+// of its JSON (canonicalJSON), and that JSON: the schemas and each _meta
+// member stay JSON, as ToolJSON decodes them, so that the copy costs about
+// its JSON and reading it decodes nothing.
+func regCopy(t *mcp.Tool) (*mcp.Tool, []byte, error) {
+	raw, err := json.Marshal(t)
+	if err != nil {
+		return nil, nil, fmt.Errorf("tool %q cannot be encoded as JSON: %w", t.Name, err)
+	}
+	canonical, err := canonicalJSON(raw)
+	if err != nil {
+		return nil, nil, fmt.Errorf("tool %q cannot be encoded as canonical JSON: %w", t.Name, err)
+	}
+	var tj ToolJSON
+	if err := json.Unmarshal(canonical, &tj); err != nil {
+		return nil, nil, fmt.Errorf("tool %q cannot be decoded from JSON: %w", t.Name, err)
+	}
+	up, err := tj.Decoded()
+	if err != nil {
+		return nil, nil, err
+	}
+	return up, canonical, nil
 }
 
 // regKeepUnchanged hands the entries of next that equal cur's (same public
@@ -392,10 +404,18 @@ func CompactSchemas(t *mcp.Tool) error {
 // own ListTools listed.
 func BindsParamHeaders(t *mcp.Tool) bool {
 	if raw, ok := t.InputSchema.(json.RawMessage); ok {
-		return hasMember(raw, "x-mcp-header")
+		// Most schemas name no such member: the bytes tell without the
+		// decoder's tokens, unless an escape could spell the name.
+		if !bytes.Contains(raw, []byte(paramHeaderKey)) && bytes.IndexByte(raw, '\\') < 0 {
+			return false
+		}
+		return hasMember(raw, paramHeaderKey)
 	}
-	return hasKey(t.InputSchema, "x-mcp-header")
+	return hasKey(t.InputSchema, paramHeaderKey)
 }
+
+// paramHeaderKey is the schema member that binds a parameter to a header.
+const paramHeaderKey = "x-mcp-header"
 
 // hasMember: key is a member name anywhere in the JSON raw, read token by
 // token (decoded into maps, a schema takes many times its JSON).

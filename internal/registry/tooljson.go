@@ -80,7 +80,7 @@ func compactJSON(s json.RawMessage) any {
 	if len(s) == 0 || string(s) == "null" {
 		return nil
 	}
-	if bytes.IndexAny(s, " \t\r\n") < 0 {
+	if isCompact(s) {
 		return s
 	}
 	var b bytes.Buffer
@@ -88,6 +88,23 @@ func compactJSON(s json.RawMessage) any {
 		return s // not valid JSON: encoding it fails the fetch
 	}
 	return json.RawMessage(bytes.Clone(b.Bytes()))
+}
+
+// isCompact: s has no whitespace outside its strings (a description's
+// spaces do not make a schema worth compacting again).
+func isCompact(s []byte) bool {
+	inString := false
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case inString && c == '\\':
+			i++
+		case c == '"':
+			inString = !inString
+		case !inString && (c == ' ' || c == '\t' || c == '\r' || c == '\n'):
+			return false
+		}
+	}
+	return true
 }
 
 // DecodedTools is Decoded of each of tools.
