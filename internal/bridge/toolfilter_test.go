@@ -88,6 +88,36 @@ func TestToolFilterChangesInPlaceWithoutReconnecting(t *testing.T) {
 	g.Expect(rawNames(reg.Tools("ns"))).To(Equal(want))
 }
 
+// A fetch that is published whole is kept as the registry's copies, not
+// a second set of the generation's own; a filter then narrows and widens
+// from those without a fetch.
+func TestAWhollyPublishedFetchIsKeptAsTheRegistrysCopies(t *testing.T) {
+	s, reg := startSupervisor(t, stdioPolicy("--tools=3"))
+	sn := waitFor(t, s, "Ready", isReady)
+	g := NewWithT(t)
+	published := map[*mcp.Tool]bool{}
+	for _, tool := range reg.Owned("ns", "ns/srv") {
+		published[tool.Upstream] = true
+	}
+	s.syncMu.Lock()
+	s.mu.Lock()
+	kept := s.live.fetched
+	s.mu.Unlock()
+	s.syncMu.Unlock()
+	g.Expect(kept).To(HaveLen(len(sn.Tools)))
+	for _, tool := range kept {
+		g.Expect(published[tool]).To(BeTrue(), "the kept tool %q is the registry's (the same pointer)", tool.Name)
+	}
+
+	all := rawNames(sn.Tools)
+	g.Expect(s.SetToolFilter(policy.ToolFilter{Include: []string{"tool_*"}})).To(BeTrue())
+	g.Eventually(func() []string { return rawNames(reg.Tools("ns")) }, eventually, 5*time.Millisecond).
+		Should(Equal([]string{"tool_0000", "tool_0001", "tool_0002"}))
+	g.Expect(s.SetToolFilter(policy.ToolFilter{})).To(BeTrue())
+	g.Eventually(func() []string { return rawNames(reg.Tools("ns")) }, eventually, 5*time.Millisecond).Should(Equal(all))
+	g.Expect(s.Snapshot().Generation).To(Equal(sn.Generation), "the same connection")
+}
+
 func TestToolFilterIsNotAppliedInPlaceWithoutALiveConnection(t *testing.T) {
 	p := stdioPolicy()
 	p.Stdio.Command = "/nonexistent/mcp-server"

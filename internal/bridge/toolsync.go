@@ -49,8 +49,23 @@ func (s *Supervisor) syncTools(ctx context.Context, g *generation) (stage string
 		return StageToolsList(page), err
 	}
 	g.fetched = tools // kept for a retried swap, its schemas as JSON (fetchPages)
-	s.publish(g, tools)
+	if s.publish(g, tools) {
+		// All of it is published: the registry's copies are the fetch, and
+		// the generation keeps those rather than a second set of its own
+		// (docs/design.md, "Replicas and ownership": memory).
+		g.fetched = s.ownedUpstream()
+	}
 	return "", nil
+}
+
+// ownedUpstream is the server's tools as this registry publishes them.
+func (s *Supervisor) ownedUpstream() []*mcp.Tool {
+	owned := s.registry.Owned(s.ns, s.owner)
+	upstream := make([]*mcp.Tool, len(owned))
+	for i, t := range owned {
+		upstream[i] = t.Upstream
+	}
+	return upstream
 }
 
 // fetchTools lists every page of g's server. Over Streamable HTTP it posts
@@ -211,10 +226,11 @@ func objectSchema(schema any) bool {
 }
 
 // publish swaps the tools of a complete fetch that pass the filter in; the
-// generation must still be current.
-func (s *Supervisor) publish(g *generation, fetched []*mcp.Tool) {
+// generation must still be current. It reports whether every tool of
+// fetched is published now (no filter, the swap done).
+func (s *Supervisor) publish(g *generation, fetched []*mcp.Tool) (all bool) {
 	if g.ctx.Err() != nil {
-		return
+		return false
 	}
 	// One read of the filter: the refusal below names the filter its set
 	// was counted under, while SetToolFilter may store another meanwhile.
@@ -261,13 +277,14 @@ func (s *Supervisor) publish(g *generation, fetched []*mcp.Tool) {
 		kick(s.conflicted)
 		s.log.Info("tool set not published: keeping the previous set", "error", err.Error())
 		s.emit(true, reason, "Kept the previous tool set: "+err.Error())
-		return
+		return false
 	}
 	g.refused = refusal{}
 	if changed && len(before) > 0 {
 		added, removed := diffTools(before, owned)
 		s.emit(false, v1alpha1.ReasonToolsChanged, fmt.Sprintf("Tools changed: %d added, %d removed, %d published", added, removed, len(owned)))
 	}
+	return filter.Empty()
 }
 
 // filtered is the part of a fetch that the filter f (spec.tools) publishes.
@@ -357,13 +374,9 @@ func (s *Supervisor) stillRefused(g *generation) bool {
 // list_changed. A subset of its own set is never refused. The caller
 // holds syncMu. See docs/design.md, "Tool sync".
 func (s *Supervisor) narrow(g *generation) {
-	owned := s.registry.Owned(s.ns, s.owner)
-	if len(owned) == 0 {
+	upstream := s.ownedUpstream()
+	if len(upstream) == 0 {
 		return
-	}
-	upstream := make([]*mcp.Tool, len(owned))
-	for i, t := range owned {
-		upstream[i] = t.Upstream
 	}
 	refused := g.refused
 	s.publish(g, upstream)
