@@ -152,7 +152,7 @@
 //   - protocol.go: the client's identity.
 //   - spans.go: the connect, sync and call spans (tracedConnect).
 //   - snapshot.go, events.go, observer.go, errors.go: what the supervisor
-//     reports.
+//     reports; serverlog.go: its log lines, each naming the server.
 //
 // # Considerations
 //

@@ -59,7 +59,7 @@ func allowedEnv(name string) bool {
 // stdioDialer starts the server as a child in its own process group.
 type stdioDialer struct {
 	spec  *policy.Stdio
-	log   logr.Logger
+	log   serverLog
 	grace time.Duration // between stdin close, SIGTERM and SIGKILL
 	sniff func([]byte)  // optional: sees every line the server writes
 }
@@ -84,7 +84,7 @@ func (d *stdioDialer) dial(_ context.Context, _ func(error)) (link, error) {
 		exited: make(chan struct{}), stderrDone: make(chan struct{})}
 	go func() {
 		defer close(l.stderrDone)
-		logStderr(pipes.Stderr, d.log.WithValues("pid", cmd.Process.Pid))
+		logStderr(pipes.Stderr, d.log.logger().WithValues("pid", cmd.Process.Pid))
 	}()
 	l.group = proc.NewGroup(cmd.Process.Pid, pipes.Stdin, d.grace)
 	l.group.Watch(func() { l.waitErr = cmd.Wait() }, nil)

@@ -86,7 +86,7 @@ type Supervisor struct {
 	ns       string
 	owner    string
 	registry *registry.Registry
-	log      logr.Logger
+	log      serverLog
 	clock    clock.WithDelayedExecution
 	barrier  time.Duration
 	resync   time.Duration // least time between two re-syncs
@@ -144,7 +144,7 @@ func New(o Options) *Supervisor {
 		ns:       o.Namespace,
 		owner:    o.Namespace + "/" + o.Name,
 		registry: o.Registry,
-		log:      o.Log.WithValues("mcpserver", o.Namespace+"/"+o.Name, "serverName", o.Policy.ServerName),
+		log:      serverLog{base: o.Log, mcpserver: o.Namespace + "/" + o.Name, serverName: o.Policy.ServerName},
 		clock:    o.Clock,
 		barrier:  o.CloseBarrier,
 		resync:   cmp.Or(o.ResyncInterval, DefaultResyncInterval),
