@@ -285,9 +285,9 @@ func TestFaultHugeSchemasPublishedWhole(t *testing.T) {
 	if !ok {
 		t.Fatal("tool_0019 missing")
 	}
-	raw, ok := tool.Upstream.InputSchema.(json.RawMessage)
+	raw, ok := tool.Upstream().InputSchema.(json.RawMessage)
 	if !ok {
-		t.Fatalf("schema %T", tool.Upstream.InputSchema)
+		t.Fatalf("schema %T", tool.Upstream().InputSchema)
 	}
 	var schema map[string]any
 	if err := json.Unmarshal(raw, &schema); err != nil {

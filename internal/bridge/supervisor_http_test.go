@@ -184,7 +184,7 @@ func httpToolsJSON(t *testing.T, tools []registry.Tool) string {
 	t.Helper()
 	ups := make([]*mcp.Tool, len(tools))
 	for i, tl := range tools {
-		ups[i] = tl.Upstream
+		ups[i] = tl.Upstream()
 	}
 	b, err := json.Marshal(ups)
 	if err != nil {

@@ -562,7 +562,7 @@ func TestStdioReconnectWithUnchangedToolsLeavesRegistryUntouched(t *testing.T) {
 		t.Fatalf("%d tools before, %d after", len(before), len(after))
 	}
 	for i := range after {
-		if after[i].Name != before[i].Name || after[i].Upstream != before[i].Upstream {
+		if after[i].Name != before[i].Name || after[i].Upstream() != before[i].Upstream() {
 			t.Errorf("entry %d replaced: %s", i, after[i].Name)
 		}
 	}

@@ -97,7 +97,7 @@ func TestAWhollyPublishedFetchIsKeptAsTheRegistrysCopies(t *testing.T) {
 	g := NewWithT(t)
 	published := map[*mcp.Tool]bool{}
 	for _, tool := range reg.Owned("ns", "ns/srv") {
-		published[tool.Upstream] = true
+		published[tool.Upstream()] = true
 	}
 	s.syncMu.Lock()
 	s.mu.Lock()

@@ -63,7 +63,7 @@ func (s *Supervisor) ownedUpstream() []*mcp.Tool {
 	owned := s.registry.Owned(s.ns, s.owner)
 	upstream := make([]*mcp.Tool, len(owned))
 	for i, t := range owned {
-		upstream[i] = t.Upstream
+		upstream[i] = t.Upstream()
 	}
 	return upstream
 }

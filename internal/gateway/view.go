@@ -180,15 +180,20 @@ func (v *view) refreshLocked(ctx context.Context) error {
 		if allowed != nil && !allowed[serverOf(t)] {
 			continue
 		}
+		up := t.Upstream()
+		if up == nil {
+			v.e.log.Error(errNoUpstream, "tool not served", "tool", t.Name)
+			continue
+		}
 		want[t.Name] = true
-		if v.published[t.Name] == t.Upstream {
+		if v.published[t.Name] == up {
 			continue // unchanged entry: the registry keeps it on a swap that leaves it equal
 		}
-		if err := v.add(t); err != nil {
+		if err := v.add(t.Name, up); err != nil {
 			v.e.log.Error(err, "tool not served", "tool", t.Name)
 			continue
 		}
-		v.published[t.Name] = t.Upstream
+		v.published[t.Name] = up
 		v.plain[t.Name] = !t.ParamHeaders // found once, at publish
 	}
 	var gone []string
@@ -249,17 +254,21 @@ func serverOf(t registry.Tool) string {
 	return name
 }
 
-// add serves one tool under its public name; the SDK panics on a schema it
+// errNoUpstream: the registry could not decode a tool's set again, which
+// its publisher rules out (registry.Registry.SwapEncoded).
+var errNoUpstream = errors.New("the registry holds no definition of the tool")
+
+// add serves up under its public name; the SDK panics on a schema it
 // cannot serve, which must not take the manager down.
-func (v *view) add(t registry.Tool) (err error) {
+func (v *view) add(public string, up *mcp.Tool) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("the SDK refused the tool: %v", r)
 		}
 	}()
-	served := *t.Upstream
-	served.Name = t.Name
-	v.server.AddTool(&served, v.call(t.Name))
+	served := *up
+	served.Name = public
+	v.server.AddTool(&served, v.call(public))
 	return nil
 }
 

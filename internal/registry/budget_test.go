@@ -122,10 +122,10 @@ func TestSwapKeepsTheEntriesOfUnchangedTools(t *testing.T) {
 		t.Fatalf("swap: changed=%v, %v", ok, err)
 	}
 	after := reg.Owned("ns", "ns/s")
-	if after[0].Upstream != before[0].Upstream {
+	if after[0].Upstream() != before[0].Upstream() {
 		t.Error("the unchanged tool got a new entry")
 	}
-	if after[1].Upstream == before[1].Upstream || after[1].Upstream.Description != "changed" {
+	if after[1].Upstream() == before[1].Upstream() || after[1].Upstream().Description != "changed" {
 		t.Error("the changed tool kept its old entry")
 	}
 	if after[0].ParamHeaders || !after[1].ParamHeaders {

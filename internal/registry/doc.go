@@ -7,7 +7,10 @@
 // # Usage
 //
 // A publisher swaps an owner's whole tool set into a namespace with Swap,
-// naming the Caller that reaches the server; Remove takes it out. Readers
+// naming the Caller that reaches the server; Remove takes it out. A
+// publisher that holds the set encoded swaps it with SwapEncoded: the
+// registry then keeps the names and the means to decode the set, and
+// decodes it on the first read of a tool's Upstream. Readers
 // (the gateway) list a namespace with Tools, find a tool and its Caller
 // with Lookup, and follow changes through a Subscription, which coalesces
 // them and never blocks the registry.
@@ -23,6 +26,8 @@
 //   - registry.go: Registry, Tool, Swap and the readers, the namespace's
 //     budget of tool bytes (ToolBudgetError), conflicts (ConflictError)
 //     and subscriptions.
+//   - encoded.go: a set published by SwapEncoded, decoded on first use.
+//   - canonical.go: the canonical JSON a tool is copied and compared by.
 //   - naming.go: PublicName, the pure function from a server's name and a
 //     tool's raw name to the name agents see.
 //   - callers.go: Caller, JSONCaller, and what a caller finds in its

@@ -18,15 +18,28 @@ import (
 // mutate a Tool's Upstream (copy the mcp.Tool struct before changing a field,
 // e.g. to set Name to the public name).
 type Tool struct {
-	Name       string    // public name
-	RawName    string    // the name the server listed; the only name sent upstream
-	ServerName string    // effective serverName of the owner
-	Owner      string    // the resource that published it, e.g. "ns/name"
-	Upstream   *mcp.Tool // as the server listed it (Upstream.Name == RawName); never mutated after publish
+	Name       string // public name
+	RawName    string // the name the server listed; the only name sent upstream
+	ServerName string // effective serverName of the owner
+	Owner      string // the resource that published it, e.g. "ns/name"
 	// ParamHeaders: the input schema binds a parameter to an HTTP header
 	// (x-mcp-header), found once at publish so that no reader has to
 	// marshal the schema again to tell.
 	ParamHeaders bool
+
+	upstream *mcp.Tool   // published by Swap
+	encoded  *encodedSet // or published by SwapEncoded: decoded on first use
+}
+
+// Upstream is the tool as the server listed it (its Name is RawName),
+// never mutated after publish; nil for a Tool the registry did not hand
+// out. A tool published by SwapEncoded is decoded on the first call for
+// any tool of its set.
+func (t Tool) Upstream() *mcp.Tool {
+	if t.encoded != nil {
+		return t.encoded.tool(t.RawName)
+	}
+	return t.upstream
 }
 
 // ConflictError reports that a public name in the new set is held by another
@@ -125,10 +138,30 @@ func New() *Registry {
 // An empty set is allowed (a server with zero tools): it leaves an owner entry
 // without tools, which publishes nothing, like Remove.
 func (r *Registry) Swap(ns, owner, serverName string, tools []*mcp.Tool, caller Caller) (changed bool, err error) {
+	return r.swap(ns, owner, serverName, tools, nil, caller)
+}
+
+// SwapEncoded is Swap for a set that the publisher holds encoded and can
+// decode again: the registry keeps decode in place of its copies of the
+// tools, and calls it once, on the first Upstream of a tool of the set.
+// decode must give the tools that tools are (the same encoding decoded
+// again). A registry that lists every tool of a cluster then holds, for the
+// namespaces no reader lists, the names it looks tools up by and the
+// encoding; see docs/design.md, "Replicas and ownership": memory.
+func (r *Registry) SwapEncoded(ns, owner, serverName string, tools []*mcp.Tool, decode func() ([]*mcp.Tool, error), caller Caller) (changed bool, err error) {
+	return r.swap(ns, owner, serverName, tools, &encodedSet{decode: decode}, caller)
+}
+
+func (r *Registry) swap(ns, owner, serverName string, tools []*mcp.Tool, enc *encodedSet, caller Caller) (changed bool, err error) {
 	// Encoding and naming are done before taking the lock.
 	next, digests, size, err := regPrepare(owner, serverName, tools)
 	if err != nil {
 		return false, err
+	}
+	if enc != nil {
+		for i := range next {
+			next[i].upstream, next[i].encoded = nil, enc
+		}
 	}
 
 	r.mu.Lock()
@@ -213,7 +246,7 @@ func regPrepare(owner, serverName string, tools []*mcp.Tool) ([]Tool, [][sha256.
 				RawName:      up.Name,
 				ServerName:   serverName,
 				Owner:        owner,
-				Upstream:     up,
+				upstream:     up,
 				ParamHeaders: BindsParamHeaders(up),
 			},
 			digest: sha256.Sum256(canonical),
@@ -270,7 +303,7 @@ func regKeepUnchanged(cur *regOwner, next []Tool, digests [][sha256.Size]byte) {
 		}
 		if i < len(cur.tools) && cur.tools[i].Name == next[j].Name && cur.digests[i] == digests[j] &&
 			cur.tools[i].RawName == next[j].RawName {
-			next[j].Upstream = cur.tools[i].Upstream
+			next[j].upstream, next[j].encoded = cur.tools[i].upstream, cur.tools[i].encoded
 		}
 	}
 }

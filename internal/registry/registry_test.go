@@ -42,6 +42,20 @@ func registryTestTools(names ...string) []*mcp.Tool {
 	return out
 }
 
+// registryTestJSON is ts as JSON, each tool with its Upstream.
+func registryTestJSON(ts []Tool) string {
+	type entry struct {
+		Tool
+		Upstream *mcp.Tool
+	}
+	out := make([]entry, len(ts))
+	for i, t := range ts {
+		out[i] = entry{Tool: t, Upstream: t.Upstream()}
+	}
+	b, _ := json.Marshal(out)
+	return string(b)
+}
+
 // registryTestNames returns the public names of ts, in order.
 func registryTestNames(ts []Tool) []string {
 	out := make([]string, len(ts))
@@ -92,10 +106,10 @@ func TestRegistrySwapReplacesTheWholeSet(t *testing.T) {
 		}
 	}
 	tool, c, ok := r.Lookup("agents", "mcp__gh__d")
-	if !ok || c != c2 || tool.RawName != "d" || tool.ServerName != "gh" || tool.Owner != "agents/gh" || tool.Upstream.Name != "d" {
+	if !ok || c != c2 || tool.RawName != "d" || tool.ServerName != "gh" || tool.Owner != "agents/gh" || tool.Upstream().Name != "d" {
 		t.Errorf("Lookup(mcp__gh__d) = %+v, %v, %v", tool, c, ok)
 	}
-	if tool, c, _ := r.Lookup("agents", "mcp__gh__c"); c != c2 || tool.Upstream.Description != "does c" {
+	if tool, c, _ := r.Lookup("agents", "mcp__gh__c"); c != c2 || tool.Upstream().Description != "does c" {
 		t.Errorf("Lookup(mcp__gh__c) = %+v, %v: want the new caller", tool, c)
 	}
 }
@@ -178,7 +192,7 @@ func TestRegistryUnchangedSwapSignalsNothing(t *testing.T) {
 		t.Errorf("entries changed:\nbefore %+v\nafter  %+v", before, after)
 	}
 	for i := range after {
-		if after[i].Upstream != before[i].Upstream {
+		if after[i].Upstream() != before[i].Upstream() {
 			t.Errorf("entry %s was replaced by an equal one; want the identical entry", after[i].Name)
 		}
 	}
@@ -525,7 +539,7 @@ func TestRegistrySnapshotsAreImmutable(t *testing.T) {
 	registryTestMustSwap(t, r, "ns", "ns/s", "s", in, nil)
 	snap := r.Tools("ns")
 	owned := r.Owned("ns", "ns/s")
-	want, _ := json.Marshal(snap)
+	want := registryTestJSON(snap)
 
 	in[0].Description = "mutated"
 	in[0].InputSchema.(map[string]any)["type"] = "mutated"
@@ -537,10 +551,10 @@ func TestRegistrySnapshotsAreImmutable(t *testing.T) {
 	registryTestMustSwap(t, r, "ns", "ns/t", "t", registryTestTools("a"), nil)
 	_ = r.Tools("ns")
 
-	if got, _ := json.Marshal(snap); string(got) != string(want) {
+	if got := registryTestJSON(snap); got != want {
 		t.Errorf("snapshot changed after later Swaps:\nbefore %s\nafter  %s", want, got)
 	}
-	if got, _ := json.Marshal(owned); string(got) != string(want) {
+	if got := registryTestJSON(owned); got != want {
 		t.Errorf("Owned snapshot changed after later Swaps:\nbefore %s\nafter  %s", want, got)
 	}
 	// Appending to a snapshot must not write into the registry's storage.
@@ -576,14 +590,14 @@ func TestRegistryPublishedToolMatchesUpstream(t *testing.T) {
 	if !ok {
 		t.Fatal("tool not found by its public name")
 	}
-	if tool.Upstream == in {
+	if tool.Upstream() == in {
 		t.Error("Upstream is the caller's value, not a copy")
 	}
-	if tool.Upstream.Name != "get.issue" || tool.RawName != "get.issue" {
-		t.Errorf("Upstream.Name = %q, RawName = %q; want the raw name", tool.Upstream.Name, tool.RawName)
+	if tool.Upstream().Name != "get.issue" || tool.RawName != "get.issue" {
+		t.Errorf("Upstream.Name = %q, RawName = %q; want the raw name", tool.Upstream().Name, tool.RawName)
 	}
 	var got, want any
-	gotJSON, _ := json.Marshal(tool.Upstream)
+	gotJSON, _ := json.Marshal(tool.Upstream())
 	_ = json.Unmarshal(gotJSON, &got)
 	_ = json.Unmarshal(wantJSON, &want)
 	if !reflect.DeepEqual(got, want) {
@@ -781,7 +795,7 @@ func TestRegistryConcurrentStress(t *testing.T) {
 					}
 				}
 				for _, tool := range ts {
-					if tool.Name != PublicName(tool.ServerName, tool.RawName) || tool.Upstream.Name != tool.RawName {
+					if tool.Name != PublicName(tool.ServerName, tool.RawName) || tool.Upstream().Name != tool.RawName {
 						errs <- fmt.Errorf("inconsistent entry %+v", tool)
 						return
 					}

@@ -100,7 +100,7 @@ func TestPublishedToolsHoldMetaAsJSON(t *testing.T) {
 	if _, err := reg.Swap("ns", "ns/s", "s", []*mcp.Tool{tool}, nil); err != nil {
 		t.Fatal(err)
 	}
-	got := reg.Owned("ns", "ns/s")[0].Upstream.Meta["ui"]
+	got := reg.Owned("ns", "ns/s")[0].Upstream().Meta["ui"]
 	if raw, ok := got.(json.RawMessage); !ok || string(raw) != `{"a":[true],"b":1}` {
 		t.Fatalf("_meta.ui held as %T %v, want its JSON", got, got)
 	}

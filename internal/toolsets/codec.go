@@ -56,7 +56,7 @@ var (
 func Encode(tools []registry.Tool) (Encoded, error) {
 	ups := make([]*mcp.Tool, len(tools))
 	for i := range tools {
-		ups[i] = tools[i].Upstream
+		ups[i] = tools[i].Upstream()
 	}
 	raw, err := json.Marshal(ups)
 	if err != nil {

@@ -52,7 +52,7 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 				t.Fatalf("decoded %d tools, want %d", len(out), len(in))
 			}
 			for i := range out {
-				if out[i].Name != in[i].RawName || out[i].Description != in[i].Upstream.Description {
+				if out[i].Name != in[i].RawName || out[i].Description != in[i].Upstream().Description {
 					t.Errorf("tool %d: got %q %q, want %q", i, out[i].Name, out[i].Description, in[i].RawName)
 				}
 			}

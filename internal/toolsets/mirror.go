@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -100,7 +101,11 @@ func (m *Mirror) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, 
 		if cur != nil {
 			rt = cur.route
 		}
-		if _, err := m.Served.Swap(req.Namespace, owner, ts.Spec.ServerName, tools, rt); err != nil {
+		// The registry keeps the gzip, not the decoded tools, until a reader
+		// of the namespace wants them: every replica holds every set.
+		gz := ts.Spec.Tools
+		decode := func() ([]*mcp.Tool, error) { return Decode(gz) }
+		if _, err := m.Served.SwapEncoded(req.Namespace, owner, ts.Spec.ServerName, tools, decode, rt); err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "McpToolSet not served", "mcptoolset", owner)
 			return ctrl.Result{}, nil
 		}
