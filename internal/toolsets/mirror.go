@@ -81,7 +81,9 @@ func (m *Mirror) SetupWithManager(mgr ctrl.Manager) error {
 func (m *Mirror) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	ts := &v1alpha1.McpToolSet{}
 	owner := req.Namespace + "/" + req.Name
-	if err := m.Reader.Get(ctx, req.NamespacedName, ts); err != nil {
+	// Not a deep copy: the registry keeps the gzip the cache holds (below),
+	// not a second copy of it, and nothing here writes to ts.
+	if err := m.Reader.Get(ctx, req.NamespacedName, ts, client.UnsafeDisableDeepCopy); err != nil {
 		if !apierrors.IsNotFound(err) {
 			return ctrl.Result{}, err
 		}
