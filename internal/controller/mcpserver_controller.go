@@ -286,7 +286,7 @@ func (r *McpServerReconciler) decide(ctx context.Context, obj *v1alpha1.McpServe
 	if p.Stdio != nil && p.Stdio.Runtime == v1alpha1.RuntimePod {
 		return r.runInPod(ctx, obj, p)
 	}
-	sup, err := r.Supervisors.Ensure(ctx, key, swapKey(obj, p), supervisorOptions(ctx, obj, p))
+	sup, err := r.Supervisors.Ensure(ctx, key, swapKey(obj, p), supervisorOptions(obj, p))
 	if err != nil {
 		return closeTimeoutVerdict(err)
 	}
@@ -372,7 +372,7 @@ func (r *McpServerReconciler) runInPod(ctx context.Context, obj *v1alpha1.McpSer
 		return r.podObjectFailure(ctx, key, err)
 	}
 	hash := templateHashOf(deploy)
-	opts := supervisorOptions(ctx, obj, p)
+	opts := supervisorOptions(obj, p)
 	opts.Pod = &bridge.PodTunnel{Pods: r.pods.Source(obj.Namespace, obj.Name, hash), Token: creds.Token, Cert: creds.Cert,
 		Port: int(r.PodRuntime.Port)}
 	// The hash is keyed by the token: new credentials are a new supervisor too.
@@ -406,11 +406,15 @@ func (r *McpServerReconciler) podObjectFailure(ctx context.Context, key client.O
 	return r.halt(ctx, key, verdict{phase: v1alpha1.PhaseConflict, reason: v1alpha1.ReasonPodObjectConflict, message: foreign.Error()})
 }
 
-func supervisorOptions(ctx context.Context, obj *v1alpha1.McpServer, p *policy.Policy) bridge.Options {
+// supervisorOptions leaves Log to Supervisors: the reconcile's logger names
+// the reconcile that started the supervisor, not the lines it logs later,
+// and keeping it would keep its encoder (about 1 KiB with zap) for the
+// supervisor's life (docs/design.md, "Replicas and ownership": memory).
+func supervisorOptions(obj *v1alpha1.McpServer, p *policy.Policy) bridge.Options {
 	return bridge.Options{
 		Namespace: obj.Namespace, Name: obj.Name, Policy: p,
 		BaseGeneration: obj.Status.ConnectionGeneration,
-		Log:            ctrl.LoggerFrom(ctx), Observer: observer{ns: obj.Namespace, name: obj.Name},
+		Observer:       observer{ns: obj.Namespace, name: obj.Name},
 	}
 }
 
