@@ -92,6 +92,9 @@
 //   - waitSession (loss.go): the MCP session ended by itself (sess.Wait
 //     returned); beside an exitReporter link (a stdio child, local or in
 //     its Pod) watch raises that instead, or the server process's exit.
+//     It runs from the connect on, except for a Streamable HTTP session
+//     with a GET stream: there it starts once the SDK ends the stream's
+//     context, which it does when the session ends (sessionEnd).
 //   - the Pod runtime's link (pod.go, through the dialer's onLost): the
 //     tunnel's Pod was deleted, replaced or is no longer Ready.
 //   - the HTTP transport's round trips (http.go, through the dialer's onLost):

@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/test/fixture"
 )
 
@@ -175,4 +176,31 @@ func TestAPingOverHTTPAllocatesLittle(t *testing.T) {
 	if ours+32<<10 > sdk {
 		t.Errorf("a probe allocated %d bytes, the SDK's Ping %d: want at least its 32 KiB buffer less", ours, sdk)
 	}
+}
+
+// A Streamable HTTP session with a GET stream (2025-11-25) keeps no
+// goroutine waiting for its end: waitSession starts when the SDK ends the
+// connection's context. The end is still seen at once, with no health
+// check to find it; a sessionless one (2026-07-28, no GET stream) waits
+// from the connect on. See docs/design.md, "Detecting loss".
+func TestAnHTTPSessionsEndIsSeenWithoutAGoroutineWaitingForIt(t *testing.T) {
+	httpForEachProtocol(t, func(t *testing.T, stateless bool) {
+		g := NewWithT(t)
+		up := httpServe(t, httpFixture(t, fixture.Options{Stateless: stateless}))
+		p := httpPolicy(up.URL())
+		p.HealthCheckInterval = 0
+		s, _ := startSupervisor(t, p)
+		waitFor(t, s, "Ready", isReady)
+		g.Eventually(bridgeGoroutines, eventually).Should(ContainElement("(*Supervisor).run"))
+		if stateless {
+			g.Expect(bridgeGoroutines()).To(ContainElement("(*generation).waitSession"))
+			return // its end is seen by waitSession, as for stdio
+		}
+		g.Expect(bridgeGoroutines()).NotTo(ContainElement("(*generation).waitSession"), "started before Ready, if at all")
+
+		up.srv.CloseClientConnections()
+		up.srv.Close() // the GET stream ends and cannot be opened again
+		sn := waitFor(t, s, "the session's end", func(sn Snapshot) bool { return sn.Phase != v1alpha1.PhaseReady })
+		g.Expect(sn.LastError).To(HaveOccurred())
+	})
 }

@@ -185,6 +185,9 @@ type sessionTransport struct {
 }
 
 func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method == http.MethodGet {
+		armSessionEnd(req.Context()) // the SDK's GET stream: see sessionEnd
+	}
 	ctx, cancel := context.WithCancel(req.Context())
 	if req.Method == http.MethodDelete {
 		// Ending a session is a courtesy; a hung server must not hold the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -15,13 +16,72 @@ import (
 // See docs/design.md, "Detecting loss".
 
 // waitSession records the end of the MCP session. Wait blocks, so it has a
-// goroutine of its own; on a link that reports no exit (HTTP) that end is
-// the loss, raised here, and watch runs only beside an exitReporter.
+// goroutine of its own (from the start, or only once the session ends: see
+// sessionEnd); on a link that reports no exit (HTTP) that end is the loss,
+// raised here, and watch runs only beside an exitReporter.
 func (g *generation) waitSession() {
 	g.sessErr = g.sess.Wait()
 	close(g.sessDone)
 	if _, ok := g.link.(exitReporter); !ok {
 		g.sessionEnded()
+	}
+}
+
+// sessionEnd decides when a generation starts waitSession. A Streamable
+// HTTP session with a GET stream (2025-11-25) sends that GET, during
+// Connect, with the context the SDK's connection lives in, which it cancels
+// when the session ends, whatever the cause; the first GET that carries the
+// sessionEnd of the Connect's context arms it, and waitSession then starts
+// only when that context ends, so that an idle session keeps no goroutine
+// for its end (docs/design.md, "Detecting loss"). Any other session
+// (stdio, Pod, sessionless HTTP) starts waitSession once connected, as
+// does one whose GET never came.
+type sessionEnd struct {
+	g     *generation
+	ready chan struct{} // closed once Connect returned and g.sess is set (or not)
+	mode  atomic.Int32  // sessionEndPending, then armed or waiting
+}
+
+const (
+	sessionEndPending int32 = iota
+	sessionEndArmed         // waitSession starts when the GET's context ends
+	sessionEndWaiting       // waitSession runs from the connect on
+)
+
+type sessionEndKey struct{}
+
+// withSessionEnd is ctx carrying se to the requests of the session
+// connected under it.
+func withSessionEnd(ctx context.Context, se *sessionEnd) context.Context {
+	return context.WithValue(ctx, sessionEndKey{}, se)
+}
+
+// armSessionEnd arms the sessionEnd that ctx carries, if any and not yet
+// decided, to start waitSession once ctx ends. The context of a GET the
+// SDK sends lives no longer than its session; if it ends first, waitSession
+// starts early and waits, as it would have from the connect on.
+func armSessionEnd(ctx context.Context) {
+	se, ok := ctx.Value(sessionEndKey{}).(*sessionEnd)
+	if !ok || !se.mode.CompareAndSwap(sessionEndPending, sessionEndArmed) {
+		return
+	}
+	context.AfterFunc(ctx, se.fire)
+}
+
+// fire runs on a goroutine of its own once the armed context ended.
+func (se *sessionEnd) fire() {
+	<-se.ready
+	if se.g.sess != nil {
+		se.g.waitSession()
+	}
+}
+
+// connected is called once Connect returned (g.sess set if it succeeded):
+// unless a GET armed it, waitSession starts now.
+func (se *sessionEnd) connected() {
+	close(se.ready)
+	if se.g.sess != nil && se.mode.CompareAndSwap(sessionEndPending, sessionEndWaiting) {
+		se.g.goFn(se.g.waitSession)
 	}
 }
 

@@ -326,14 +326,16 @@ func (s *Supervisor) open(ctx context.Context, g *generation) (stage string, err
 	// The SDK's Connect closes its session when ctx ends, and closing can
 	// wait on a hung server; closing the link first makes that immediate.
 	stop := context.AfterFunc(ctx, l.close)
-	sess, err := sdkClient.Connect(ctx, l.transport(), nil)
+	se := &sessionEnd{g: g, ready: make(chan struct{})}
+	sess, err := sdkClient.Connect(withSessionEnd(ctx, se), l.transport(), nil)
 	stop()
 	if err != nil {
+		se.connected()
 		return StageInitialize, exitedInstead(ctx, l, startError(l, err))
 	}
 	g.sess = sess
 	listening.Store(sess, g)
-	g.goFn(g.waitSession)
+	se.connected()
 	if _, ok := l.(exitReporter); ok {
 		g.goFn(g.watch)
 	}
