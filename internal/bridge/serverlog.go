@@ -22,9 +22,9 @@ func (l serverLog) logger() logr.Logger {
 // Info and Error log one line as the named logger would, reporting their
 // own caller's line.
 func (l serverLog) Info(msg string, kv ...any) {
-	l.base.WithCallDepth(1).WithValues("mcpserver", l.mcpserver, "serverName", l.serverName).Info(msg, kv...)
+	l.logger().WithCallDepth(1).Info(msg, kv...)
 }
 
 func (l serverLog) Error(err error, msg string, kv ...any) {
-	l.base.WithCallDepth(1).WithValues("mcpserver", l.mcpserver, "serverName", l.serverName).Error(err, msg, kv...)
+	l.logger().WithCallDepth(1).Error(err, msg, kv...)
 }
