@@ -155,7 +155,7 @@ func LoadKeyPair(certFile, keyFile string) (*tls.Certificate, error) {
 // (SIGTERM to its child's group at once, SIGKILL after the grace), waits
 // until the child has been reaped and its tunnel confirmed, and returns.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	ln = tls.NewListener(ln, s.tls)
+	ln = tls.NewListener(lingeringListener{ln}, s.tls)
 	s.reaper.run()
 	defer s.reaper.close()
 	hs := &http.Server{
