@@ -82,7 +82,7 @@ func run(args []string) error {
 		LeaderElectionID:              "mcpbridge-manager.mcpbridge.dev",
 		LeaderElectionNamespace:       opts.leaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         controller.CacheOptions(cacheOptions(opts.watchNamespaces)),
+		Cache:                         controller.CacheOptions(cacheOptions(opts.watchNamespaces), opts.replicas.name),
 		GracefulShutdownTimeout:       ptr.To(30 * time.Second),
 	})
 	if err != nil {

@@ -20,10 +20,12 @@ import (
 // cache: Deployments, Pods and NetworkPolicies only with the label the manager puts on the
 // objects of the Pod runtime, so that the manager never caches the
 // cluster's other Pods, Deployments and NetworkPolicies; and every cached
-// object stripped of what the manager never reads (StripUnread). The manager
-// must be built with it. See docs/design.md, "Pods that are not there yet"
-// and "Limits".
-func CacheOptions(base cache.Options) cache.Options {
+// object stripped of what the manager never reads (StripUnread), an
+// McpServer whose status another replica writes of that status's lists
+// (StripOthersStatus). replica is this replica's name. The manager must be
+// built with it. See docs/design.md, "Pods that are not there yet",
+// "Limits" and "Replicas and ownership" (memory).
+func CacheOptions(base cache.Options, replica string) cache.Options {
 	managed := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{podruntime.ManagedByLabel: podruntime.ManagedByValue})}
 	byObject := make(map[client.Object]cache.ByObject, len(base.ByObject)+2)
 	for k, v := range base.ByObject {
@@ -33,8 +35,31 @@ func CacheOptions(base cache.Options) cache.Options {
 	byObject[&corev1.Pod{}] = managed
 	byObject[&networkingv1.NetworkPolicy{}] = managed
 	base.ByObject = byObject
-	base.DefaultTransform = chain(base.DefaultTransform, StripUnread)
+	base.DefaultTransform = chain(chain(base.DefaultTransform, StripUnread), StripOthersStatus(replica))
 	return base
+}
+
+// StripOthersStatus is the cache's transform for an McpServer whose status
+// names another replica as its writer: it drops the status's tools, server
+// info, last error, times and conditions, about 1.5 KB a server that only
+// the owner reads. Every replica caches every server, and a replica owns a
+// share of them. A replica never computes a status from such a copy: it
+// reads a server from the apiserver before it starts it, and from the cache
+// only the version its own last write returned (docs/design.md, "Reading
+// what the owner writes"); its own writes name it, so they stay whole.
+// The spec and the status's scalars (the owner's name, phase, generations)
+// stay.
+func StripOthersStatus(replica string) toolscache.TransformFunc {
+	return func(obj any) (any, error) {
+		m, ok := obj.(*v1alpha1.McpServer)
+		if !ok || m.Status.Replica == "" || m.Status.Replica == replica {
+			return obj, nil
+		}
+		s := &m.Status
+		s.Tools, s.ServerInfo, s.LastError, s.Conditions = nil, nil, nil, nil
+		s.LastConnectedTime, s.NextRetryTime = nil, nil
+		return obj, nil
+	}
 }
 
 // readAnnotations are the only annotations the manager reads of a cached

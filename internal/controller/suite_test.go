@@ -114,7 +114,7 @@ func startManagerWith(rc policy.RuntimeConfig, po podruntime.Options) {
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Controller:             ctrlConfig(),
-		Cache:                  controller.CacheOptions(cache.Options{}),
+		Cache:                  controller.CacheOptions(cache.Options{}, replicaName),
 	})
 	Expect(err).NotTo(HaveOccurred())
 	registry = toolregistry.New()
