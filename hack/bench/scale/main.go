@@ -1342,8 +1342,10 @@ func (b *bench) printRamp(r results) {
 	sort.Strings(seqs)
 	fmt.Printf("- Phases seen by the watch per resource: %s.\n", strings.Join(seqs, "; "))
 	if m1 := b.mgrAt["idle1"]; m1 != nil {
-		fmt.Printf("- Manager (all replicas together) at the end of the idle phase: %.0f goroutines, Go heap in use %s, goroutine stacks %s, Go runtime total from the OS %s, %.0f open fds.\n",
+		fmt.Printf("- Manager (all replicas together) at the end of the idle phase: %.0f goroutines, Go heap in use %s "+
+			"(objects, live and not yet collected, %s; next collection at %s), goroutine stacks %s, Go runtime total from the OS %s, %.0f open fds.\n",
 			m1.sum("go_goroutines", nil), mb(int64(m1.sum("go_memstats_heap_inuse_bytes", nil))),
+			mb(int64(m1.sum("go_memstats_heap_alloc_bytes", nil))), mb(int64(m1.sum("go_memstats_next_gc_bytes", nil))),
 			mb(int64(m1.sum("go_memstats_stack_inuse_bytes", nil))),
 			mb(int64(m1.sum("go_memstats_sys_bytes", nil))), m1.sum("process_open_fds", nil))
 	}
@@ -1440,10 +1442,31 @@ func (b *bench) idleBuckets() (bucket time.Duration, requests, rss string) {
 	return bucket, strings.Join(rq, ", "), strings.Join(rs, ", ")
 }
 
+// idleCPU is the manager's CPU (all replicas, in cores) over the idle
+// phase's samples: what a quiet fleet costs, collections included.
+func (b *bench) idleCPU() float64 {
+	var first, last *sample
+	for i := range b.samples {
+		s := &b.samples[i]
+		if s.cpu == nil || s.t.Before(b.idleStart) || s.t.After(b.idleEnd.Add(*flagSample)) {
+			continue
+		}
+		if first == nil {
+			first = s
+		}
+		last = s
+	}
+	if first == nil || last == first {
+		return 0
+	}
+	return (last.cpu["manager"] - first.cpu["manager"]) / last.t.Sub(first.t).Seconds()
+}
+
 func (b *bench) printNotes(r results) {
 	var notes []string
 	bucket, rq, rss := b.idleBuckets()
-	notes = append(notes, fmt.Sprintf("Idle phase per %s from its start (from the samples): manager apiserver requests %s; manager RSS (MB) %s.", bucket, rq, rss))
+	notes = append(notes, fmt.Sprintf("Idle phase per %s from its start (from the samples): manager apiserver requests %s; manager RSS (MB) %s; manager CPU %.3f cores over the phase.",
+		bucket, rq, rss, b.idleCPU()))
 	if r.createErrs > 0 {
 		notes = append(notes, fmt.Sprintf("%d creates failed; the first: %v", r.createErrs, r.firstErr))
 	}
