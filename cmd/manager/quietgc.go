@@ -47,7 +47,7 @@ const (
 )
 
 func addQuietGCFlag(fs *flag.FlagSet, headroom *time.Duration) {
-	fs.DurationVar(headroom, "gc-quiet-headroom", 10*time.Second,
+	fs.DurationVar(headroom, "gc-quiet-headroom", 5*time.Second,
 		"the Go heap's headroom between collections holds what the manager allocated in this last interval, "+
 			"never more than GOGC=100 gives (GOGC between 10 and 100): a quiet manager holds little garbage; 0 "+
 			"turns this off, as does a GOGC in the environment")
