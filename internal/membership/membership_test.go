@@ -289,6 +289,16 @@ func leaseWriterWithoutUpdate(ctx context.Context, ns string) kubernetes.Interfa
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
 	c, err := kubernetes.NewForConfig(cfg)
 	Expect(err).NotTo(HaveOccurred())
+	// The apiserver's authorizer sees the binding through its own informer,
+	// a moment later; a replica refused by RBAC gives up at once (waiting
+	// would not help it in a cluster), so the replica starts only after.
+	Eventually(func() error {
+		_, err := c.CoordinationV1().Leases(ns).Get(ctx, "not-there", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	}).WithTimeout(10 * time.Second).Should(Succeed())
 	return c
 }
 
