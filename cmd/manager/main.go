@@ -108,7 +108,7 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	if q := newQuietGC(opts.quietGCHeadroom); q != nil {
+	if q := newQuietGC(opts.gc); q != nil {
 		if err := mgr.Add(q); err != nil {
 			return fmt.Errorf("follow the allocation rate: %w", err)
 		}

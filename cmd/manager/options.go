@@ -51,7 +51,7 @@ type options struct {
 	authLimits              authLimitOptions
 	sessionKeys             sessionKeyOptions
 	gatewayTLS              gatewayTLSOptions
-	quietGCHeadroom         time.Duration
+	gc                      gcFlags
 	zap                     zap.Options
 	// tracerProvider comes from the OTEL_* environment, not from a flag.
 	tracerProvider trace.TracerProvider
@@ -128,7 +128,7 @@ func parseOptions(fs *flag.FlagSet, args []string) (*options, error) {
 	o.sessionKeys.bindFlags(fs)
 	// The gateway's TLS (gatewaytls.go).
 	gatewayDNSNames := o.gatewayTLS.bindFlags(fs)
-	addQuietGCFlag(fs, &o.quietGCHeadroom)
+	o.gc.bindFlags(fs)
 	o.zap.BindFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n\nRuns the mcp-bridge operator: the McpServer controller, "+
@@ -295,6 +295,9 @@ func (o *options) validate() error {
 		return err
 	}
 	if err := o.authLimits.validate(); err != nil {
+		return err
+	}
+	if err := o.gc.validate(); err != nil {
 		return err
 	}
 	return o.stdio.validate()

@@ -41,6 +41,7 @@ func TestEveryOperationsFlagIsDefined(t *testing.T) {
 		"gateway-token-review-burst-per-source", "gateway-access-review-qps-per-identity",
 		"gateway-access-review-burst-per-identity", "gateway-max-access-reviews-per-request",
 		"gateway-session-key-secret", "gateway-session-key-rotation", "gateway-session-key-retention", "replica-drain-delay",
+		"gc-quiet-headroom", "gc-busy-percent",
 		"zap-devel", "zap-encoder", "zap-log-level", "zap-stacktrace-level", "zap-time-encoding",
 	} {
 		if fs.Lookup(name) == nil {
@@ -108,6 +109,8 @@ func TestOptionsThatCannotWorkAreRefused(t *testing.T) {
 		{[]string{"--gateway-cert-validity=1h", "--gateway-cert-renew-before=59m"}, ""},
 		{[]string{"--gateway-cert-validity=1h", "--gateway-cert-renew-before=1h"}, "less than --gateway-cert-validity"},
 		{[]string{"--gateway-cert-renew-before=0s"}, "must be positive"},
+		{[]string{"--gc-busy-percent=100", "--gc-quiet-headroom=0"}, ""},
+		{[]string{"--gc-busy-percent=9"}, "--gc-busy-percent=9 must be at least 10"},
 		// A certificate from a directory is renewed by whoever writes it.
 		{[]string{"--gateway-cert-dir=/certs", "--gateway-cert-renew-before=0s"}, ""},
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"math"
 	"os"
 	"runtime/debug"
@@ -18,14 +19,17 @@ import (
 // pages, so at rest a replica holds about as much garbage as live memory.
 // quietGC sizes the collector's headroom to what the manager allocates
 // instead: a GOGC whose headroom holds what it allocated in the last
-// --gc-quiet-headroom, never more than GOGC=100 gives and never less than
-// 10%. A collection then comes about once per that interval while the
-// manager is quiet, and as often as GOGC=100 makes it when it is busy
-// (servers connecting, agents calling). Once a burst is over, the pages it
-// took are returned to the OS at once. See docs/design.md, "Replicas and
-// ownership" (memory).
+// --gc-quiet-headroom, never more than --gc-busy-percent and never less
+// than 10%. A collection then comes about once per that interval while the
+// manager is quiet, and at --gc-busy-percent when it is busy (servers
+// connecting, agents calling): 40 by default, below the runtime's 100, so
+// that a ramp's heap, which sets a replica's peak RSS, grows by 40% of what
+// is live between collections rather than by all of it, for more CPU spent
+// collecting. Once a burst is over, the pages it took are returned to the
+// OS at once. See docs/design.md, "Replicas and ownership" (memory).
 type quietGC struct {
 	headroom time.Duration // the interval whose allocation the headroom holds
+	ceiling  int           // GOGC while busy: --gc-busy-percent
 	every    time.Duration // how often the allocation is read
 	read     func() heapSample
 	set      func(percent int) (previous int)
@@ -41,31 +45,47 @@ type heapSample struct {
 	scannable uint64 // live heap, stacks and globals: what GOGC is a share of
 }
 
-const (
-	quietGCFloor   = 10  // GOGC never below: each collection costs CPU in proportion to the live heap
-	quietGCCeiling = 100 // the runtime's default, kept whenever the manager is busy
-)
+// quietGCFloor is the least GOGC: each collection costs CPU in proportion
+// to the live heap.
+const quietGCFloor = 10
 
-func addQuietGCFlag(fs *flag.FlagSet, headroom *time.Duration) {
-	fs.DurationVar(headroom, "gc-quiet-headroom", 5*time.Second,
-		"the Go heap's headroom between collections holds what the manager allocated in this last interval, "+
-			"never more than GOGC=100 gives (GOGC between 10 and 100): a quiet manager holds little garbage; 0 "+
-			"turns this off, as does a GOGC in the environment")
+// gcFlags are the collector's flags.
+type gcFlags struct {
+	quietHeadroom time.Duration
+	busyPercent   int
 }
 
-// newQuietGC is nil when headroom is 0 or GOGC is set: then the runtime's
-// own setting stays.
-func newQuietGC(headroom time.Duration) *quietGC {
-	if headroom <= 0 || os.Getenv("GOGC") != "" {
+func (f *gcFlags) bindFlags(fs *flag.FlagSet) {
+	fs.DurationVar(&f.quietHeadroom, "gc-quiet-headroom", 5*time.Second,
+		"the Go heap's headroom between collections holds what the manager allocated in this last interval, "+
+			"between GOGC=10 and --gc-busy-percent: a quiet manager holds little garbage; 0 "+
+			"turns this and --gc-busy-percent off (the runtime's GOGC=100 stays), as does a GOGC in the environment")
+	fs.IntVar(&f.busyPercent, "gc-busy-percent", 40,
+		"GOGC while the manager is busy (servers connecting, agents calling): its heap grows by this share of what "+
+			"is live between collections; lower holds less memory at a peak and spends more CPU on collections")
+}
+
+func (f *gcFlags) validate() error {
+	if f.busyPercent < quietGCFloor {
+		return fmt.Errorf("--gc-busy-percent=%d must be at least %d", f.busyPercent, quietGCFloor)
+	}
+	return nil
+}
+
+// newQuietGC is nil when the headroom is 0 or GOGC is set: then the
+// runtime's own setting stays.
+func newQuietGC(f gcFlags) *quietGC {
+	if f.quietHeadroom <= 0 || os.Getenv("GOGC") != "" {
 		return nil
 	}
-	return &quietGC{headroom: headroom, every: time.Second, read: readHeap, set: debug.SetGCPercent, release: debug.FreeOSMemory}
+	return &quietGC{headroom: f.quietHeadroom, ceiling: f.busyPercent, every: time.Second,
+		read: readHeap, set: debug.SetGCPercent, release: debug.FreeOSMemory}
 }
 
 // Start samples the allocation rate until ctx ends, then gives the runtime
 // back the GOGC it had.
 func (q *quietGC) Start(ctx context.Context) error {
-	current := quietGCCeiling
+	current := q.ceiling
 	previous := q.set(current)
 	defer q.set(previous)
 	ctrl.LoggerFrom(ctx).Info("GOGC follows the allocation while quiet", "headroom", q.headroom)
@@ -86,18 +106,18 @@ func (q *quietGC) Start(ctx context.Context) error {
 				allocated = allocated[1:]
 			}
 			allocated = append(allocated, s.allocated)
-			g := gogcFor(overWindow(allocated, window), s.scannable)
+			g := gogcFor(overWindow(allocated, window), s.scannable, q.ceiling)
 			if g == current {
 				continue
 			}
 			q.set(g)
 			// A burst has ended: what it took is given back now, not over
 			// the minutes the runtime's scavenger would take.
-			if burst && g <= quietGCCeiling/2 {
+			if burst && g <= max(q.ceiling/2, quietGCFloor) {
 				q.release()
 				burst = false
 			}
-			burst = burst || g == quietGCCeiling
+			burst = burst || g == q.ceiling
 			current = g
 		}
 	}
@@ -115,13 +135,13 @@ func overWindow(reads []uint64, window int) uint64 {
 }
 
 // gogcFor is the GOGC whose headroom holds allocated bytes, between
-// quietGCFloor and quietGCCeiling.
-func gogcFor(allocated, scannable uint64) int {
+// quietGCFloor and ceiling.
+func gogcFor(allocated, scannable uint64, ceiling int) int {
 	if scannable == 0 {
-		return quietGCCeiling
+		return ceiling
 	}
 	g := math.Ceil(100 * float64(allocated) / float64(scannable))
-	return int(min(max(g, quietGCFloor), quietGCCeiling))
+	return int(min(max(g, quietGCFloor), float64(ceiling)))
 }
 
 var heapMetrics = []string{"/gc/heap/allocs:bytes", "/gc/heap/live:bytes", "/gc/scan/stack:bytes", "/gc/scan/globals:bytes"}

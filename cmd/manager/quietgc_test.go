@@ -15,16 +15,20 @@ func TestGOGCHoldsWhatWasAllocated(t *testing.T) {
 	for _, tc := range []struct {
 		name                 string
 		allocated, scannable uint64
+		ceiling              int
 		want                 int
 	}{
-		{"quiet: the floor", mb, 100 * mb, quietGCFloor},
-		{"30 MB over 100 MB", 30 * mb, 100 * mb, 30},
-		{"a share rounds up", 30 * mb, 70 * mb, 43},
-		{"busy: the runtime's default", 300 * mb, 100 * mb, quietGCCeiling},
-		{"nothing read yet", mb, 0, quietGCCeiling},
+		{"quiet: the floor", mb, 100 * mb, 50, quietGCFloor},
+		{"30 MB over 100 MB", 30 * mb, 100 * mb, 50, 30},
+		{"a share rounds up", 30 * mb, 70 * mb, 50, 43},
+		{"busy: the ceiling", 300 * mb, 100 * mb, 50, 50},
+		{"60 MB over 100 MB: the ceiling", 60 * mb, 100 * mb, 50, 50},
+		{"60 MB over 100 MB under the runtime's default", 60 * mb, 100 * mb, 100, 60},
+		{"busy: a ceiling above the runtime's default", 300 * mb, 100 * mb, 200, 200},
+		{"nothing read yet", mb, 0, 50, 50},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := gogcFor(tc.allocated, tc.scannable); got != tc.want {
+			if got := gogcFor(tc.allocated, tc.scannable, tc.ceiling); got != tc.want {
 				t.Fatalf("gogcFor = %d, want %d", got, tc.want)
 			}
 		})
@@ -54,11 +58,12 @@ func TestOverWindowScalesAWindowNotYetFull(t *testing.T) {
 }
 
 // The runtime's own GOGC falls while the process allocates little, comes
-// back to 100 in a burst, and is given back when the manager stops; the
-// heap's free pages are returned once after each burst.
+// back to --gc-busy-percent in a burst, and is given back when the manager
+// stops; the heap's free pages are returned once after each burst.
 func TestQuietGCFollowsTheRuntimesAllocationRate(t *testing.T) {
 	g := NewWithT(t)
-	q := newQuietGC(200 * time.Millisecond)
+	const busy = 60
+	q := newQuietGC(gcFlags{quietHeadroom: 200 * time.Millisecond, busyPercent: busy})
 	g.Expect(q).NotTo(BeNil(), "GOGC is set in the test's environment")
 	q.every = 20 * time.Millisecond
 	var releases atomic.Int32
@@ -71,7 +76,8 @@ func TestQuietGCFollowsTheRuntimesAllocationRate(t *testing.T) {
 		_ = q.Start(ctx)
 	}()
 
-	g.Eventually(runtimeGOGC).Should(BeNumerically("<", quietGCCeiling), "GOGC while quiet")
+	g.Expect(runtimeGOGC()).To(Equal(100), "the runtime's default before the manager starts")
+	g.Eventually(runtimeGOGC).Should(BeNumerically("<", busy), "GOGC while quiet")
 	g.Eventually(releases.Load).Should(BeEquivalentTo(1), "pages returned once the start's burst is over")
 
 	burst, burstOver := context.WithCancel(t.Context())
@@ -81,15 +87,15 @@ func TestQuietGCFollowsTheRuntimesAllocationRate(t *testing.T) {
 		defer close(allocating)
 		allocateUntil(burst)
 	}()
-	g.Eventually(runtimeGOGC).Should(Equal(quietGCCeiling), "GOGC in a burst")
+	g.Eventually(runtimeGOGC).Should(Equal(busy), "GOGC in a burst")
 	burstOver()
 	<-allocating
-	g.Eventually(runtimeGOGC).Should(BeNumerically("<", quietGCCeiling), "GOGC once the burst is over")
+	g.Eventually(runtimeGOGC).Should(BeNumerically("<", busy), "GOGC once the burst is over")
 	g.Eventually(releases.Load).Should(BeEquivalentTo(2), "pages returned once the burst is over")
 
 	cancel()
 	<-stopped
-	g.Expect(runtimeGOGC()).To(Equal(quietGCCeiling), "GOGC once stopped")
+	g.Expect(runtimeGOGC()).To(Equal(100), "the runtime's GOGC once stopped")
 }
 
 // allocateUntil allocates a 1 MiB buffer at a time, each garbage at once,
