@@ -182,9 +182,31 @@ func (b *bench) createNamespaces(ctx context.Context) error {
 // Streamable HTTP ones on the one fixture process.
 func serverName(i int) string {
 	if i < *flagStdio {
-		return fmt.Sprintf("stdio-%03d", i)
+		return fmt.Sprintf("%s%03d", stdioPrefix, i)
 	}
 	return fmt.Sprintf("http-%03d", i)
+}
+
+const stdioPrefix = "stdio-"
+
+// latestByKind is the latest of at among Streamable HTTP and among stdio
+// servers, with how many of each there are.
+func latestByKind(at map[string]time.Duration) (http, stdio kindReady) {
+	for name, d := range at {
+		k := &http
+		if strings.HasPrefix(name, stdioPrefix) {
+			k = &stdio
+		}
+		k.servers++
+		k.latest = max(k.latest, d)
+	}
+	return http, stdio
+}
+
+// kindReady is when the last of servers of one transport was Ready.
+type kindReady struct {
+	servers int
+	latest  time.Duration
 }
 
 func (b *bench) createServers(ctx context.Context) error {
@@ -230,27 +252,35 @@ const pollEvery = 50 * time.Millisecond
 // waitServers lists the McpServers every pollEvery until ok holds for the
 // named ones, and returns the time since t0 when it first did.
 func (b *bench) waitServers(ctx context.Context, t0 time.Time, names []string, ok func(serverState) bool) (time.Duration, error) {
+	all, _, err := b.waitEach(ctx, t0, names, ok)
+	return all, err
+}
+
+// waitEach waits as waitServers does, and also says when each server was
+// first seen ok (from t0, to the poll).
+func (b *bench) waitEach(ctx context.Context, t0 time.Time, names []string, ok func(serverState) bool) (time.Duration, map[string]time.Duration, error) {
 	deadline := time.Now().Add(*flagWaitMax)
+	at := make(map[string]time.Duration, len(names))
 	for {
-		st, err := b.serverStates(ctx)
-		if err == nil {
-			all := true
+		if st, err := b.serverStates(ctx); err == nil {
+			now := time.Since(t0)
 			for _, n := range names {
-				if s, found := st[n]; !found || !ok(s) {
-					all = false
-					break
+				if _, seen := at[n]; !seen {
+					if s, found := st[n]; found && ok(s) {
+						at[n] = now
+					}
 				}
 			}
-			if all {
-				return time.Since(t0), nil
+			if len(at) == len(names) {
+				return now, at, nil
 			}
 		}
 		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("not within %s", *flagWaitMax)
+			return 0, at, fmt.Errorf("not within %s", *flagWaitMax)
 		}
 		select {
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return 0, at, ctx.Err()
 		case <-time.After(pollEvery):
 		}
 	}

@@ -105,6 +105,10 @@ type killResult struct {
 	changedGen    []string
 	movedReady    time.Duration
 	movedReadyErr error
+	// The moved servers by transport: a killed replica's stdio servers
+	// start elsewhere only after the close barrier (its children may run
+	// until then).
+	httpReady, stdioReady kindReady
 }
 
 func main() {
@@ -331,7 +335,7 @@ func (b *bench) sigkill(ctx context.Context) error {
 	fmt.Fprintf(os.Stderr, "SIGKILL to %s (%d servers) ...\n", victim.name, len(owned))
 	t0 := time.Now()
 	victim.kill()
-	ready, werr := b.waitServers(ctx, t0, owned, func(s serverState) bool { return s.ready && s.replica != victim.name })
+	ready, at, werr := b.waitEach(ctx, t0, owned, func(s serverState) bool { return s.ready && s.replica != victim.name })
 	b.events = append(b.events, event{phase: "sigkill", what: fmt.Sprintf("SIGKILL to %s (→ its servers Ready elsewhere)", victim.name),
 		moved: len(owned), ready: ready, err: werr})
 	if err := sleepCtx(ctx, *flagBetween); err != nil {
@@ -342,6 +346,7 @@ func (b *bench) sigkill(ctx context.Context) error {
 		return err
 	}
 	b.killed = killResult{victim: victim.name, movedReady: ready, movedReadyErr: werr}
+	b.killed.httpReady, b.killed.stdioReady = latestByKind(at)
 	for name, s := range before {
 		if s.replica == victim.name {
 			continue
