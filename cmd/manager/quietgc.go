@@ -25,15 +25,17 @@ import (
 // connecting, agents calling): 40 by default, below the runtime's 100, so
 // that a ramp's heap, which sets a replica's peak RSS, grows by 40% of what
 // is live between collections rather than by all of it, for more CPU spent
-// collecting. Once a burst is over, the pages it took are returned to the
-// OS at once. See docs/design.md, "Replicas and ownership" (memory).
+// collecting; but by at least minBusyHeadroom. Once a burst is over, the
+// pages it took are returned to the OS at once. See docs/design.md,
+// "Replicas and ownership" (memory).
 type quietGC struct {
-	headroom time.Duration // the interval whose allocation the headroom holds
-	ceiling  int           // GOGC while busy: --gc-busy-percent
-	every    time.Duration // how often the allocation is read
-	read     func() heapSample
-	set      func(percent int) (previous int)
-	release  func() // returns the heap's free pages to the OS
+	headroom    time.Duration // the interval whose allocation the headroom holds
+	busyPercent int           // GOGC while busy: --gc-busy-percent
+	leastBusy   uint64        // the least headroom while busy: minBusyHeadroom
+	every       time.Duration // how often the allocation is read
+	read        func() heapSample
+	set         func(percent int) (previous int)
+	release     func() // returns the heap's free pages to the OS
 }
 
 // NeedLeaderElection is false: every replica collects its own garbage.
@@ -45,9 +47,19 @@ type heapSample struct {
 	scannable uint64 // live heap, stacks and globals: what GOGC is a share of
 }
 
-// quietGCFloor is the least GOGC: each collection costs CPU in proportion
-// to the live heap.
-const quietGCFloor = 10
+const (
+	// quietGCFloor is the least GOGC: each collection costs CPU in
+	// proportion to the live heap.
+	quietGCFloor = 10
+	// defaultGOGC is the runtime's default.
+	defaultGOGC = 100
+	// minBusyHeadroom is the least a busy manager's heap may grow between
+	// collections. A share of a small heap is a few megabytes, which a
+	// manager busy with large results allocates many times a second, and
+	// every collection pays its fixed costs (every goroutine's stack)
+	// again, to save bytes that do not set any peak worth sizing for.
+	minBusyHeadroom = 32 << 20
+)
 
 // gcFlags are the collector's flags.
 type gcFlags struct {
@@ -62,7 +74,7 @@ func (f *gcFlags) bindFlags(fs *flag.FlagSet) {
 			"turns this and --gc-busy-percent off (the runtime's GOGC=100 stays), as does a GOGC in the environment")
 	fs.IntVar(&f.busyPercent, "gc-busy-percent", 40,
 		"GOGC while the manager is busy (servers connecting, agents calling): its heap grows by this share of what "+
-			"is live between collections; lower holds less memory at a peak and spends more CPU on collections")
+			"is live between collections, and by at least 32 MiB; lower holds less memory at a peak and spends more CPU on collections")
 }
 
 func (f *gcFlags) validate() error {
@@ -78,14 +90,14 @@ func newQuietGC(f gcFlags) *quietGC {
 	if f.quietHeadroom <= 0 || os.Getenv("GOGC") != "" {
 		return nil
 	}
-	return &quietGC{headroom: f.quietHeadroom, ceiling: f.busyPercent, every: time.Second,
+	return &quietGC{headroom: f.quietHeadroom, busyPercent: f.busyPercent, leastBusy: minBusyHeadroom, every: time.Second,
 		read: readHeap, set: debug.SetGCPercent, release: debug.FreeOSMemory}
 }
 
 // Start samples the allocation rate until ctx ends, then gives the runtime
 // back the GOGC it had.
 func (q *quietGC) Start(ctx context.Context) error {
-	current := q.ceiling
+	current := busyGOGC(q.busyPercent, q.read().scannable, q.leastBusy)
 	previous := q.set(current)
 	defer q.set(previous)
 	ctrl.LoggerFrom(ctx).Info("GOGC follows the allocation while quiet", "headroom", q.headroom)
@@ -106,18 +118,19 @@ func (q *quietGC) Start(ctx context.Context) error {
 				allocated = allocated[1:]
 			}
 			allocated = append(allocated, s.allocated)
-			g := gogcFor(overWindow(allocated, window), s.scannable, q.ceiling)
+			ceiling := busyGOGC(q.busyPercent, s.scannable, q.leastBusy)
+			g := gogcFor(overWindow(allocated, window), s.scannable, ceiling)
 			if g == current {
 				continue
 			}
 			q.set(g)
 			// A burst has ended: what it took is given back now, not over
 			// the minutes the runtime's scavenger would take.
-			if burst && g <= max(q.ceiling/2, quietGCFloor) {
+			if burst && g <= max(ceiling/2, quietGCFloor) {
 				q.release()
 				burst = false
 			}
-			burst = burst || g == q.ceiling
+			burst = burst || g == ceiling
 			current = g
 		}
 	}
@@ -132,6 +145,20 @@ func overWindow(reads []uint64, window int) uint64 {
 		return 0
 	}
 	return (reads[n] - reads[0]) / uint64(n) * uint64(window)
+}
+
+// busyGOGC is the GOGC while busy: percent, raised so that the headroom is
+// at least least bytes of scannable, but not above the runtime's default
+// unless percent is.
+func busyGOGC(percent int, scannable, least uint64) int {
+	if percent >= defaultGOGC {
+		return percent
+	}
+	if scannable == 0 {
+		return defaultGOGC
+	}
+	g := int(math.Ceil(100 * float64(least) / float64(scannable)))
+	return min(max(percent, g), defaultGOGC)
 }
 
 // gogcFor is the GOGC whose headroom holds allocated bytes, between

@@ -35,6 +35,31 @@ func TestGOGCHoldsWhatWasAllocated(t *testing.T) {
 	}
 }
 
+// While busy, the heap grows by --gc-busy-percent of what is live, but by
+// at least minBusyHeadroom: a small heap keeps the runtime's default.
+func TestBusyGOGCKeepsALeastHeadroom(t *testing.T) {
+	const mb = 1 << 20
+	for _, tc := range []struct {
+		name      string
+		percent   int
+		scannable uint64
+		want      int
+	}{
+		{"a large heap: the percent", 40, 200 * mb, 40},
+		{"40% of 80 MB is the least", 40, 80 * mb, 40},
+		{"a middling heap: raised to the least", 40, 50 * mb, 64},
+		{"a small heap: the runtime's default", 40, 20 * mb, defaultGOGC},
+		{"nothing read yet", 40, 0, defaultGOGC},
+		{"a percent above the default is kept", 150, 20 * mb, 150},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := busyGOGC(tc.percent, tc.scannable, 32*mb); got != tc.want {
+				t.Fatalf("busyGOGC = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
 // Until the window is full, the reads taken so far stand for the whole
 // window: a manager's first seconds are not taken for quiet ones.
 func TestOverWindowScalesAWindowNotYetFull(t *testing.T) {
@@ -65,6 +90,7 @@ func TestQuietGCFollowsTheRuntimesAllocationRate(t *testing.T) {
 	const busy = 60
 	q := newQuietGC(gcFlags{quietHeadroom: 200 * time.Millisecond, busyPercent: busy})
 	g.Expect(q).NotTo(BeNil(), "GOGC is set in the test's environment")
+	q.leastBusy = 0 // the test's heap is small: no least headroom, so that the busy GOGC shows
 	q.every = 20 * time.Millisecond
 	var releases atomic.Int32
 	release := q.release
