@@ -98,6 +98,10 @@ type phaseStats struct {
 	gap         time.Duration // longest time without a successful call
 	newSessions int
 	firstErrors []string
+	// Of failed, the calls that started after a replica was killed, and of
+	// those, the ones whose error names the killed replica's address: sent
+	// over a connection the agent's HTTP client had kept to it.
+	failedAfterKill, failedAfterKillOnItsConn int
 }
 
 // agent calls the tenant's servers' echo tools one after another, without
@@ -114,6 +118,10 @@ type agent struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 	session string
+	// killedAt and killedAddr: the SIGKILL's time and the killed
+	// replica's gateway address, once it happened.
+	killedAt   time.Time
+	killedAddr string
 }
 
 func newAgent(name, protocol string, offset int) *agent {
@@ -131,7 +139,14 @@ func (a *agent) setPhase(phase string) {
 	}
 }
 
-func (a *agent) record(err error, newSession bool) {
+// killed tells the agent that the replica at addr was killed at t.
+func (a *agent) killed(t time.Time, addr string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.killedAt, a.killedAddr = t, addr
+}
+
+func (a *agent) record(err error, newSession bool, started time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	st := a.stats[a.phase]
@@ -141,6 +156,12 @@ func (a *agent) record(err error, newSession bool) {
 	}
 	if err != nil {
 		st.failed++
+		if !a.killedAt.IsZero() && started.After(a.killedAt) {
+			st.failedAfterKill++
+			if strings.Contains(err.Error(), a.killedAddr) {
+				st.failedAfterKillOnItsConn++
+			}
+		}
 		if len(st.firstErrors) < 3 {
 			st.firstErrors = append(st.firstErrors, fmt.Sprintf("%.200s", err.Error()))
 		}
@@ -197,13 +218,14 @@ func (a *agent) start(lb *balancer) error {
 	go func() {
 		defer close(a.done)
 		for i := 0; ctx.Err() == nil; i++ {
+			started := time.Now()
 			cctx, ccancel := context.WithTimeout(ctx, *flagCallTimeout)
 			renewed, err := call(cctx, i)
 			ccancel()
 			if ctx.Err() != nil {
 				return
 			}
-			a.record(err, renewed)
+			a.record(err, renewed, started)
 		}
 	}()
 	return nil

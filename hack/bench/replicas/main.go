@@ -335,6 +335,9 @@ func (b *bench) sigkill(ctx context.Context) error {
 	fmt.Fprintf(os.Stderr, "SIGKILL to %s (%d servers) ...\n", victim.name, len(owned))
 	t0 := time.Now()
 	victim.kill()
+	for _, a := range b.agents {
+		a.killed(t0, victim.gateway)
+	}
 	ready, at, werr := b.waitEach(ctx, t0, owned, func(s serverState) bool { return s.ready && s.replica != victim.name })
 	b.events = append(b.events, event{phase: "sigkill", what: fmt.Sprintf("SIGKILL to %s (→ its servers Ready elsewhere)", victim.name),
 		moved: len(owned), ready: ready, err: werr})
