@@ -100,7 +100,7 @@ func (q *quietGC) Start(ctx context.Context) error {
 	current := busyGOGC(q.busyPercent, q.read().scannable, q.leastBusy)
 	previous := q.set(current)
 	defer q.set(previous)
-	ctrl.LoggerFrom(ctx).Info("GOGC follows the allocation while quiet", "headroom", q.headroom)
+	ctrl.LoggerFrom(ctx).Info("GOGC follows the allocation while quiet", "headroom", q.headroom, "busyPercent", q.busyPercent)
 
 	ticker := time.NewTicker(q.every)
 	defer ticker.Stop()
