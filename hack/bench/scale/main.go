@@ -377,6 +377,7 @@ wait:
 		}
 		b.idleProfiles(ctx)
 	}
+	calls := b.callPhase(ctx)
 
 	// Graceful shutdown within 30 s, here with every supervisor.
 	// See docs/design.md, "Operations".
@@ -384,6 +385,7 @@ wait:
 	b.shutdown = b.stopReplicas()
 	time.Sleep(time.Second) // watch events still on their way
 	b.print()
+	b.printCalls(calls)
 	return nil
 }
 
@@ -629,6 +631,10 @@ func (b *bench) name(i int) string {
 	return fmt.Sprintf("mcp-%0*d", len(strconv.Itoa(*flagN-1)), i)
 }
 
+// serverNameOf is the spec.serverName of the McpServer named name: its
+// tools are mcp__<serverName>__<tool>.
+func serverNameOf(name string) string { return "s" + strings.TrimPrefix(name, "mcp-") }
+
 func (b *bench) createAll(ctx context.Context, c client.Client) {
 	n := *flagN
 	b.createStart, b.createEnd, b.createErrs = make([]time.Time, n), make([]time.Time, n), make([]error, n)
@@ -641,7 +647,7 @@ func (b *bench) createAll(ctx context.Context, c client.Client) {
 				obj := &v1alpha1.McpServer{
 					ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
 					Spec: v1alpha1.McpServerSpec{
-						ServerName:     "s" + strings.TrimPrefix(name, "mcp-"),
+						ServerName:     serverNameOf(name),
 						Transport:      v1alpha1.TransportStreamableHTTP,
 						StreamableHTTP: &v1alpha1.StreamableHTTPTransport{URL: b.urls[i%len(b.urls)]},
 					},

@@ -50,6 +50,7 @@ type replicaProc struct {
 	name      string
 	metrics   string // http://127.0.0.1:P/metrics
 	probes    string
+	gateway   string // the gateway's host:port
 	pprofAddr string
 
 	hwmReady, hwmEnd, rssEnd int64 // bytes
@@ -98,7 +99,7 @@ func (b *bench) startReplicas(ctx context.Context, cs kubernetes.Interface, bin 
 // startReplica runs one manager against the envtest apiserver and waits
 // until it is ready and its McpServer controller has started its workers.
 func (b *bench) startReplica(ctx context.Context, bin, name string) (*replicaProc, error) {
-	var addrs [3]string
+	var addrs [4]string
 	for i := range addrs {
 		a, err := testenv.FreeAddr()
 		if err != nil {
@@ -106,10 +107,10 @@ func (b *bench) startReplica(ctx context.Context, bin, name string) (*replicaPro
 		}
 		addrs[i] = a
 	}
-	metrics, probes, internal := addrs[0], addrs[1], addrs[2]
+	metrics, probes, internal, gateway := addrs[0], addrs[1], addrs[2], addrs[3]
 	// The fixture upstreams listen on loopback, which the egress policy
 	// refuses unless allowed.
-	args := []string{"--leader-elect=false", "--gateway-bind-address=127.0.0.1:0", "--gateway-auth=none", "--gateway-tls=false",
+	args := []string{"--leader-elect=false", "--gateway-bind-address=" + gateway, "--gateway-auth=none", "--gateway-tls=false",
 		"--metrics-bind-address=" + metrics, "--metrics-secure=false", "--health-probe-bind-address=" + probes,
 		"--upstream-allow-cidrs=127.0.0.0/8", "--replica-name=" + name, "--replica-bind-address=" + internal,
 		"--manager-namespace=" + managerNamespace}
@@ -121,7 +122,7 @@ func (b *bench) startReplica(ctx context.Context, bin, name string) (*replicaPro
 	if b.certFile != "" {
 		cmd.Env = append(cmd.Env, "SSL_CERT_FILE="+b.certFile)
 	}
-	r := &replicaProc{name: name, metrics: "http://" + metrics + "/metrics", probes: probes}
+	r := &replicaProc{name: name, metrics: "http://" + metrics + "/metrics", probes: probes, gateway: gateway}
 	if *flagPprof != "" {
 		var err error
 		if r.pprofAddr, err = testenv.FreeAddr(); err != nil {
@@ -233,6 +234,17 @@ func (b *bench) idleProfiles(ctx context.Context) {
 	b.notes = append(b.notes, fmt.Sprintf("-pprof: the manager was built with one added file serving net/http/pprof (go build -overlay); "+
 		"profiles in %s: manager-cpu and apiserver-cpu (%d s from the first create), manager-heap and manager-goroutines (end of the idle phase)%s.",
 		*flagPprof, *flagPprofSecs, map[bool]string{true: "", false: ", one of each per replica"}[*flagReplicas == 1]))
+}
+
+// profiles saves every replica's profile at path (under /debug/pprof/) as
+// base-<replica>ext; when names the moment, for the notes.
+func (b *bench) profiles(ctx context.Context, when, path, base, ext string) {
+	for _, r := range b.managers {
+		if err := fetch(ctx, "http://"+r.pprofAddr+"/debug/pprof/"+path, profileFile(r, base, ext)); err != nil {
+			b.notes = append(b.notes, fmt.Sprintf("replica %s profile %s: %v", r.name, base, err))
+		}
+	}
+	b.notes = append(b.notes, fmt.Sprintf("-pprof: %s (%s) in %s.", base, when, *flagPprof))
 }
 
 // ---- McpToolSets -------------------------------------------------------------
