@@ -189,7 +189,7 @@ func (v *view) refreshLocked(ctx context.Context) error {
 		if v.published[t.Name] == up {
 			continue // unchanged entry: the registry keeps it on a swap that leaves it equal
 		}
-		if err := v.add(t.Name, up); err != nil {
+		if err := v.add(t.Name, up, !t.ParamHeaders); err != nil {
 			v.e.log.Error(err, "tool not served", "tool", t.Name)
 			continue
 		}
@@ -259,8 +259,11 @@ func serverOf(t registry.Tool) string {
 var errNoUpstream = errors.New("the registry holds no definition of the tool")
 
 // add serves up under its public name; the SDK panics on a schema it
-// cannot serve, which must not take the manager down.
-func (v *view) add(public string, up *mcp.Tool) (err error) {
+// cannot serve, which must not take the manager down. A tool that binds no
+// parameter to a header (plain, registry.Tool.ParamHeaders) is added
+// without its schemas (unlistedSchema): the view checks them as AddTool
+// would, and lists them itself (listed).
+func (v *view) add(public string, up *mcp.Tool, plain bool) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("the SDK refused the tool: %v", r)
@@ -268,6 +271,11 @@ func (v *view) add(public string, up *mcp.Tool) (err error) {
 	}()
 	served := *up
 	served.Name = public
+	if plain {
+		if err := withoutSchemas(&served); err != nil {
+			return err
+		}
+	}
 	v.server.AddTool(&served, v.call(public))
 	return nil
 }
@@ -335,6 +343,9 @@ func (v *view) receive(next mcp.MethodHandler) mcp.MethodHandler {
 			}
 		}
 		res, err = next(ctx, method, req)
+		if lr, ok := res.(*mcp.ListToolsResult); ok && err == nil {
+			v.listed(lr)
+		}
 		requests.WithLabelValues(method, outcomeOf(res, err)).Inc()
 		return res, err
 	}
