@@ -47,6 +47,14 @@ type view struct {
 	// overwrites a newer one.
 	syncMu sync.Mutex
 	synced atomic.Bool
+	// syncedTools is the registry's snapshot of the namespace that the
+	// last refresh served, and syncedAll whether the identity could use
+	// the whole namespace then; syncMu guards both. A refresh that finds
+	// both as they were has nothing to do: every page of a tools/list
+	// refreshes, and a namespace of 40,000 tools was walked 40 times per
+	// list (docs/design.md, "The gateway").
+	syncedTools []registry.Tool
+	syncedAll   bool
 
 	mu        sync.Mutex
 	published map[string]*mcp.Tool // public name -> the upstream entry served
@@ -173,6 +181,10 @@ func (v *view) refreshLocked(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if allowed == nil && v.syncedAll && sameSnapshot(tools, v.syncedTools) && v.synced.Load() {
+		return nil
+	}
+	v.syncedTools, v.syncedAll = tools, allowed == nil
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	want := make(map[string]bool, len(tools))
@@ -209,6 +221,12 @@ func (v *view) refreshLocked(ctx context.Context) error {
 	}
 	v.synced.Store(true)
 	return nil
+}
+
+// sameSnapshot says whether a and b are the same snapshot of the
+// registry: it makes a new slice for every change.
+func sameSnapshot(a, b []registry.Tool) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 // maxConcurrentReviews bounds the per-server reviews one refresh asks at
