@@ -44,15 +44,22 @@ func withoutSchemas(t *mcp.Tool) error {
 	return nil
 }
 
-// objectSchema says whether schema is a JSON object whose member "type" is
-// the string "object", as AddTool requires (names compared exactly).
+// objectSchema says whether schema, valid JSON as the registry holds it, is
+// an object whose member "type" is the string "object", as AddTool
+// requires; read in place (jsonscan.go).
 func objectSchema(schema json.RawMessage) bool {
-	var members map[string]json.RawMessage
-	if err := json.Unmarshal(schema, &members); err != nil {
+	o, ok := readObject(schema)
+	if !ok {
 		return false
 	}
-	var typ string
-	return json.Unmarshal(members["type"], &typ) == nil && typ == "object"
+	var typ []byte
+	for name, value, ok := o.next(); ok; name, value, ok = o.next() {
+		if string(memberName(name)) == "type" {
+			typ = value // the last of two, as encoding/json takes it
+		}
+	}
+	s, ok := stringValue(typ)
+	return ok && s == "object"
 }
 
 // listed puts in res, a page of the SDK's tools/list, each tool as the

@@ -181,7 +181,7 @@ func (v *view) refreshLocked(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if allowed == nil && v.syncedAll && sameSnapshot(tools, v.syncedTools) && v.synced.Load() {
+	if allowed == nil && v.syncedAll && sameSnapshot(tools, v.syncedTools) {
 		return nil
 	}
 	v.syncedTools, v.syncedAll = tools, allowed == nil
