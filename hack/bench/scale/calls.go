@@ -18,12 +18,13 @@ import (
 )
 
 // The calls phase (-calls): after the idle phase, with the whole fleet
-// Ready, -callers agents call the servers' echo tools through the
-// replicas' gateways without pause, each on a session of its own at one
-// replica (agent k at replica k mod N), each call to a server picked at
-// random, so that most calls are forwarded to their owner when there are
-// several replicas. What it reports is what serving calls costs a manager
-// that holds a large fleet: the replicas' CPU per call and how often their
+// Ready, -callers agents open a session each at one replica (agent k at
+// replica k mod N), list every tool, and call the servers' echo tools
+// through the replicas' gateways without pause, each call to a server
+// picked at random, so that most calls are forwarded to their owner when
+// there are several replicas. What it reports is what agents cost a
+// manager that holds a large fleet: the replicas' memory and CPU as the
+// sessions open and the agents list, their CPU per call and how often their
 // collectors ran (docs/design.md, "Garbage while quiet, and while busy").
 var (
 	flagCalls   = flag.Duration("calls", 0, "after the idle phase, agents call the servers' echo tools through the gateways for this long (0: no calls phase)")
@@ -49,8 +50,9 @@ type replicaCalls struct {
 	cpu      float64 // seconds of CPU over the phase
 	gcCycles float64
 	gogcEnd  float64 // go_gc_gogc_percent at the phase's end
-	// VmRSS before the agents opened their sessions, once they had, and
-	// after the calls; VmHWM before the sessions and after the calls.
+	// VmRSS before the agents opened their sessions, once they had, once
+	// they had listed the tools and after the calls; VmHWM before the
+	// sessions, after the lists and after the calls.
 	rssBefore, rssOpened, rssListed, rssAfter int64
 	hwmBefore, hwmListed, hwmAt               int64
 	// CPU seconds the replica used while the sessions opened, and while
@@ -99,7 +101,7 @@ func (b *bench) callPhase(ctx context.Context) callStats {
 		st.byReplica[i].cpuListing += cpuOf(r.Pid())
 	}
 	if *flagPprof != "" {
-		b.profiles(ctx, "sessions open", "heap?gc=1", "manager-heap-sessions", ".pprof")
+		b.profiles(ctx, "the sessions open and every tool listed", "heap?gc=1", "manager-heap-sessions", ".pprof")
 	}
 	gc0, bench0 := b.gcAndCPU(&st), cpuOf(os.Getpid())
 	fmt.Fprintf(os.Stderr, "calls phase: %d agents for %s ...\n", len(sessions), *flagCalls)
