@@ -189,13 +189,12 @@ func (v *view) answerFast(w http.ResponseWriter, r *http.Request, body []byte) b
 // path can vouch for.
 func (v *view) fastCall(w http.ResponseWriter, r *http.Request, msg *message) bool {
 	sid := r.Header.Get("Mcp-Session-Id")
-	if !acceptsJSON(r) || !v.plainTool(msg.Params.Name) || !v.validSession(r, msg, sid) {
-		return false
-	}
 	start := time.Now()
 	tool, caller, ok := v.e.registry.Lookup(v.e.ns, msg.Params.Name)
 	jc, isJSON := caller.(registry.JSONCaller)
-	if !ok || !isJSON {
+	// A tool that binds a parameter to a header is the SDK's, which checks
+	// the headers; one the gateway does not serve is its to refuse.
+	if !ok || !isJSON || tool.ParamHeaders || !tool.ObjectInput || !acceptsJSON(r) || !v.validSession(r, msg, sid) {
 		return false
 	}
 	// A refusal, or a review that fails, is the SDK path's to answer.

@@ -15,12 +15,13 @@
 // chose reach logs and spans cut to 128 bytes (agentstrings.go).
 //
 // Each caller identity has a view per namespace (view.go): a go-sdk server
-// holding exactly the tools of the servers that identity may use, with its
-// own sessions. The SDK sends notifications/tools/list_changed to the
-// sessions of the server whose tools changed, so a view per identity makes
-// tools/list and list_changed per client at the cost of one SDK tool entry
-// per visible tool. Views follow the registry, refresh before every
-// tools/list and, while they have sessions, periodically, so that a changed
+// for that identity's sessions, serving exactly the tools of the servers
+// it may use. A view holds no entry per tool: it lists from the registry's
+// snapshot (toollist.go), calls through the registry, and announces a
+// change its identity can see as notifications/tools/list_changed, so that
+// list_changed is per client and a view costs the same in a namespace of
+// any size. Views follow the registry, refresh before every tools/list
+// and, while they have sessions, periodically, so that a changed
 // permission reaches idle agents too.
 //
 // The go-sdk serves every MCP method, but a well-formed tools/call takes a

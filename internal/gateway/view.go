@@ -20,17 +20,17 @@ import (
 )
 
 // A view is one caller identity's MCP server in a namespace: an SDK server
-// that holds exactly the tools of the McpServers that identity may use,
-// with its own sessions. Because the SDK sends
-// notifications/tools/list_changed to the sessions of the server whose
-// tools changed, a per-identity server makes list_changed per client
-// without any bookkeeping of ours: a change an identity cannot see
-// reaches none of its sessions, and a change of what it may use reaches
-// all of them. A session belongs to the view that created it, so another
-// identity's request cannot use it even with its id.
-//
-// Callers allowed the whole namespace have a view of their own too; a view
-// costs one SDK tool entry per tool (the tools' schemas are shared).
+// for the sessions of that identity, serving exactly the tools of the
+// McpServers it may use. It holds no entry per tool: it lists from the
+// registry's snapshot it last refreshed to (toollist.go) and calls through
+// the registry, so that a view costs the same in a namespace of 40,000
+// tools as in one of 4, and an identity more costs a view, not its tools
+// again (docs/design.md, "The gateway"). Only tools that bind a parameter
+// to a header are added to the SDK, which checks those headers. A change
+// of what the identity may see is announced to its sessions as
+// notifications/tools/list_changed (announce), and a change it cannot see
+// reaches none of them. A session belongs to the view that created it, so
+// another identity's request cannot use it even with its id.
 type view struct {
 	e      *endpoint
 	server *mcp.Server
@@ -47,18 +47,17 @@ type view struct {
 	// overwrites a newer one.
 	syncMu sync.Mutex
 	synced atomic.Bool
-	// syncedTools is the registry's snapshot of the namespace that the
-	// last refresh served, and syncedAll whether the identity could use
-	// the whole namespace then; syncMu guards both. A refresh that finds
-	// both as they were has nothing to do: every page of a tools/list
-	// refreshes, and a namespace of 40,000 tools was walked 40 times per
-	// list (docs/design.md, "The gateway").
-	syncedTools []registry.Tool
-	syncedAll   bool
+	// headed is the SDK's entries: the tools that bind a parameter to a
+	// header, by public name; syncMu guards it.
+	headed map[string]registry.Tool
 
-	mu        sync.Mutex
-	published map[string]*mcp.Tool // public name -> the upstream entry served
-	plain     map[string]bool      // served tools without x-mcp-header parameters
+	// mu guards what the last refresh served: the registry's snapshot of
+	// the namespace, and the servers the identity may use (nil: all of
+	// them). Lists read them; a refresh that finds both as they were has
+	// nothing to do (every page of a tools/list refreshes).
+	mu      sync.Mutex
+	tools   []registry.Tool
+	allowed map[string]bool
 
 	// busy counts the requests being served and lastUsed is when the last
 	// one began; the endpoint's lock guards both.
@@ -89,7 +88,7 @@ type view struct {
 }
 
 func newView(e *endpoint, u *kubeauth.User) *view {
-	v := &view{e: e, published: map[string]*mcp.Tool{}, plain: map[string]bool{}, identity: identityHash(identity(u))}
+	v := &view{e: e, headed: map[string]registry.Tool{}, identity: identityHash(identity(u))}
 	v.caller.Store(u)
 	v.server = mcp.NewServer(serverImpl, &mcp.ServerOptions{
 		// Advertise list_changed even while the view has no tools.
@@ -166,9 +165,8 @@ func (v *view) ensureSynced(ctx context.Context) error {
 	return v.refreshLocked(ctx)
 }
 
-// refresh makes the served tools equal to the registry's tools of the
-// servers the identity may use now. The SDK sends
-// notifications/tools/list_changed for every change, debounced.
+// refresh makes the served tools the registry's tools of the servers the
+// identity may use now, and announces a change the identity can see.
 func (v *view) refresh(ctx context.Context) error {
 	v.syncMu.Lock()
 	defer v.syncMu.Unlock()
@@ -181,52 +179,87 @@ func (v *view) refreshLocked(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if allowed == nil && v.syncedAll && sameSnapshot(tools, v.syncedTools) {
+	v.mu.Lock()
+	prevTools, prevAllowed := v.tools, v.allowed
+	v.mu.Unlock()
+	synced := v.synced.Load()
+	if synced && allowed == nil && prevAllowed == nil && sameSnapshot(tools, prevTools) {
 		return nil
 	}
-	v.syncedTools, v.syncedAll = tools, allowed == nil
+	v.syncHeaded(tools, allowed)
 	v.mu.Lock()
-	defer v.mu.Unlock()
-	want := make(map[string]bool, len(tools))
+	v.tools, v.allowed = tools, allowed
+	v.mu.Unlock()
+	v.synced.Store(true)
+	if synced && !sameVisible(prevTools, prevAllowed, tools, allowed) {
+		v.announce()
+	}
+	return nil
+}
+
+// syncHeaded makes the SDK's entries the visible tools that bind a
+// parameter to a header, with their schemas, so that the SDK checks the
+// headers of their calls; the SDK announces its own changes.
+func (v *view) syncHeaded(tools []registry.Tool, allowed map[string]bool) {
+	want := map[string]bool{}
 	for _, t := range tools {
-		if allowed != nil && !allowed[serverOf(t)] {
-			continue
-		}
-		up := t.Upstream()
-		if up == nil {
-			v.e.log.Error(errNoUpstream, "tool not served", "tool", t.Name)
+		if !t.ParamHeaders || !visible(t, allowed) {
 			continue
 		}
 		want[t.Name] = true
-		if v.published[t.Name] == up {
-			continue // unchanged entry: the registry keeps it on a swap that leaves it equal
-		}
-		if err := v.add(t.Name, up, !t.ParamHeaders); err != nil {
-			v.e.log.Error(err, "tool not served", "tool", t.Name)
+		if cur, ok := v.headed[t.Name]; ok && cur.SameEntry(t) {
 			continue
 		}
-		v.published[t.Name] = up
-		v.plain[t.Name] = !t.ParamHeaders // found once, at publish
+		if err := v.addHeaded(t); err != nil {
+			v.e.log.Error(err, "tool not served", "tool", t.Name)
+			delete(v.headed, t.Name)
+			continue
+		}
+		v.headed[t.Name] = t
 	}
 	var gone []string
-	for name := range v.published {
+	for name := range v.headed {
 		if !want[name] {
 			gone = append(gone, name)
-			delete(v.published, name)
-			delete(v.plain, name)
+			delete(v.headed, name)
 		}
 	}
 	if len(gone) > 0 {
 		v.server.RemoveTools(gone...)
 	}
-	v.synced.Store(true)
-	return nil
 }
 
 // sameSnapshot says whether a and b are the same snapshot of the
 // registry: it makes a new slice for every change.
 func sameSnapshot(a, b []registry.Tool) bool {
 	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+// visible: t is served to an identity that may use the servers allowed
+// (nil: all of them).
+func visible(t registry.Tool, allowed map[string]bool) bool {
+	return t.ObjectInput && (allowed == nil || allowed[serverOf(t)])
+}
+
+// sameVisible says whether an identity sees the same tools in snapshot a
+// with servers aAllowed as in b with bAllowed. Both are sorted by name.
+func sameVisible(a []registry.Tool, aAllowed map[string]bool, b []registry.Tool, bAllowed map[string]bool) bool {
+	i, j := 0, 0
+	for {
+		for i < len(a) && !visible(a[i], aAllowed) {
+			i++
+		}
+		for j < len(b) && !visible(b[j], bAllowed) {
+			j++
+		}
+		if i == len(a) || j == len(b) {
+			return i == len(a) && j == len(b)
+		}
+		if !a[i].SameEntry(b[j]) {
+			return false
+		}
+		i, j = i+1, j+1
+	}
 }
 
 // maxConcurrentReviews bounds the per-server reviews one refresh asks at
@@ -276,25 +309,22 @@ func serverOf(t registry.Tool) string {
 // its publisher rules out (registry.Registry.SwapEncoded).
 var errNoUpstream = errors.New("the registry holds no definition of the tool")
 
-// add serves up under its public name; the SDK panics on a schema it
-// cannot serve, which must not take the manager down. A tool that binds no
-// parameter to a header (plain, registry.Tool.ParamHeaders) is added
-// without its schemas (unlistedSchema): the view checks them as AddTool
-// would, and lists them itself (listed).
-func (v *view) add(public string, up *mcp.Tool, plain bool) (err error) {
+// addHeaded adds t to the SDK with its schemas, under its public name; the
+// SDK panics on a schema it cannot serve, which must not take the manager
+// down.
+func (v *view) addHeaded(t registry.Tool) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("the SDK refused the tool: %v", r)
 		}
 	}()
-	served := *up
-	served.Name = public
-	if plain {
-		if err := withoutSchemas(&served); err != nil {
-			return err
-		}
+	up := t.Upstream()
+	if up == nil {
+		return errNoUpstream
 	}
-	v.server.AddTool(&served, v.call(public))
+	served := *up
+	served.Name = t.Name
+	v.server.AddTool(&served, v.call(t.Name))
 	return nil
 }
 
@@ -353,16 +383,10 @@ func (v *view) receive(next mcp.MethodHandler) mcp.MethodHandler {
 		if span.IsRecording() {
 			defer func() { endMethod(span, sdkVersion(req), registry.Tool{}, outcomeOf(res, err), err) }()
 		}
-		if method == "tools/list" {
-			if err := v.refresh(ctx); err != nil {
-				v.e.log.Error(err, "gateway authorization failed")
-				requests.WithLabelValues(method, "error").Inc()
-				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "authorization is unavailable"}
-			}
-		}
-		res, err = next(ctx, method, req)
-		if lr, ok := res.(*mcp.ListToolsResult); ok && err == nil {
-			v.listed(lr)
+		if lr, ok := req.(*mcp.ListToolsRequest); ok && method == "tools/list" {
+			res, err = v.listTools(ctx, next, lr)
+		} else {
+			res, err = next(ctx, method, req)
 		}
 		requests.WithLabelValues(method, outcomeOf(res, err)).Inc()
 		return res, err
@@ -398,8 +422,12 @@ func (v *view) receiveCall(ctx context.Context, next mcp.MethodHandler, req mcp.
 			err, outcome = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "authorization is unavailable"}, "error"
 		case !allowed:
 			err, outcome = unknownTool(name), "denied"
+		case !tool.ObjectInput:
+			err, outcome = unknownTool(name), "unknown_tool" // not served: see registry.ObjectInput
+		case tool.ParamHeaders:
+			res, outcome, err = v.sdkCall(ctx, next, req) // the SDK's entry, which checked the headers
 		default:
-			res, outcome, err = v.sdkCall(ctx, next, req)
+			res, outcome, err = v.sdkCall(ctx, v.callTool, req)
 		}
 	}
 	d := time.Since(start)
@@ -438,6 +466,26 @@ func (v *view) sdkCall(ctx context.Context, next mcp.MethodHandler, req mcp.Requ
 	return res, outcomeOf(res, err), err
 }
 
+// callTool is what the SDK does with a tools/call of a tool it holds, for
+// the tools the view does not add to it: the tool handler's result, its
+// content never null.
+func (v *view) callTool(ctx context.Context, _ string, req mcp.Request) (mcp.Result, error) {
+	cr, ok := req.(*mcp.CallToolRequest)
+	if !ok || cr.Params == nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "invalid params"}
+	}
+	res, err := v.call(cr.Params.Name)(ctx, cr)
+	if err != nil {
+		return nil, err
+	}
+	if res.Content == nil {
+		r := *res
+		r.Content = []mcp.Content{} // as the SDK writes it: never "null"
+		res = &r
+	}
+	return res, nil
+}
+
 // unknownTool is the SDK's answer to a tools/call of a tool its server does
 // not have, word for word: a tool of a server the caller may not use must
 // not look any different.
@@ -463,14 +511,6 @@ func (v *view) hasSession(sid string) bool {
 		}
 	}
 	return false
-}
-
-// plainTool: the view serves the tool and it has no x-mcp-header
-// parameters, whose headers only the SDK checks and sets.
-func (v *view) plainTool(name string) bool {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return v.plain[name]
 }
 
 func errorResult(msg string) *mcp.CallToolResult {

@@ -26,6 +26,9 @@ type Tool struct {
 	// (x-mcp-header), found once at publish so that no reader has to
 	// marshal the schema again to tell.
 	ParamHeaders bool
+	// ObjectInput: the input schema is an object schema (ObjectInput), as
+	// MCP requires; the gateway serves no other tool.
+	ObjectInput bool
 
 	upstream *mcp.Tool   // published by Swap
 	encoded  *encodedSet // or published by SwapEncoded: decoded on first use
@@ -40,6 +43,13 @@ func (t Tool) Upstream() *mcp.Tool {
 		return t.encoded.tool(t.RawName)
 	}
 	return t.upstream
+}
+
+// SameEntry: t and u are one published entry, the same public name with
+// the same definition, which a swap that leaves a tool equal keeps; a
+// reader that served t need not serve u again.
+func (t Tool) SameEntry(u Tool) bool {
+	return t.Name == u.Name && t.RawName == u.RawName && t.upstream == u.upstream && t.encoded == u.encoded
 }
 
 // ConflictError reports that a public name in the new set is held by another
@@ -248,6 +258,7 @@ func regPrepare(owner, serverName string, tools []*mcp.Tool) ([]Tool, [][sha256.
 				Owner:        owner,
 				upstream:     up,
 				ParamHeaders: BindsParamHeaders(up),
+				ObjectInput:  ObjectInput(up),
 			},
 			digest: sha256.Sum256(canonical),
 		})
