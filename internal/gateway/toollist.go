@@ -48,11 +48,12 @@ var errInvalidCursor = &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: 
 
 // page fills res with the page that follows cursor ("": the first), and
 // the cursor of the next one if there is one. A tool whose definition the
-// registry cannot give is left out (registry.Tool.Upstream).
+// registry cannot give is left out (registry.Tool.Upstream), as is one that
+// binds a header and that the SDK refused.
 func (v *view) page(res *mcp.ListToolsResult, cursor string) error {
 	v.mu.Lock()
+	defer v.mu.Unlock()
 	tools, allowed := v.tools, v.allowed
-	v.mu.Unlock()
 	start := 0
 	if cursor != "" {
 		after, err := base64.RawURLEncoding.DecodeString(cursor)
@@ -65,6 +66,9 @@ func (v *view) page(res *mcp.ListToolsResult, cursor string) error {
 	res.Tools, res.NextCursor = make([]*mcp.Tool, 0, cap(served)), ""
 	for _, t := range tools[start:] {
 		if !visible(t, allowed) {
+			continue
+		}
+		if _, took := v.headed[t.Name]; t.ParamHeaders && !took {
 			continue
 		}
 		if len(served) == listPageSize {

@@ -64,14 +64,15 @@ func TestAViewHoldsNoEntryPerTool(t *testing.T) {
 		views = append(views, v)
 	}
 	runtime.ReadMemStats(&allocAfter)
-	held := live() - before
+	// Signed: what earlier tests left running may free memory meanwhile.
+	held := int64(live()) - int64(before)
 	runtime.KeepAlive(views)
-	perTool := func(b uint64) uint64 { return b / identities / n }
+	perTool := func(b int64) int64 { return b / identities / n }
 	t.Logf("%d views of %d tools: %d bytes held, %d allocated", identities, n, held, allocAfter.TotalAlloc-allocBefore.TotalAlloc)
 	if got := perTool(held); got > 50 {
 		t.Errorf("a view holds %d bytes per tool of its namespace, want at most 50", got)
 	}
-	if got := perTool(allocAfter.TotalAlloc - allocBefore.TotalAlloc); got > 50 {
+	if got := perTool(int64(allocAfter.TotalAlloc - allocBefore.TotalAlloc)); got > 50 {
 		t.Errorf("a view's first sync allocates %d bytes per tool of its namespace, want at most 50", got)
 	}
 	var res mcp.ListToolsResult
@@ -82,19 +83,35 @@ func TestAViewHoldsNoEntryPerTool(t *testing.T) {
 
 // What a view lists is the registry's schemas, input and output, as the
 // registry holds them, on every page (1,000 tools a page, as the SDK's);
-// a tool whose input schema is not an object is not served, as the SDK
-// would refuse it, and the others are.
+// a tool whose input schema is not an object is not served, nor one that
+// binds a header in a way the SDK refuses, and the others are.
 func TestAViewListsTheSchemasTheRegistryHolds(t *testing.T) {
 	const n = 1200
 	e := newTestEnv(t, envOptions{})
 	tools := append(manySchemaTools(n), &mcp.Tool{Name: "array_input", InputSchema: json.RawMessage(`{"type":"array"}`)},
-		&mcp.Tool{Name: "no_type", InputSchema: json.RawMessage(`{"Type":"object"}`)})
+		&mcp.Tool{Name: "no_type", InputSchema: json.RawMessage(`{"Type":"object"}`)},
+		// The SDK refuses a header bound to an array; it takes such tools.
+		&mcp.Tool{Name: "bad_header", InputSchema: json.RawMessage(
+			`{"type":"object","properties":{"r":{"type":"array","x-mcp-header":"R"}}}`)})
 	if _, err := e.g.Registry.Swap(testNS, testNS+"/many", "many", tools, e.fake); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]*mcp.Tool{}
 	for _, t := range e.g.Registry.Tools(testNS) {
 		want[t.Name] = t.Upstream()
+	}
+	// The go-sdk's client leaves out a tool with a header binding it
+	// refuses; the view must not list one either.
+	var res mcp.ListToolsResult
+	for first := true; first || res.NextCursor != ""; first = false {
+		if err := e.view().page(&res, res.NextCursor); err != nil {
+			t.Fatal(err)
+		}
+		for _, tool := range res.Tools {
+			if tool.Name == registry.PublicName("many", "bad_header") {
+				t.Error("the view lists a tool whose header binding the SDK refused")
+			}
+		}
 	}
 	for _, proto := range []string{"2025-11-25", registry.SessionlessProtocol} {
 		t.Run(proto, func(t *testing.T) {
@@ -108,9 +125,9 @@ func TestAViewListsTheSchemasTheRegistryHolds(t *testing.T) {
 				}
 				listed[tool.Name] = tool
 			}
-			for _, name := range []string{"array_input", "no_type"} {
+			for _, name := range []string{"array_input", "no_type", "bad_header"} {
 				if _, ok := listed[registry.PublicName("many", name)]; ok {
-					t.Errorf("%s is listed; its input schema is not an object", name)
+					t.Errorf("%s is listed; the SDK would not serve it", name)
 				}
 			}
 			if got := len(listed); got != n+2 { // and the fake's echo and region

@@ -47,17 +47,16 @@ type view struct {
 	// overwrites a newer one.
 	syncMu sync.Mutex
 	synced atomic.Bool
-	// headed is the SDK's entries: the tools that bind a parameter to a
-	// header, by public name; syncMu guards it.
-	headed map[string]registry.Tool
-
 	// mu guards what the last refresh served: the registry's snapshot of
-	// the namespace, and the servers the identity may use (nil: all of
-	// them). Lists read them; a refresh that finds both as they were has
-	// nothing to do (every page of a tools/list refreshes).
+	// the namespace, the servers the identity may use (nil: all of them),
+	// and the SDK's entries, the tools that bind a parameter to a header
+	// that the SDK took, by public name. Lists read them; a refresh that
+	// finds the first two as they were has nothing to do (every page of a
+	// tools/list refreshes).
 	mu      sync.Mutex
 	tools   []registry.Tool
 	allowed map[string]bool
+	headed  map[string]registry.Tool
 
 	// busy counts the requests being served and lastUsed is when the last
 	// one began; the endpoint's lock guards both.
@@ -199,8 +198,11 @@ func (v *view) refreshLocked(ctx context.Context) error {
 
 // syncHeaded makes the SDK's entries the visible tools that bind a
 // parameter to a header, with their schemas, so that the SDK checks the
-// headers of their calls; the SDK announces its own changes.
+// headers of their calls; the SDK announces its own changes. Such a tool
+// the SDK refuses is neither listed nor called.
 func (v *view) syncHeaded(tools []registry.Tool, allowed map[string]bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
 	want := map[string]bool{}
 	for _, t := range tools {
 		if !t.ParamHeaders || !visible(t, allowed) {
