@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -199,7 +200,7 @@ func TestAViewPagesByName(t *testing.T) {
 	if want := registry.PublicName("many", fmt.Sprintf("tool_%04d", k+1)); second.Tools[0].Name != want {
 		t.Errorf("the second page starts at %s, want %s", second.Tools[0].Name, want)
 	}
-	for _, cursor := range []string{"%%%", "not base64!"} {
+	for _, cursor := range []string{"%%%", "not base64!", base64.URLEncoding.EncodeToString([]byte("not gob"))} {
 		var res mcp.ListToolsResult
 		var jerr *jsonrpc.Error
 		if err := v.page(&res, cursor); !errors.As(err, &jerr) || jerr.Code != jsonrpc.CodeInvalidParams {
@@ -207,7 +208,7 @@ func TestAViewPagesByName(t *testing.T) {
 		}
 	}
 	var res mcp.ListToolsResult
-	if err := v.page(&res, base64.RawURLEncoding.EncodeToString([]byte("~"))); err != nil || len(res.Tools) != 0 || res.NextCursor != "" {
+	if err := v.page(&res, encodeCursor("~")); err != nil || len(res.Tools) != 0 || res.NextCursor != "" {
 		t.Errorf("a cursor past the last name: %d tools, next %q, %v; want none", len(res.Tools), res.NextCursor, err)
 	}
 }
@@ -347,5 +348,82 @@ func TestAnUnchangedViewIsNotWalkedAgain(t *testing.T) {
 	}
 	if !served {
 		t.Error("a tool added to the registry is not listed after a refresh")
+	}
+}
+
+// A cursor is the SDK's: a replica of the version before, whose SDK server
+// paged the tools, reads the view's and the view reads its, so that an
+// agent paging during an upgrade goes on where it was.
+func TestCursorsAreTheSDKs(t *testing.T) {
+	server := mcp.NewServer(&mcp.Implementation{Name: "sdk", Version: "v0"}, nil)
+	for i := range listPageSize + 5 {
+		server.AddTool(&mcp.Tool{Name: fmt.Sprintf("tool_%04d", i), InputSchema: &jsonschema.Schema{Type: "object"}},
+			func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { return nil, nil })
+	}
+	st, ct := mcp.NewInMemoryTransports()
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	ss, err := server.Connect(ctx, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ss.Close()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "v0"}, nil).Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	first, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name, ok := decodeCursor(first.NextCursor); !ok || name != "tool_0999" {
+		t.Errorf("the SDK's cursor reads as %q, %v; want tool_0999", name, ok)
+	}
+	second, err := cs.ListTools(ctx, &mcp.ListToolsParams{Cursor: encodeCursor("tool_1002")})
+	if err != nil {
+		t.Fatalf("the SDK refuses the view's cursor: %v", err)
+	}
+	if len(second.Tools) != 2 || second.Tools[0].Name != "tool_1003" {
+		t.Errorf("the SDK pages from the view's cursor to %d tools, first %v; want tool_1003 and tool_1004", len(second.Tools), second.Tools)
+	}
+}
+
+// A tool that binds a header is served by the SDK's entry; when a change
+// makes the SDK refuse it, its previous entry goes too: it is neither
+// listed nor called, and a call gets the answer to an unknown tool.
+func TestAHeaderToolTheSDKRefusesGoes(t *testing.T) {
+	e := newTestEnv(t, envOptions{})
+	cs := e.agent("2025-11-25") // its headers are not checked: the SDK's entry alone decides
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	public := registry.PublicName(testServer, regionTool)
+	call := func() error {
+		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: public, Arguments: map[string]any{"region": "eu"}})
+		return err
+	}
+	if err := call(); err != nil {
+		t.Fatalf("the header tool is not served: %v", err)
+	}
+	refused := []*mcp.Tool{
+		{Name: echoTool, InputSchema: json.RawMessage(`{"type":"object"}`)},
+		{Name: regionTool, InputSchema: json.RawMessage(`{"type":"object","properties":{"region":{"type":"array","x-mcp-header":"Region"}}}`)},
+	}
+	if _, err := e.g.Registry.Swap(testNS, testNS+"/"+testServer, testServer, refused, e.fake); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.view().refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := call(); err == nil || !strings.Contains(err.Error(), "unknown tool") {
+		t.Errorf("a call of the refused tool got %v, want the answer to an unknown tool", err)
+	}
+	for tool, err := range cs.Tools(ctx, nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tool.Name == public {
+			t.Error("the refused tool is listed")
+		}
 	}
 }

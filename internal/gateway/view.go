@@ -47,16 +47,16 @@ type view struct {
 	// overwrites a newer one.
 	syncMu sync.Mutex
 	synced atomic.Bool
-	// mu guards what the last refresh served: the registry's snapshot of
-	// the namespace, the servers the identity may use (nil: all of them),
-	// and the SDK's entries, the tools that bind a parameter to a header
-	// that the SDK took, by public name. Lists read them; a refresh that
-	// finds the first two as they were has nothing to do (every page of a
-	// tools/list refreshes).
+	// mu guards what the last refresh served, which it replaces at once:
+	// the registry's snapshot of the namespace, the servers the identity
+	// may use (nil: all of them), and the tools that bind a parameter to a
+	// header, which the SDK holds, by public name. Lists read them; a
+	// refresh that finds the first two as they were has nothing to do
+	// (every page of a tools/list refreshes).
 	mu      sync.Mutex
 	tools   []registry.Tool
 	allowed map[string]bool
-	headed  map[string]registry.Tool
+	headed  map[string]headedTool
 
 	// busy counts the requests being served and lastUsed is when the last
 	// one began; the endpoint's lock guards both.
@@ -87,7 +87,7 @@ type view struct {
 }
 
 func newView(e *endpoint, u *kubeauth.User) *view {
-	v := &view{e: e, headed: map[string]registry.Tool{}, identity: identityHash(identity(u))}
+	v := &view{e: e, identity: identityHash(identity(u))}
 	v.caller.Store(u)
 	v.server = mcp.NewServer(serverImpl, &mcp.ServerOptions{
 		// Advertise list_changed even while the view has no tools.
@@ -185,9 +185,9 @@ func (v *view) refreshLocked(ctx context.Context) error {
 	if synced && allowed == nil && prevAllowed == nil && sameSnapshot(tools, prevTools) {
 		return nil
 	}
-	v.syncHeaded(tools, allowed)
+	headed := v.syncHeaded(v.headed, tools, allowed) // only refreshes write v.headed, under syncMu
 	v.mu.Lock()
-	v.tools, v.allowed = tools, allowed
+	v.tools, v.allowed, v.headed = tools, allowed, headed
 	v.mu.Unlock()
 	v.synced.Store(true)
 	if synced && !sameVisible(prevTools, prevAllowed, tools, allowed) {
@@ -196,39 +196,47 @@ func (v *view) refreshLocked(ctx context.Context) error {
 	return nil
 }
 
-// syncHeaded makes the SDK's entries the visible tools that bind a
-// parameter to a header, with their schemas, so that the SDK checks the
-// headers of their calls; the SDK announces its own changes. Such a tool
-// the SDK refuses is neither listed nor called.
-func (v *view) syncHeaded(tools []registry.Tool, allowed map[string]bool) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	want := map[string]bool{}
+// headedTool is a tool that binds a parameter to a header as the view last
+// gave it to the SDK; served is false if the SDK refused it, which is then
+// neither listed nor called, nor given again until it changes.
+type headedTool struct {
+	tool   registry.Tool
+	served bool
+}
+
+// syncHeaded returns the SDK's entries for tools and the servers allowed:
+// the visible tools that bind a parameter to a header, added with their
+// schemas so that the SDK checks the headers of their calls (it announces
+// its own changes). cur, which lists read, is left as it is.
+func (v *view) syncHeaded(cur map[string]headedTool, tools []registry.Tool, allowed map[string]bool) map[string]headedTool {
+	next := make(map[string]headedTool, len(cur))
 	for _, t := range tools {
 		if !t.ParamHeaders || !visible(t, allowed) {
 			continue
 		}
-		want[t.Name] = true
-		if cur, ok := v.headed[t.Name]; ok && cur.SameEntry(t) {
+		if h, ok := cur[t.Name]; ok && h.tool.SameEntry(t) {
+			next[t.Name] = h
 			continue
 		}
-		if err := v.addHeaded(t); err != nil {
+		err := v.addHeaded(t)
+		if err != nil {
 			v.e.log.Error(err, "tool not served", "tool", t.Name)
-			delete(v.headed, t.Name)
-			continue
+			if cur[t.Name].served {
+				v.server.RemoveTools(t.Name) // its previous definition must not stay callable
+			}
 		}
-		v.headed[t.Name] = t
+		next[t.Name] = headedTool{tool: t, served: err == nil}
 	}
 	var gone []string
-	for name := range v.headed {
-		if !want[name] {
+	for name, h := range cur {
+		if _, ok := next[name]; !ok && h.served {
 			gone = append(gone, name)
-			delete(v.headed, name)
 		}
 	}
 	if len(gone) > 0 {
 		v.server.RemoveTools(gone...)
 	}
+	return next
 }
 
 // sameSnapshot says whether a and b are the same snapshot of the
