@@ -21,6 +21,8 @@ type budgetOptions struct {
 func (o *budgetOptions) bindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.gateway.SessionsPerIdentity, flagName(gateway.FlagMaxSessionsPerIdentity), gateway.DefaultMaxSessionsPerIdentity,
 		"Live 2025-11-25 agent sessions one identity may hold in one namespace; one more initialize gets HTTP 429 with Retry-After.")
+	fs.IntVar(&o.gateway.SessionsPerNamespace, flagName(gateway.FlagMaxSessionsPerNamespace), gateway.DefaultMaxSessionsPerNamespace,
+		"Live 2025-11-25 agent sessions all identities together may hold in one namespace; one more initialize gets HTTP 429 with Retry-After.")
 	fs.IntVar(&o.gateway.CallsPerIdentity, flagName(gateway.FlagMaxCallsPerIdentity), gateway.DefaultMaxCallsPerIdentity,
 		"tools/call one identity may have in flight in one namespace; one more gets a JSON-RPC error naming this flag.")
 	fs.IntVar(&o.gateway.CallsPerNamespace, flagName(gateway.FlagMaxCallsPerNamespace), gateway.DefaultMaxCallsPerNamespace,
@@ -41,6 +43,7 @@ func (o *budgetOptions) validate() error {
 		v    int64
 	}{
 		{gateway.FlagMaxSessionsPerIdentity, int64(o.gateway.SessionsPerIdentity)},
+		{gateway.FlagMaxSessionsPerNamespace, int64(o.gateway.SessionsPerNamespace)},
 		{gateway.FlagMaxCallsPerIdentity, int64(o.gateway.CallsPerIdentity)},
 		{gateway.FlagMaxCallsPerNamespace, int64(o.gateway.CallsPerNamespace)},
 		{gateway.FlagMaxResultBytesPerNamespace, o.gateway.ResultBytesPerNamespace},

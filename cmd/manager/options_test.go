@@ -34,7 +34,7 @@ func TestEveryOperationsFlagIsDefined(t *testing.T) {
 		"cluster-cidrs", "manager-pod-labels", "manager-namespace",
 		"local-stdio-namespaces", "shim-image", "node-image", "python-image",
 		"min-reconnect-delay", "min-health-check-interval", "max-tool-call-timeout", "max-connection-timeout",
-		"gateway-max-sessions-per-identity", "gateway-max-inflight-calls-per-identity",
+		"gateway-max-sessions-per-identity", "gateway-max-sessions-per-namespace", "gateway-max-inflight-calls-per-identity",
 		"gateway-max-inflight-calls-per-namespace", "gateway-max-result-bytes-per-namespace", "max-tool-bytes-per-namespace",
 		"replica-name", "replica-lease-duration", "replica-bind-address", "replica-advertise-address",
 		"gateway-token-review-qps", "gateway-token-review-burst", "gateway-token-review-qps-per-source",
@@ -263,6 +263,7 @@ func TestDefaultsAreKubebuilders(t *testing.T) {
 		"max-connection-timeout":    "10m0s",
 		// The budgets (docs/design.md, "Budgets").
 		"gateway-max-sessions-per-identity":        "64",
+		"gateway-max-sessions-per-namespace":       "1024",
 		"gateway-max-inflight-calls-per-identity":  "32",
 		"gateway-max-inflight-calls-per-namespace": "256",
 		"gateway-max-result-bytes-per-namespace":   "64Mi",

@@ -22,6 +22,10 @@ type Budgets struct {
 	// SessionsPerIdentity: live 2025-11-25 sessions of one identity in one
 	// namespace; one more initialize gets HTTP 429 with Retry-After.
 	SessionsPerIdentity int
+	// SessionsPerNamespace: the same, all identities of one namespace
+	// together, so that a tenant's many identities do not multiply the
+	// first budget.
+	SessionsPerNamespace int
 	// CallsPerIdentity and CallsPerNamespace: tools/call in flight; one
 	// more gets a JSON-RPC error naming the limit.
 	CallsPerIdentity, CallsPerNamespace int
@@ -35,6 +39,7 @@ type Budgets struct {
 // Defaults of the budgets (docs/design.md, "Budgets" and "Limits").
 const (
 	DefaultMaxSessionsPerIdentity     = 64
+	DefaultMaxSessionsPerNamespace    = 1024
 	DefaultMaxCallsPerIdentity        = 32
 	DefaultMaxCallsPerNamespace       = 256
 	DefaultMaxResultBytesPerNamespace = 64 << 20
@@ -44,6 +49,7 @@ const (
 // one knows what to raise.
 const (
 	FlagMaxSessionsPerIdentity     = "--gateway-max-sessions-per-identity"
+	FlagMaxSessionsPerNamespace    = "--gateway-max-sessions-per-namespace"
 	FlagMaxCallsPerIdentity        = "--gateway-max-inflight-calls-per-identity"
 	FlagMaxCallsPerNamespace       = "--gateway-max-inflight-calls-per-namespace"
 	FlagMaxResultBytesPerNamespace = "--gateway-max-result-bytes-per-namespace"
@@ -52,6 +58,7 @@ const (
 // The limit label of mcpbridge_gateway_refusals_total.
 const (
 	limitSessions    = "sessions_per_identity"
+	limitSessionsNS  = "sessions_per_namespace"
 	limitCallsIdent  = "calls_per_identity"
 	limitCallsNS     = "calls_per_namespace"
 	limitResultBytes = "result_bytes_per_namespace"
@@ -60,6 +67,7 @@ const (
 func (b Budgets) withDefaults() Budgets {
 	return Budgets{
 		SessionsPerIdentity:     cmp.Or(b.SessionsPerIdentity, DefaultMaxSessionsPerIdentity),
+		SessionsPerNamespace:    cmp.Or(b.SessionsPerNamespace, DefaultMaxSessionsPerNamespace),
 		CallsPerIdentity:        cmp.Or(b.CallsPerIdentity, DefaultMaxCallsPerIdentity),
 		CallsPerNamespace:       cmp.Or(b.CallsPerNamespace, DefaultMaxCallsPerNamespace),
 		ResultBytesPerNamespace: cmp.Or(b.ResultBytesPerNamespace, DefaultMaxResultBytesPerNamespace),
@@ -75,31 +83,71 @@ const sessionRetryAfter = "30"
 const codeBudget = -32029
 
 // admitSession answers 429 and returns false when r would open a session
-// beyond the identity's budget; otherwise the caller must call the returned
-// release once the SDK has served r (and registered the session it opened).
+// beyond the identity's budget or the namespace's; otherwise the caller
+// must call the returned release once the SDK has served r (and registered
+// the session it opened). Both counts are of this replica's sessions and
+// of the initialize requests it is serving.
 func (v *view) admitSession(w http.ResponseWriter, r *http.Request) (release func(), ok bool) {
-	limit := v.e.budgets.SessionsPerIdentity
 	v.opening.Lock()
-	n := v.openingNow
-	for range v.server.Sessions() {
-		n++
+	defer v.opening.Unlock()
+	n := v.openingNow + sessionsOf(v)
+	if n >= v.e.budgets.SessionsPerIdentity {
+		v.refuseSession(w, limitSessions, fmt.Sprintf("this identity has %d live sessions in namespace %s, its budget (%s)",
+			n, v.e.ns, FlagMaxSessionsPerIdentity))
+		return nil, false
 	}
-	if n >= limit {
-		v.opening.Unlock()
-		v.refuse(limitSessions)
-		refused("too_many_sessions")
-		w.Header().Set("Retry-After", sessionRetryAfter)
-		http.Error(w, fmt.Sprintf("too many sessions: this identity has %d live sessions in namespace %s, its budget (%s); "+
-			"end one with DELETE or retry later", n, v.e.ns, FlagMaxSessionsPerIdentity), http.StatusTooManyRequests)
+	if !v.e.admitSession() {
+		v.refuseSession(w, limitSessionsNS, fmt.Sprintf("namespace %s has %d live sessions, its budget (%s)",
+			v.e.ns, v.e.budgets.SessionsPerNamespace, FlagMaxSessionsPerNamespace))
 		return nil, false
 	}
 	v.openingNow++
-	v.opening.Unlock()
 	return func() {
 		v.opening.Lock()
 		v.openingNow--
 		v.opening.Unlock()
+		v.e.releaseSession()
 	}, true
+}
+
+// admitSession takes a place for one session being opened in the
+// namespace's budget, if there is one. A view's opening lock may be held
+// here; the endpoint's is never held while one is taken.
+func (e *endpoint) admitSession() bool {
+	e.opening.Lock()
+	defer e.opening.Unlock()
+	n := e.openingNow
+	for _, v := range e.allViews() {
+		n += sessionsOf(v)
+	}
+	if n >= e.budgets.SessionsPerNamespace {
+		return false
+	}
+	e.openingNow++
+	return true
+}
+
+func (e *endpoint) releaseSession() {
+	e.opening.Lock()
+	e.openingNow--
+	e.opening.Unlock()
+}
+
+func sessionsOf(v *view) int {
+	n := 0
+	for range v.server.Sessions() {
+		n++
+	}
+	return n
+}
+
+// refuseSession answers an initialize a session budget refused, and counts
+// it.
+func (v *view) refuseSession(w http.ResponseWriter, limit, why string) {
+	v.refuse(limit)
+	refused("too_many_sessions")
+	w.Header().Set("Retry-After", sessionRetryAfter)
+	http.Error(w, "too many sessions: "+why+"; end one with DELETE or retry later", http.StatusTooManyRequests)
 }
 
 // opensSession: the SDK's stateful handler makes a new session for every

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/mcpbridge/operator/internal/bridge"
+	"github.com/mcpbridge/operator/internal/kubeauth"
 	"github.com/mcpbridge/operator/internal/registry"
 	"github.com/mcpbridge/operator/test/fixture"
 )
@@ -55,6 +57,56 @@ func TestSessionsBeyondTheBudgetAreRefusedWith429(t *testing.T) {
 		code, _, _ := e.mustPost(initializeBody, map[string]string{"Mcp-Protocol-Version": ""})
 		return code
 	}, waitLimit).Should(Equal(http.StatusOK))
+}
+
+// The namespace's session budget counts every identity's sessions: the
+// third session of a namespace is refused though its identity holds far
+// fewer than its own budget, and a session that ends makes room.
+func TestSessionsBeyondTheNamespaceBudgetAreRefusedWith429(t *testing.T) {
+	g := NewWithT(t)
+	e := newTestEnv(t, envOptions{budgets: Budgets{SessionsPerIdentity: 100, SessionsPerNamespace: 2}})
+	first := e.agent(statefulProto)
+	e.agent(statefulProto)
+	before := refusalCount(t, testNS, limitSessionsNS)
+
+	code, h, body := e.mustPost(initializeBody, map[string]string{"Mcp-Protocol-Version": ""})
+	g.Expect(code).To(Equal(http.StatusTooManyRequests), "body %s", body)
+	g.Expect(h.Get("Retry-After")).NotTo(BeEmpty())
+	g.Expect(string(body)).To(ContainSubstring(FlagMaxSessionsPerNamespace))
+	g.Expect(refusalCount(t, testNS, limitSessionsNS)).To(Equal(before + 1))
+
+	g.Expect(first.Close()).To(Succeed()) // DELETE
+	g.Eventually(func() int {
+		code, _, _ := e.mustPost(initializeBody, map[string]string{"Mcp-Protocol-Version": ""})
+		return code
+	}, waitLimit).Should(Equal(http.StatusOK))
+}
+
+// Another identity's sessions, and the initialize requests it is serving,
+// count against the namespace's budget; its own budget is not what refuses.
+func TestTheNamespaceSessionBudgetCountsEveryIdentity(t *testing.T) {
+	g := NewWithT(t)
+	e := newEndpoint(testNS, &Gateway{Registry: registry.New(), Budgets: Budgets{SessionsPerIdentity: 2, SessionsPerNamespace: 3}})
+	alice, _ := e.hold(&kubeauth.User{Name: "alice", Identity: "alice"})
+	bob, _ := e.hold(&kubeauth.User{Name: "bob", Identity: "bob"})
+	admit := func(v *view) (func(), *httptest.ResponseRecorder) {
+		w := httptest.NewRecorder()
+		release, _ := v.admitSession(w, httptest.NewRequest(http.MethodPost, "/", nil))
+		return release, w
+	}
+	var opening []func()
+	for _, v := range []*view{alice, alice, bob} {
+		release, w := admit(v)
+		g.Expect(release).NotTo(BeNil(), "refused: %s", w.Body)
+		opening = append(opening, release)
+	}
+	release, w := admit(bob)
+	g.Expect(release).To(BeNil())
+	g.Expect(w.Code).To(Equal(http.StatusTooManyRequests))
+	g.Expect(w.Body.String()).To(ContainSubstring(FlagMaxSessionsPerNamespace))
+	opening[0]()
+	release, w = admit(bob)
+	g.Expect(release).NotTo(BeNil(), "refused after a place was given back: %s", w.Body)
 }
 
 // gate holds the fake's calls until opened and says how many arrived.

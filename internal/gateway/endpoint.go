@@ -33,6 +33,10 @@ type endpoint struct {
 	// calls in flight and result bytes held, all identities together.
 	calls   atomic.Int64
 	results resultBytes
+	// opening counts the requests that may be opening a session now, all
+	// identities together (budgets.go).
+	opening    sync.Mutex
+	openingNow int
 
 	mu    sync.Mutex
 	views map[string]*view // by identity

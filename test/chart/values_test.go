@@ -36,7 +36,7 @@ var valueSets = map[string]map[string]any{
 		"egress": map[string]any{"upstreamAllowCIDRs": []any{"127.0.0.1/32", "fe80::/10"}},
 		"limits": map[string]any{"minReconnectDelay": "250ms", "minHealthCheckInterval": "0",
 			"maxToolCallTimeout": "1h30m", "maxConnectionTimeout": "2m"},
-		"budgets": map[string]any{"sessionsPerIdentity": 8, "inflightCallsPerIdentity": 4, "inflightCallsPerNamespace": 40,
+		"budgets": map[string]any{"sessionsPerIdentity": 8, "sessionsPerNamespace": 100, "inflightCallsPerIdentity": 4, "inflightCallsPerNamespace": 40,
 			"resultBytesPerNamespace": "128Mi", "toolBytesPerNamespace": "32Mi",
 			"tokenReviews": map[string]any{"qps": 40, "burst": 80}, "tokenReviewsPerSource": map[string]any{"qps": 2.5, "burst": 4},
 			"accessReviewsPerIdentity": map[string]any{"qps": 0.5, "burst": 20}, "accessReviewsPerRequest": 8},

@@ -139,6 +139,7 @@ values.schema.json); manager.extraArgs comes last, so it can override.
 {{- /* budgets */}}
 {{- with .Values.budgets }}
 - --gateway-max-sessions-per-identity={{ .sessionsPerIdentity }}
+- --gateway-max-sessions-per-namespace={{ .sessionsPerNamespace }}
 - --gateway-max-inflight-calls-per-identity={{ .inflightCallsPerIdentity }}
 - --gateway-max-inflight-calls-per-namespace={{ .inflightCallsPerNamespace }}
 - --gateway-max-result-bytes-per-namespace={{ .resultBytesPerNamespace }}
