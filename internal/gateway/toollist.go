@@ -46,8 +46,9 @@ func (v *view) listTools(ctx context.Context, next mcp.MethodHandler, req *mcp.L
 	return lr, nil
 }
 
-// errInvalidCursor is the SDK's answer to a cursor it did not give.
-var errInvalidCursor = &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "invalid params"}
+// errInvalidParams is the SDK's answer to params it cannot read, a cursor
+// it did not give among them.
+var errInvalidParams = &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "invalid params"}
 
 // page fills res with the page that follows cursor ("": the first), and
 // the cursor of the next one if there is one. A tool whose definition the
@@ -62,7 +63,7 @@ func (v *view) page(res *mcp.ListToolsResult, cursor string) error {
 	if cursor != "" {
 		after, ok := decodeCursor(cursor)
 		if !ok {
-			return errInvalidCursor
+			return errInvalidParams
 		}
 		start = sort.Search(len(tools), func(i int) bool { return tools[i].Name > after })
 	}

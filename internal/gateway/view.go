@@ -482,7 +482,7 @@ func (v *view) sdkCall(ctx context.Context, next mcp.MethodHandler, req mcp.Requ
 func (v *view) callTool(ctx context.Context, _ string, req mcp.Request) (mcp.Result, error) {
 	cr, ok := req.(*mcp.CallToolRequest)
 	if !ok || cr.Params == nil {
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "invalid params"}
+		return nil, errInvalidParams
 	}
 	res, err := v.call(cr.Params.Name)(ctx, cr)
 	if err != nil {

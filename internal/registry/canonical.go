@@ -67,32 +67,13 @@ func appendArray(dst, src []byte) ([]byte, []byte, error) {
 type member struct{ name, value []byte }
 
 func appendObject(dst, src []byte) ([]byte, []byte, error) {
-	src = src[1:]
-	if len(src) > 0 && src[0] == '}' {
-		return append(dst, "{}"...), src[1:], nil
-	}
 	var buf [16]member // most schema objects have fewer members: no garbage
-	members := buf[:0]
-	for {
-		n := valueEnd(src)
-		if n == 0 || n >= len(src) || src[0] != '"' || src[n] != ':' {
-			return dst, src, errNotCompact
-		}
-		name := src[:n]
-		src = src[n+1:]
-		v := valueEnd(src)
-		if v == 0 || v >= len(src) {
-			return dst, src, errNotCompact
-		}
-		members = append(members, member{name: name, value: src[:v]})
-		end := src[v]
-		src = src[v+1:]
-		if end == '}' {
-			break
-		}
-		if end != ',' {
-			return dst, src, errNotCompact
-		}
+	members, src, err := readMembers(buf[:0], src)
+	if err != nil {
+		return dst, src, err
+	}
+	if len(members) == 0 {
+		return append(dst, "{}"...), src, nil
 	}
 	slices.SortStableFunc(members, func(a, b member) int { return compareNames(a.name, b.name) })
 	dst = append(dst, '{')
@@ -107,6 +88,36 @@ func appendObject(dst, src []byte) ([]byte, []byte, error) {
 		}
 	}
 	return append(dst, '}'), src, nil
+}
+
+// readMembers appends to members those of the compact JSON object at the
+// start of src, in the order written, and returns what follows it.
+func readMembers(members []member, src []byte) ([]member, []byte, error) {
+	src = src[1:]
+	if len(src) > 0 && src[0] == '}' {
+		return members, src[1:], nil
+	}
+	for {
+		n := valueEnd(src)
+		if n == 0 || n >= len(src) || src[0] != '"' || src[n] != ':' {
+			return members, src, errNotCompact
+		}
+		name := src[:n]
+		src = src[n+1:]
+		v := valueEnd(src)
+		if v == 0 || v >= len(src) {
+			return members, src, errNotCompact
+		}
+		members = append(members, member{name: name, value: src[:v]})
+		end := src[v]
+		src = src[v+1:]
+		if end == '}' {
+			return members, src, nil
+		}
+		if end != ',' {
+			return members, src, errNotCompact
+		}
+	}
 }
 
 // compareNames orders two quoted member names as the strings they encode,

@@ -18,34 +18,21 @@ func ObjectInput(t *mcp.Tool) bool {
 }
 
 func objectType(schema []byte) bool {
-	if len(schema) < 2 || schema[0] != '{' || schema[1] == '}' {
+	if len(schema) == 0 || schema[0] != '{' {
 		return false
 	}
-	src, found := schema[1:], false
-	for {
-		n := valueEnd(src)
-		if n == 0 || n >= len(src) || src[0] != '"' || src[n] != ':' {
-			return false
-		}
-		name := src[:n]
-		src = src[n+1:]
-		v := valueEnd(src)
-		if v == 0 || v >= len(src) {
-			return false
-		}
-		if stringIs(name, "type") {
-			found = stringIs(src[:v], "object")
-		}
-		end := src[v]
-		src = src[v+1:]
-		switch end {
-		case '}':
-			return found
-		case ',':
-		default:
-			return false
+	var buf [16]member
+	members, rest, err := readMembers(buf[:0], schema)
+	if err != nil || len(rest) != 0 {
+		return false
+	}
+	found := false
+	for _, m := range members {
+		if stringIs(m.name, "type") {
+			found = stringIs(m.value, "object")
 		}
 	}
+	return found
 }
 
 // stringIs: quoted, a JSON value, is the string s. Only a string with an
