@@ -193,21 +193,9 @@ func run() error {
 	}
 	b.print(time.Since(started), loadBefore)
 	if *flagMemProfile != "" {
-		return writeProfile("allocs", *flagMemProfile)
+		return report.WriteProfile("allocs", *flagMemProfile)
 	}
 	return nil
-}
-
-func writeProfile(name, file string) error {
-	f, err := os.Create(file)
-	if err != nil {
-		return err
-	}
-	if err := pprof.Lookup(name).WriteTo(f, 0); err != nil {
-		_ = f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 func buildFixture(dir string) (string, error) {

@@ -10,7 +10,7 @@
 //
 //	go run ./hack/bench/isolation [-duration=20s] [-rate=50] [-sessions=1] [-oversized=64] [-flooders=16]
 //		[-tokens=true] [-token-flooders=16] [-probers=4] [-phantoms=5000] [-storm-tools=1000]
-//		[-attacker-nice=19] [-cpuprofile=FILE] [-trace=FILE]
+//		[-attacker-nice=19] [-cpuprofile=FILE] [-memprofile=FILE] [-trace=FILE]
 //
 // The fixtures run as separate processes (--http=127.0.0.1:0): the victim's
 // plain one, the attacker's hostile one (--big-result --slow-body, a 12 MiB
@@ -76,18 +76,19 @@ import (
 )
 
 var (
-	flagDuration = flag.Duration("duration", 20*time.Second, "length of each run (unloaded, then under attack)")
-	flagRate     = flag.Int("rate", 50, "victim calls per second")
-	flagSessions = flag.Int("sessions", 1, "attacker loops of initialize")
-	flagUnread   = flag.Int("oversized", 64, "attacker agents that call the slow 12 MiB tool without pause")
-	flagFlooders = flag.Int("flooders", 16, "attacker agents that call a 1 s tool without pause")
-	flagFixture  = flag.String("fixture", "", "path of a prebuilt mcp-fixture (default: go build into a temp dir)")
-	flagRole     = flag.String("role", "", "internal: run as the victim's or the attacker's agents (victim|attacker) against -url and print what they saw as JSON")
-	flagURL      = flag.String("url", "", "internal: the gateway endpoint of -role")
-	flagNice     = flag.Int("attacker-nice", 19, "the nice value of the attacker's agents and of its upstream: at 19 they take the CPU the gateway and the victim leave idle, as the attacker's Pods would not take the gateway's cores")
-	flagProfile  = flag.String("cpuprofile", "", "write a CPU profile of the gateway's process during the attack to `FILE`")
-	flagTrace    = flag.String("trace", "", "write an execution trace of the gateway's process during the attack to `FILE` (go tool trace)")
-	flagTokens   = flag.Bool("tokens", true, "authenticate agents with ServiceAccount tokens (a control plane answers the reviews) and add the token attacks: "+
+	flagDuration   = flag.Duration("duration", 20*time.Second, "length of each run (unloaded, then under attack)")
+	flagRate       = flag.Int("rate", 50, "victim calls per second")
+	flagSessions   = flag.Int("sessions", 1, "attacker loops of initialize")
+	flagUnread     = flag.Int("oversized", 64, "attacker agents that call the slow 12 MiB tool without pause")
+	flagFlooders   = flag.Int("flooders", 16, "attacker agents that call a 1 s tool without pause")
+	flagFixture    = flag.String("fixture", "", "path of a prebuilt mcp-fixture (default: go build into a temp dir)")
+	flagRole       = flag.String("role", "", "internal: run as the victim's or the attacker's agents (victim|attacker) against -url and print what they saw as JSON")
+	flagURL        = flag.String("url", "", "internal: the gateway endpoint of -role")
+	flagNice       = flag.Int("attacker-nice", 19, "the nice value of the attacker's agents and of its upstream: at 19 they take the CPU the gateway and the victim leave idle, as the attacker's Pods would not take the gateway's cores")
+	flagProfile    = flag.String("cpuprofile", "", "write a CPU profile of the gateway's process during the attack to `FILE`")
+	flagMemProfile = flag.String("memprofile", "", "write an allocation profile of the gateway's process, from its start to the attack's end, to `FILE` (go tool pprof -sample_index=alloc_space)")
+	flagTrace      = flag.String("trace", "", "write an execution trace of the gateway's process during the attack to `FILE` (go tool trace)")
+	flagTokens     = flag.Bool("tokens", true, "authenticate agents with ServiceAccount tokens (a control plane answers the reviews) and add the token attacks: "+
 		"-token-flooders, -probers and -phantoms")
 	flagForgers = flag.Int("token-flooders", 16, "attacker agents that send a new forged token on every request, each from an address of its own (127.0.0.2, ...)")
 	flagProbers = flag.Int("probers", 4, "attacker agents, of an identity that may use none of its namespace's McpServers, that list tools without pause: "+
@@ -185,6 +186,11 @@ func run() error {
 	loaded, err := victimAgent(victimURL, auth.token(victimNS), mem)
 	stopProfile()
 	stopTrace()
+	if *flagMemProfile != "" {
+		if err := report.WriteProfile("allocs", *flagMemProfile); err != nil {
+			return err
+		}
+	}
 	hists := [2][]metrics.Sample{histsBefore, readHists()}
 	changes := attackerChanges.Load() - changesBefore
 	if err != nil {

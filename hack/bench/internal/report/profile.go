@@ -33,3 +33,17 @@ func record(path string, start func(io.Writer) error, end func()) (stop func(), 
 	}
 	return func() { end(); f.Close() }, nil
 }
+
+// WriteProfile writes the runtime/pprof profile name ("allocs", "heap",
+// "goroutine", ...) of this process into path.
+func WriteProfile(name, path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup(name).WriteTo(f, 0); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
