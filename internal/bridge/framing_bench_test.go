@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -19,6 +20,21 @@ func BenchmarkFramingMatchAnswerOurs(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := matchAnswer(benchAnswer, "mcpbridge-7"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkFramingMatchAnswerOurs12MiB reads an answer of the size a
+// hostile upstream sends in docs/benchmarks.md, "Isolation": one text of
+// 12 MiB, validated and walked on the call's goroutine.
+func BenchmarkFramingMatchAnswerOurs12MiB(b *testing.B) {
+	text := strings.Repeat("0123456789abcdef", 12<<20/16)
+	answer := []byte(`{"jsonrpc":"2.0","id":"mcpbridge-7","result":{"content":[{"type":"text","text":"` + text + `"}]}}`)
+	b.SetBytes(int64(len(answer)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := matchAnswer(answer, "mcpbridge-7"); err != nil {
 			b.Fatal(err)
 		}
 	}

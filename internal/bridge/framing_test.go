@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"mime"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -62,16 +63,93 @@ func TestMatchAnswerAgreesWithEncodingJSON(t *testing.T) {
 		"invalid":           `{"jsonrpc":"2.0","id":"mcpbridge-7","result":{}`,
 		"trailing data":     `{"jsonrpc":"2.0","id":"mcpbridge-7","result":{}} x`,
 	} {
-		t.Run(name, func(t *testing.T) {
-			got, gotErr := matchAnswer([]byte(msg), id)
-			want, wantErr := matchAnswerByDecoding([]byte(msg), id)
-			if len(want) == 0 && wantErr == nil {
-				wantErr = fmt.Errorf("the server answered without a result")
+		t.Run(name, func(t *testing.T) { checkMatchAnswer(t, msg, id) })
+	}
+	for name, res := range invalidResults {
+		t.Run(name, func(t *testing.T) { checkMatchAnswer(t, `{"jsonrpc":"2.0","id":"mcpbridge-7","result":`+res+`}`, id) })
+	}
+}
+
+// invalidResults are results that encoding/json refuses or accepts at the
+// edges of its grammar: the validity check of matchAnswer's fast path
+// must take what encoding/json takes and refuse what it refuses.
+var invalidResults = map[string]string{
+	"leading zero":         `{"n":01}`,
+	"bare minus":           `{"n":-}`,
+	"no fraction digits":   `{"n":1.}`,
+	"no exponent digits":   `{"n":1e+}`,
+	"exponent":             `{"n":-0.5E-3}`,
+	"plus sign":            `{"n":+1}`,
+	"hex":                  `{"n":0x1}`,
+	"short literal":        `{"b":tru}`,
+	"long literal":         `{"b":falsey}`,
+	"capital literal":      `{"b":True}`,
+	"control in string":    "{\"text\":\"a\x01b\"}",
+	"tab in string":        "{\"text\":\"a\tb\"}",
+	"bad escape":           `{"text":"a\xb"}`,
+	"short unicode escape": `{"text":"\u12"}`,
+	"lone surrogate":       `{"text":"\ud800"}`,
+	"invalid UTF-8":        "{\"text\":\"\xff\xfe\"}",
+	"escaped quote at end": `{"text":"a\"}`,
+	"escaped backslashes":  `{"text":"a\\\\"}`,
+	"trailing comma":       `{"a":1,}`,
+	"missing colon":        `{"a" 1}`,
+	"single quotes":        `{'a':1}`,
+	"vertical tab":         "{\"a\":\v1}",
+	"unclosed array":       `{"a":[1,2}`,
+	"nested 1001 deep":     strings.Repeat("[", 1001) + strings.Repeat("]", 1001),
+	"nested 10001 deep":    strings.Repeat("[", 10001) + strings.Repeat("]", 10001),
+	"unclosed nesting":     strings.Repeat("[", 5000),
+	"megabyte string":      `{"text":"` + strings.Repeat("x\\\"", 1<<18) + `"}`,
+}
+
+// checkMatchAnswer: matchAnswer gives msg the result and error that
+// decoding it with encoding/json gives.
+func checkMatchAnswer(t *testing.T, msg, id string) {
+	t.Helper()
+	got, gotErr := matchAnswer([]byte(msg), id)
+	want, wantErr := matchAnswerByDecoding([]byte(msg), id)
+	if len(want) == 0 && wantErr == nil {
+		wantErr = fmt.Errorf("the server answered without a result")
+	}
+	if string(got) != string(want) || fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
+		t.Errorf("matchAnswer(%.200q) = %.200s, %v; encoding/json gives %.200s, %v", msg, got, gotErr, want, wantErr)
+	}
+}
+
+// FuzzMatchAnswerAgreesWithEncodingJSON runs its seeds in go test; with
+// -fuzz it looks for a message the two read differently.
+func FuzzMatchAnswerAgreesWithEncodingJSON(f *testing.F) {
+	for _, res := range invalidResults {
+		if len(res) < 4096 {
+			f.Add(`{"jsonrpc":"2.0","id":"mcpbridge-7","result":` + res + `}`)
+		}
+	}
+	f.Add(string(benchAnswer))
+	f.Fuzz(func(t *testing.T, msg string) { checkMatchAnswer(t, msg, "mcpbridge-7") })
+}
+
+// TestSkipStringAgreesWithAScan: skipString ends a string where a scan of
+// every byte, a backslash escaping the next one, ends it.
+func TestSkipStringAgreesWithAScan(t *testing.T) {
+	scan := func(data []byte, i int) int {
+		for j := i + 1; j < len(data); j++ {
+			switch data[j] {
+			case '\\':
+				j++
+			case '"':
+				return j + 1
 			}
-			if string(got) != string(want) || fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
-				t.Errorf("matchAnswer(%s) = %s, %v; encoding/json gives %s, %v", msg, got, gotErr, want, wantErr)
-			}
-		})
+		}
+		return len(data)
+	}
+	for _, s := range []string{
+		`""`, `"a"x`, `"a\"b"x`, `"a\\"b"`, `"a\\\"b"c"`, `"\\\\"x"`, `"\"`, `"\`, `"abc`, `"`,
+		`"\\\\\\"` + `"`, `"a\"\"\""x`, `"` + strings.Repeat(`\"`, 100) + `"x`, `"` + strings.Repeat("y", 5000) + `\\"z"`,
+	} {
+		if got, want := skipString([]byte(s), 0), scan([]byte(s), 0); got != want {
+			t.Errorf("skipString(%q) = %d, a scan gives %d", s, got, want)
+		}
 	}
 }
 

@@ -90,17 +90,27 @@ func skipSpace(data []byte, i int) int {
 	return i
 }
 
-// skipString returns the index after the string that starts at data[i].
+// skipString returns the index after the string that starts at data[i]:
+// after the first quote not escaped, one after an even run of
+// backslashes. It looks for quotes with bytes.IndexByte rather than at
+// every byte: a result may be one string of megabytes, walked on the
+// call's path (docs/design.md, "Budgets").
 func skipString(data []byte, i int) int {
-	for j := i + 1; j < len(data); j++ {
-		switch data[j] {
-		case '\\':
-			j++
-		case '"':
-			return j + 1
+	for j := i + 1; ; {
+		k := bytes.IndexByte(data[j:], '"')
+		if k < 0 {
+			return len(data)
 		}
+		q := j + k
+		slashes := 0
+		for p := q - 1; p > i && data[p] == '\\'; p-- {
+			slashes++
+		}
+		if slashes%2 == 0 {
+			return q + 1
+		}
+		j = q + 1
 	}
-	return len(data)
 }
 
 // nestedDeeperThan: the JSON data opens more than max objects and arrays
