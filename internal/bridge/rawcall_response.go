@@ -238,10 +238,12 @@ func readEventLine(r *bufio.Reader, held *heldBytes) ([]byte, error) {
 	for {
 		frag, err := r.ReadSlice('\n')
 		if err := held.take(len(frag)); err != nil {
+			line.discard()
 			return nil, err
 		}
 		line.write(frag)
 		if line.n > maxMessageBytes {
+			line.discard()
 			return nil, errTooLarge
 		}
 		if !errors.Is(err, bufio.ErrBufferFull) {

@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"io"
+	"sync"
 
 	"github.com/mcpbridge/operator/internal/registry"
 )
@@ -24,7 +25,14 @@ func readBody(r io.Reader, size int64, rb registry.ResultBytes) ([]byte, error) 
 	}
 	var b blockBuffer
 	err := b.readFrom(io.LimitReader(r, maxMessageBytes+1))
-	return b.bytes(), err
+	if err == nil && b.n > maxMessageBytes {
+		err = errTooLarge
+	}
+	if err != nil {
+		b.discard()
+		return nil, err
+	}
+	return b.bytes(), nil
 }
 
 // maxBlock is the largest block a blockBuffer copies in one piece.
@@ -43,6 +51,14 @@ type blockBuffer struct {
 	n    int
 }
 
+// blocks are the blocks of maxBlock bytes that blockBuffers fill. A buffer
+// gives them back once what they held is copied out or dropped: an upstream
+// whose answers the result-byte budget refuses after megabytes made a
+// replica allocate, clear and collect those megabytes again for every call,
+// and the collections slowed every tenant's calls (docs/design.md,
+// "Budgets").
+var blocks = sync.Pool{New: func() any { return new([maxBlock]byte) }}
+
 // next starts a block, twice the last one's size up to maxBlock and at
 // least atLeast: a short answer, the common case, is held in one block of
 // about its length.
@@ -50,7 +66,11 @@ func (b *blockBuffer) next(atLeast int) {
 	if b.last != nil {
 		b.full = append(b.full, b.last)
 	}
-	b.last = make([]byte, 0, min(maxBlock, max(atLeast, 2*cap(b.last))))
+	if size := min(maxBlock, max(atLeast, 2*cap(b.last))); size < maxBlock {
+		b.last = make([]byte, 0, size)
+	} else {
+		b.last = blocks.Get().(*[maxBlock]byte)[:0]
+	}
 }
 
 func (b *blockBuffer) write(p []byte) {
@@ -81,15 +101,37 @@ func (b *blockBuffer) readFrom(r io.Reader) error {
 	}
 }
 
+// bytes is what the buffer holds, in one slice: its one block, or its
+// blocks joined, which it gives back. The buffer is empty after.
 func (b *blockBuffer) bytes() []byte {
 	if b.full == nil {
-		return b.last
+		held := b.last
+		*b = blockBuffer{}
+		return held
 	}
 	joined := make([]byte, 0, b.n)
 	for _, blk := range b.full {
 		joined = append(joined, blk...)
 	}
-	return append(joined, b.last...)
+	joined = append(joined, b.last...)
+	b.discard()
+	return joined
+}
+
+// discard gives the buffer's blocks of maxBlock bytes back and empties it:
+// what it held must not be used after.
+func (b *blockBuffer) discard() {
+	for _, blk := range b.full {
+		putBlock(blk)
+	}
+	putBlock(b.last)
+	*b = blockBuffer{}
+}
+
+func putBlock(blk []byte) {
+	if cap(blk) == maxBlock {
+		blocks.Put((*[maxBlock]byte)(blk[:maxBlock]))
+	}
 }
 
 // countingReader takes what it reads from rb.
