@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"iter"
+
+	"github.com/mcpbridge/operator/internal/jsonspan"
 )
 
 // Finding a member of a JSON object without copying it: a result is
@@ -28,12 +30,12 @@ func memberValue(data []byte, name string) []byte {
 // when data is not an object. data must be valid JSON.
 func members(data []byte) iter.Seq2[[]byte, []byte] {
 	return func(yield func(key, value []byte) bool) {
-		i := skipSpace(data, 0)
+		i := jsonspan.SkipSpace(data, 0)
 		if i >= len(data) || data[i] != '{' {
 			return
 		}
 		for i++; ; {
-			i = skipSpace(data, i)
+			i = jsonspan.SkipSpace(data, i)
 			if i >= len(data) || data[i] == '}' {
 				return
 			}
@@ -41,14 +43,14 @@ func members(data []byte) iter.Seq2[[]byte, []byte] {
 				i++
 				continue
 			}
-			kEnd := skipString(data, i)
+			kEnd := jsonspan.SkipString(data, i)
 			key := data[i:kEnd]
-			i = skipSpace(data, kEnd)
+			i = jsonspan.SkipSpace(data, kEnd)
 			if i >= len(data) || data[i] != ':' {
 				return
 			}
-			i = skipSpace(data, i+1)
-			vEnd := skipValue(data, i)
+			i = jsonspan.SkipSpace(data, i+1)
+			vEnd := jsonspan.SkipValue(data, i)
 			if !yield(key, data[i:vEnd]) {
 				return
 			}
@@ -81,84 +83,4 @@ func keyIs(key []byte, name string) bool {
 	}
 	var s string
 	return json.Unmarshal(key, &s) == nil && s == name
-}
-
-func skipSpace(data []byte, i int) int {
-	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// skipString returns the index after the string that starts at data[i]:
-// after the first quote not escaped, one after an even run of
-// backslashes. It looks for quotes with bytes.IndexByte rather than at
-// every byte: a result may be one string of megabytes, walked on the
-// call's path (docs/design.md, "Budgets").
-func skipString(data []byte, i int) int {
-	for j := i + 1; ; {
-		k := bytes.IndexByte(data[j:], '"')
-		if k < 0 {
-			return len(data)
-		}
-		q := j + k
-		slashes := 0
-		for p := q - 1; p > i && data[p] == '\\'; p-- {
-			slashes++
-		}
-		if slashes%2 == 0 {
-			return q + 1
-		}
-		j = q + 1
-	}
-}
-
-// nestedDeeperThan: the JSON data opens more than max objects and arrays
-// inside one another.
-func nestedDeeperThan(data []byte, max int) bool {
-	depth := 0
-	for i := 0; i < len(data); i++ {
-		switch data[i] {
-		case '"':
-			i = skipString(data, i) - 1
-		case '{', '[':
-			if depth++; depth > max {
-				return true
-			}
-		case '}', ']':
-			depth--
-		}
-	}
-	return false
-}
-
-// skipValue returns the index after the value that starts at data[i].
-func skipValue(data []byte, i int) int {
-	if i >= len(data) {
-		return i
-	}
-	switch data[i] {
-	case '"':
-		return skipString(data, i)
-	case '{', '[':
-		depth := 0
-		for j := i; j < len(data); j++ {
-			switch data[j] {
-			case '"':
-				j = skipString(data, j) - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				if depth--; depth == 0 {
-					return j + 1
-				}
-			}
-		}
-		return len(data)
-	}
-	j := i
-	for j < len(data) && !bytes.ContainsRune([]byte(",}] \t\r\n"), rune(data[j])) {
-		j++
-	}
-	return j
 }

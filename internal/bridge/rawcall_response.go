@@ -16,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	segjson "github.com/segmentio/encoding/json"
 
+	"github.com/mcpbridge/operator/internal/jsonspan"
 	"github.com/mcpbridge/operator/internal/registry"
 )
 
@@ -155,11 +156,11 @@ func matchAnswer(data []byte, id string) (json.RawMessage, error) {
 // (FuzzMatchAnswerAgreesWithEncodingJSON) many times faster: with
 // encoding/json's, reading an answer of 12 MiB held a core for about 35 ms,
 // long enough to delay other tenants' calls on the same replica
-// (docs/design.md, "Budgets"). It recurses without a bound on nesting, so data nested
-// deeper than maxJSONDepth (which takes more bytes than that) takes the
-// full decode.
+// (docs/design.md, "Budgets"). It recurses without a bound on nesting, so
+// data nested deeper than maxJSONDepth (which takes more bytes than that)
+// takes the full decode.
 func resultFor(data []byte, id string) json.RawMessage {
-	if (len(data) > maxJSONDepth && nestedDeeperThan(data, maxJSONDepth)) || !segjson.Valid(data) {
+	if (len(data) > maxJSONDepth && jsonspan.NestedDeeperThan(data, maxJSONDepth)) || !segjson.Valid(data) {
 		return nil
 	}
 	var gotID, res []byte

@@ -12,6 +12,7 @@ import (
 	segjson "github.com/segmentio/encoding/json"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
+	"github.com/mcpbridge/operator/internal/jsonspan"
 	"github.com/mcpbridge/operator/internal/policy"
 	"github.com/mcpbridge/operator/internal/registry"
 )
@@ -121,7 +122,7 @@ type rawToolsPage struct {
 // one: member names matched case-sensitively, nested at most maxJSONDepth
 // deep (a deeper schema is one the gateway's SDK server could not serve).
 func decodeToolsPage(raw []byte) (*mcp.ListToolsResult, error) {
-	if nestedDeeperThan(raw, maxJSONDepth) {
+	if jsonspan.NestedDeeperThan(raw, maxJSONDepth) {
 		return nil, fmt.Errorf("the tools/list result is nested deeper than %d levels", maxJSONDepth)
 	}
 	page := new(rawToolsPage)
@@ -215,7 +216,7 @@ func objectSchema(schema any) bool {
 	case map[string]any:
 		return schema["type"] == "object"
 	case json.RawMessage:
-		if i := skipSpace(schema, 0); i >= len(schema) || schema[i] != '{' {
+		if i := jsonspan.SkipSpace(schema, 0); i >= len(schema) || schema[i] != '{' {
 			return false
 		}
 		var typ any

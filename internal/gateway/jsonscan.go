@@ -1,9 +1,10 @@
 package gateway
 
 import (
-	"bytes"
 	"encoding/json"
 	"unicode/utf8"
+
+	"github.com/mcpbridge/operator/internal/jsonspan"
 )
 
 // Reading the members of a JSON object that is already known to be valid
@@ -22,7 +23,7 @@ type objectReader struct {
 // readObject starts reading v, a valid JSON value; ok is false when v is
 // not an object.
 func readObject(v []byte) (o objectReader, ok bool) {
-	i := skipSpace(v, 0)
+	i := jsonspan.SkipSpace(v, 0)
 	if i >= len(v) || v[i] != '{' {
 		return objectReader{}, false
 	}
@@ -33,18 +34,18 @@ func readObject(v []byte) (o objectReader, ok bool) {
 // or ok false after the last one.
 func (o *objectReader) next() (name, value []byte, ok bool) {
 	d := o.data
-	i := skipSpace(d, o.i)
+	i := jsonspan.SkipSpace(d, o.i)
 	if i < len(d) && d[i] == ',' {
-		i = skipSpace(d, i+1)
+		i = jsonspan.SkipSpace(d, i+1)
 	}
 	if i >= len(d) || d[i] != '"' {
 		return nil, nil, false // '}'
 	}
-	end := skipString(d, i)
+	end := jsonspan.SkipString(d, i)
 	name = d[i:end]
-	i = skipSpace(d, end)
-	i = skipSpace(d, i+1) // ':'
-	end = skipValue(d, i)
+	i = jsonspan.SkipSpace(d, end)
+	i = jsonspan.SkipSpace(d, i+1) // ':'
+	end = jsonspan.SkipValue(d, i)
 	o.i = end
 	return name, d[i:end], true
 }
@@ -88,55 +89,4 @@ func plainASCII(b []byte) bool {
 		}
 	}
 	return true
-}
-
-func skipSpace(d []byte, i int) int {
-	for i < len(d) && (d[i] == ' ' || d[i] == '\t' || d[i] == '\n' || d[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// skipString returns the index after the string that starts at d[i].
-func skipString(d []byte, i int) int {
-	for i++; i < len(d); i++ {
-		switch d[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
-		}
-	}
-	return i
-}
-
-// skipValue returns the index after the value that starts at d[i].
-func skipValue(d []byte, i int) int {
-	switch d[i] {
-	case '"':
-		return skipString(d, i)
-	case '{', '[':
-		depth := 0
-		for i < len(d) {
-			switch d[i] {
-			case '"':
-				i = skipString(d, i)
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				if depth--; depth == 0 {
-					return i + 1
-				}
-			}
-			i++
-		}
-		return i
-	}
-	// A number, true, false or null ends where its delimiter starts.
-	end := bytes.IndexAny(d[i:], ",}] \t\r\n")
-	if end < 0 {
-		return len(d)
-	}
-	return i + end
 }

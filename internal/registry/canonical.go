@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+
+	"github.com/mcpbridge/operator/internal/jsonspan"
 )
 
 // canonicalJSON is src, a JSON value as json.Marshal writes it (valid and
@@ -38,7 +40,7 @@ func appendCanonical(dst, src []byte) (out, rest []byte, err error) {
 	case '[':
 		return appendArray(dst, src)
 	}
-	n := valueEnd(src)
+	n := jsonspan.SkipValue(src, 0)
 	return append(dst, src[:n]...), src[n:], nil
 }
 
@@ -98,13 +100,13 @@ func readMembers(members []member, src []byte) ([]member, []byte, error) {
 		return members, src[1:], nil
 	}
 	for {
-		n := valueEnd(src)
+		n := jsonspan.SkipValue(src, 0)
 		if n == 0 || n >= len(src) || src[0] != '"' || src[n] != ':' {
 			return members, src, errNotCompact
 		}
 		name := src[:n]
 		src = src[n+1:]
-		v := valueEnd(src)
+		v := jsonspan.SkipValue(src, 0)
 		if v == 0 || v >= len(src) {
 			return members, src, errNotCompact
 		}
@@ -137,51 +139,4 @@ func compareNames(a, b []byte) int {
 		return 1
 	}
 	return 0
-}
-
-// valueEnd is the length of the JSON value at the start of src, which is
-// compact: a string up to its closing quote, an object or array up to its
-// closing bracket, anything else up to the next comma, closing bracket or space (which
-// compact JSON has none of there).
-func valueEnd(src []byte) int {
-	if len(src) == 0 {
-		return 0
-	}
-	switch src[0] {
-	case '"':
-		return stringEnd(src)
-	case '{', '[':
-		depth := 0
-		for i := 0; i < len(src); i++ {
-			switch src[i] {
-			case '"':
-				i += stringEnd(src[i:]) - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				if depth--; depth == 0 {
-					return i + 1
-				}
-			}
-		}
-		return len(src)
-	}
-	if i := bytes.IndexAny(src, ",]} \t\r\n"); i >= 0 {
-		return i
-	}
-	return len(src)
-}
-
-// stringEnd is the length of the JSON string at the start of src, quotes
-// included.
-func stringEnd(src []byte) int {
-	for i := 1; i < len(src); i++ {
-		switch src[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
-		}
-	}
-	return len(src)
 }

@@ -1,0 +1,85 @@
+package jsonspan
+
+import "bytes"
+
+// SkipSpace returns the index of the first byte at or after i that is not
+// JSON whitespace.
+func SkipSpace(d []byte, i int) int {
+	for i < len(d) && (d[i] == ' ' || d[i] == '\t' || d[i] == '\n' || d[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// SkipString returns the index after the string that starts at d[i]:
+// after the first quote that an even run of backslashes precedes, or
+// len(d) if there is none.
+func SkipString(d []byte, i int) int {
+	for j := i + 1; ; {
+		k := bytes.IndexByte(d[j:], '"')
+		if k < 0 {
+			return len(d)
+		}
+		q := j + k
+		slashes := 0
+		for p := q - 1; p > i && d[p] == '\\'; p-- {
+			slashes++
+		}
+		if slashes%2 == 0 {
+			return q + 1
+		}
+		j = q + 1
+	}
+}
+
+// SkipValue returns the index after the value that starts at d[i]: a
+// string up to its closing quote, an object or array up to its closing
+// bracket, anything else up to the next comma, closing bracket or
+// whitespace.
+func SkipValue(d []byte, i int) int {
+	if i >= len(d) {
+		return i
+	}
+	switch d[i] {
+	case '"':
+		return SkipString(d, i)
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(d); j++ {
+			switch d[j] {
+			case '"':
+				j = SkipString(d, j) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return j + 1
+				}
+			}
+		}
+		return len(d)
+	}
+	if end := bytes.IndexAny(d[i:], ",}] \t\r\n"); end >= 0 {
+		return i + end
+	}
+	return len(d)
+}
+
+// NestedDeeperThan: d opens more than max objects and arrays inside one
+// another.
+func NestedDeeperThan(d []byte, max int) bool {
+	depth := 0
+	for i := 0; i < len(d); i++ {
+		switch d[i] {
+		case '"':
+			i = SkipString(d, i) - 1
+		case '{', '[':
+			if depth++; depth > max {
+				return true
+			}
+		case '}', ']':
+			depth--
+		}
+	}
+	return false
+}
