@@ -87,14 +87,12 @@ func readAnswerFrom(resp *http.Response, id string, rb registry.ResultBytes, oth
 	case "application/json":
 		body, err := readBody(resp.Body, resp.ContentLength, rb)
 		switch {
-		case errors.Is(err, errTooLarge): // the transport's cappedBody
+		case errors.Is(err, errTooLarge): // past maxMessageBytes (readBody), or the transport's cappedBody
 			return nil, "", errTooLarge
 		case errors.Is(err, registry.ErrResultBudget):
 			return nil, "", registry.ErrResultBudget
 		case err != nil:
 			return nil, "", fmt.Errorf("reading the answer: %v", err) // not EOF: a call failure, not a lost session
-		case len(body) > maxMessageBytes:
-			return nil, "", errTooLarge
 		}
 		res, err := matchAnswer(body, id)
 		if errors.Is(err, errNotOurs) {

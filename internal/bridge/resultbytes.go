@@ -7,10 +7,11 @@ import (
 	"github.com/mcpbridge/operator/internal/registry"
 )
 
-// readBody reads a JSON answer of at most maxMessageBytes, counting it into
-// rb (nil: uncounted). A known length is taken at once and read into one
-// buffer of that size, so that nothing is allocated beyond the budget;
-// otherwise every chunk is taken as it arrives.
+// readBody reads a JSON answer of at most maxMessageBytes (a longer one is
+// errTooLarge), counting it into rb (nil: uncounted). A known length is
+// taken at once and read into one buffer of that size, so that nothing is
+// allocated beyond the budget; otherwise every chunk is taken as it
+// arrives.
 func readBody(r io.Reader, size int64, rb registry.ResultBytes) ([]byte, error) {
 	if rb != nil && size >= 0 && size <= maxMessageBytes {
 		if !rb.Take(size) {
