@@ -18,7 +18,7 @@ import (
 func memberValue(data []byte, name string) []byte {
 	var found []byte
 	for key, value := range members(data) {
-		if keyIs(key, name) {
+		if jsonspan.StringIs(key, name) {
 			found = value
 		}
 	}
@@ -71,16 +71,4 @@ func fieldIs(key []byte, name string) bool {
 	}
 	var s string
 	return json.Unmarshal(key, &s) == nil && bytes.EqualFold([]byte(s), []byte(name))
-}
-
-// keyIs: the JSON string key (with its quotes) is name.
-func keyIs(key []byte, name string) bool {
-	if len(key) < 2 {
-		return false
-	}
-	if bytes.IndexByte(key, '\\') < 0 {
-		return string(key[1:len(key)-1]) == name
-	}
-	var s string
-	return json.Unmarshal(key, &s) == nil && s == name
 }

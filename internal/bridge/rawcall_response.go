@@ -171,7 +171,7 @@ func resultFor(data []byte, id string) json.RawMessage {
 				return nil
 			}
 		}
-		if keyIs(key, "result") {
+		if jsonspan.StringIs(key, "result") {
 			res = value
 		}
 	}

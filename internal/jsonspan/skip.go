@@ -1,6 +1,9 @@
 package jsonspan
 
-import "bytes"
+import (
+	"bytes"
+	"encoding/json"
+)
 
 // SkipSpace returns the index of the first byte at or after i that is not
 // JSON whitespace.
@@ -82,4 +85,17 @@ func NestedDeeperThan(d []byte, max int) bool {
 		}
 	}
 	return false
+}
+
+// StringIs: quoted, a JSON value as written, is the string s. Only a
+// string with an escape in it needs decoding.
+func StringIs(quoted []byte, s string) bool {
+	if len(quoted) < 2 || quoted[0] != '"' {
+		return false
+	}
+	if bytes.IndexByte(quoted, '\\') < 0 {
+		return string(quoted[1:len(quoted)-1]) == s
+	}
+	var d string
+	return json.Unmarshal(quoted, &d) == nil && d == s
 }

@@ -1,10 +1,11 @@
 package registry
 
 import (
-	"bytes"
 	"encoding/json"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpbridge/operator/internal/jsonspan"
 )
 
 // ObjectInput says whether t's input schema, compact JSON as the registry
@@ -28,22 +29,9 @@ func objectType(schema []byte) bool {
 	}
 	found := false
 	for _, m := range members {
-		if stringIs(m.name, "type") {
-			found = stringIs(m.value, "object")
+		if jsonspan.StringIs(m.name, "type") {
+			found = jsonspan.StringIs(m.value, "object")
 		}
 	}
 	return found
-}
-
-// stringIs: quoted, a JSON value, is the string s. Only a string with an
-// escape in it needs decoding.
-func stringIs(quoted []byte, s string) bool {
-	if len(quoted) < 2 || quoted[0] != '"' {
-		return false
-	}
-	if bytes.IndexByte(quoted, '\\') < 0 {
-		return string(quoted[1:len(quoted)-1]) == s
-	}
-	var d string
-	return json.Unmarshal(quoted, &d) == nil && d == s
 }
