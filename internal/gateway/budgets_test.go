@@ -37,22 +37,33 @@ func TestSessionsBeyondTheBudgetAreRefusedWith429(t *testing.T) {
 	e := newTestEnv(t, envOptions{budgets: Budgets{SessionsPerIdentity: 2}})
 	first := e.agent(statefulProto)
 	e.agent(statefulProto)
-	before := refusalCount(t, testNS, limitSessions)
-
-	code, h, body := e.mustPost(initializeBody, map[string]string{"Mcp-Protocol-Version": ""})
-	g.Expect(code).To(Equal(http.StatusTooManyRequests), "body %s", body)
-	g.Expect(h.Get("Retry-After")).NotTo(BeEmpty())
-	g.Expect(string(body)).To(ContainSubstring(FlagMaxSessionsPerIdentity))
-	g.Expect(refusalCount(t, testNS, limitSessions)).To(Equal(before + 1))
+	expectInitializeRefused(t, g, e, limitSessions, FlagMaxSessionsPerIdentity)
 
 	// Calls without a session are not sessions.
 	call, hdr := sessionlessCall(7, echoPublic, `{}`)
-	code, h, body = e.mustPost(call, hdr)
+	code, h, body := e.mustPost(call, hdr)
 	g.Expect(code).To(Equal(http.StatusOK))
 	_, res := fastAnswer(t, h, body)
 	g.Expect(textOf(&res)).To(Equal("fast"))
 
-	g.Expect(first.Close()).To(Succeed()) // DELETE
+	expectRoomOnceClosed(g, e, first)
+}
+
+// expectInitializeRefused: the next initialize is refused at once with 429,
+// Retry-After and flag's name, and counted under limit.
+func expectInitializeRefused(t *testing.T, g Gomega, e *testEnv, limit, flag string) {
+	t.Helper()
+	before := refusalCount(t, testNS, limit)
+	code, h, body := e.mustPost(initializeBody, map[string]string{"Mcp-Protocol-Version": ""})
+	g.Expect(code).To(Equal(http.StatusTooManyRequests), "body %s", body)
+	g.Expect(h.Get("Retry-After")).NotTo(BeEmpty())
+	g.Expect(string(body)).To(ContainSubstring(flag))
+	g.Expect(refusalCount(t, testNS, limit)).To(Equal(before + 1))
+}
+
+// expectRoomOnceClosed: once session ends (DELETE), an initialize succeeds.
+func expectRoomOnceClosed(g Gomega, e *testEnv, session *mcp.ClientSession) {
+	g.Expect(session.Close()).To(Succeed())
 	g.Eventually(func() int {
 		code, _, _ := e.mustPost(initializeBody, map[string]string{"Mcp-Protocol-Version": ""})
 		return code
@@ -67,19 +78,8 @@ func TestSessionsBeyondTheNamespaceBudgetAreRefusedWith429(t *testing.T) {
 	e := newTestEnv(t, envOptions{budgets: Budgets{SessionsPerIdentity: 100, SessionsPerNamespace: 2}})
 	first := e.agent(statefulProto)
 	e.agent(statefulProto)
-	before := refusalCount(t, testNS, limitSessionsNS)
-
-	code, h, body := e.mustPost(initializeBody, map[string]string{"Mcp-Protocol-Version": ""})
-	g.Expect(code).To(Equal(http.StatusTooManyRequests), "body %s", body)
-	g.Expect(h.Get("Retry-After")).NotTo(BeEmpty())
-	g.Expect(string(body)).To(ContainSubstring(FlagMaxSessionsPerNamespace))
-	g.Expect(refusalCount(t, testNS, limitSessionsNS)).To(Equal(before + 1))
-
-	g.Expect(first.Close()).To(Succeed()) // DELETE
-	g.Eventually(func() int {
-		code, _, _ := e.mustPost(initializeBody, map[string]string{"Mcp-Protocol-Version": ""})
-		return code
-	}, waitLimit).Should(Equal(http.StatusOK))
+	expectInitializeRefused(t, g, e, limitSessionsNS, FlagMaxSessionsPerNamespace)
+	expectRoomOnceClosed(g, e, first)
 }
 
 // Another identity's sessions, and the initialize requests it is serving,
