@@ -81,3 +81,25 @@ func TestASessionIsFoundByItsGenerationUntilItCloses(t *testing.T) {
 		g.Expect(ok).To(BeFalse(), "the closed session")
 	})
 }
+
+// A real storm over Streamable HTTP, one list_changed per change of the
+// upstream's list, is re-synced again and again while it goes on, each
+// re-sync publishing the list as it then is.
+func TestAStormingUpstreamIsResyncedWhileItStorms(t *testing.T) {
+	const interval = 100 * time.Millisecond
+	up := httpServe(t, httpFixture(t, fixture.Options{ListChangedEvery: fixture.MinListChangedEvery}))
+	obs := &syncCounter{}
+	s, reg := startSupervisor(t, httpPolicy(up.URL()), func(o *Options) { o.Observer = obs; o.ResyncInterval = interval })
+	waitFor(t, s, "Ready", isReady)
+	before := obs.count()
+	descriptions := map[string]bool{}
+	NewWithT(t).Eventually(func(g Gomega) {
+		g.Expect(obs.count() - before).To(BeNumerically(">=", 5))
+		for _, tl := range reg.Tools("ns") {
+			if tl.Upstream().Name == fixture.ToolLate {
+				descriptions[tl.Upstream().Description] = true
+			}
+		}
+		g.Expect(len(descriptions)).To(BeNumerically(">=", 3), "the late tool as published, one description per re-sync")
+	}, eventually, interval/2).Should(Succeed())
+}

@@ -15,7 +15,7 @@
 // The fixtures run as separate processes (--http=127.0.0.1:0): the victim's
 // plain one, the attacker's hostile one (--big-result --slow-body, a 12 MiB
 // answer that arrives 1 MiB every 500 ms) and its storming one (-storm-tools
-// tools, the list changed every millisecond). With -tokens (the default) a
+// tools, its list changed every 15 ms, each change announced). With -tokens (the default) a
 // control plane (bin/k8s, as for make test) answers the gateway's
 // TokenReviews and SubjectAccessReviews with the manager's default caches
 // and limits. The gateway (the default budgets, the Go memory limit the
@@ -73,6 +73,7 @@ import (
 	"github.com/mcpbridge/operator/internal/policy"
 	"github.com/mcpbridge/operator/internal/registry"
 	"github.com/mcpbridge/operator/internal/testenv"
+	"github.com/mcpbridge/operator/test/fixture"
 )
 
 var (
@@ -94,7 +95,7 @@ var (
 	flagProbers = flag.Int("probers", 4, "attacker agents, of an identity that may use none of its namespace's McpServers, that list tools without pause: "+
 		"each list a per-server authorization fan-out over -phantoms")
 	flagPhantoms = flag.Int("phantoms", 5000, "McpServers of the attacker's namespace that its agents may not use")
-	flagStorm    = flag.Int("storm-tools", 1000, "tools of the attacker's storming upstream, whose list changes every millisecond (0: no storm)")
+	flagStorm    = flag.Int("storm-tools", 1000, "tools of the attacker's storming upstream, whose list changes every 15 ms, each change announced with list_changed (0: no storm)")
 )
 
 // The tenants and their servers.
@@ -230,7 +231,7 @@ func startFixtures(bin string) ([]upstream, func(), error) {
 	if *flagStorm > 0 {
 		// Sessions, so that the supervisor's stream hears every change.
 		specs = append(specs, fixtureSpec{upstream{ns: attackerNS, name: stormServer}, *flagNice,
-			[]string{"--tools=" + strconv.Itoa(*flagStorm), "--schema-bytes=256", "--list-changed-every=1ms"}})
+			[]string{"--tools=" + strconv.Itoa(*flagStorm), "--schema-bytes=256", "--list-changed-every=" + fixture.MinListChangedEvery.String()}})
 	}
 	var ups []upstream
 	for _, sp := range specs {

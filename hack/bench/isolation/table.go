@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mcpbridge/operator/hack/bench/internal/report"
+	"github.com/mcpbridge/operator/test/fixture"
 )
 
 // ---- memory ------------------------------------------------------------------
@@ -66,8 +67,8 @@ func printTable(unloaded, loaded victimRun, a attackCounts, changes int64, mem *
 			a.Forged401, a.Forged429, a.Probes403, a.Probes429)
 	}
 	if *flagStorm > 0 {
-		fmt.Printf("Storm: the attacker's published tools changed %d times in %s (its upstream changes its list every millisecond).\n\n",
-			changes, *flagDuration)
+		fmt.Printf("Storm: the attacker's published tools changed %d times in %s (its upstream changes its list every %s and announces each change).\n\n",
+			changes, *flagDuration, fixture.MinListChangedEvery)
 	}
 	fmt.Println("| Gateway's process under attack | Count | p99 | max |")
 	fmt.Println("|---|--:|--:|--:|")
