@@ -34,7 +34,7 @@ func (s *encodedSet) load() {
 		if t == nil {
 			continue
 		}
-		up, _, err := regCopy(t)
+		up, err := regCopy(t)
 		if err != nil {
 			return
 		}

@@ -164,7 +164,7 @@ func (r *Registry) SwapEncoded(ns, owner, serverName string, tools []*mcp.Tool, 
 
 func (r *Registry) swap(ns, owner, serverName string, tools []*mcp.Tool, enc *encodedSet, caller Caller) (changed bool, err error) {
 	// Encoding and naming are done before taking the lock.
-	next, digests, size, err := regPrepare(owner, serverName, tools)
+	next, digests, size, err := regPrepare(owner, serverName, tools, r.owned(ns, owner))
 	if err != nil {
 		return false, err
 	}
@@ -226,9 +226,25 @@ func (r *Registry) swap(ns, owner, serverName string, tools []*mcp.Tool, enc *en
 	return changed, nil
 }
 
+// owned is the entry of owner in ns, nil if it has none. Its tools and
+// digests are never written after publish, so they may be read without
+// the lock.
+func (r *Registry) owned(ns, owner string) *regOwner {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if st := r.namespaces[ns]; st != nil {
+		return st.owners[owner]
+	}
+	return nil
+}
+
 // regPrepare builds the published entries for tools, sorted by public name,
-// the digests of their canonical JSON encodings and the size of these.
-func regPrepare(owner, serverName string, tools []*mcp.Tool) ([]Tool, [][sha256.Size]byte, int64, error) {
+// the digests of their canonical JSON encodings and the size of these. A
+// tool that prev (the owner's entry, nil for none) publishes with the same
+// canonical JSON is prev's entry again rather than a copy decoded anew: a
+// re-sync of a long list, most of it unchanged, decodes only what changed
+// (docs/design.md, "Tool sync").
+func regPrepare(owner, serverName string, tools []*mcp.Tool, prev *regOwner) ([]Tool, [][sha256.Size]byte, int64, error) {
 	type item struct {
 		tool   Tool
 		digest [sha256.Size]byte
@@ -245,23 +261,21 @@ func regPrepare(owner, serverName string, tools []*mcp.Tool) ([]Tool, [][sha256.
 		}
 		seen[t.Name] = struct{}{}
 
-		up, canonical, err := regCopy(t)
+		canonical, err := regCanonical(t)
 		if err != nil {
 			return nil, nil, 0, err
 		}
 		size += int64(len(canonical))
-		items = append(items, item{
-			tool: Tool{
-				Name:         PublicName(serverName, t.Name),
-				RawName:      up.Name,
-				ServerName:   serverName,
-				Owner:        owner,
-				upstream:     up,
-				ParamHeaders: BindsParamHeaders(up),
-				ObjectInput:  ObjectInput(up),
-			},
-			digest: sha256.Sum256(canonical),
-		})
+		it := item{tool: Tool{Name: PublicName(serverName, t.Name), RawName: t.Name, ServerName: serverName, Owner: owner},
+			digest: sha256.Sum256(canonical)}
+		if same, ok := prev.entry(it.tool, it.digest); ok {
+			it.tool = same
+		} else if it.tool.upstream, err = regDecode(t.Name, canonical); err != nil {
+			return nil, nil, 0, err
+		} else {
+			it.tool.ParamHeaders, it.tool.ObjectInput = BindsParamHeaders(it.tool.upstream), ObjectInput(it.tool.upstream)
+		}
+		items = append(items, it)
 	}
 	// Stable, so that of two raw names with one public name the one the
 	// server listed later is reported.
@@ -278,28 +292,53 @@ func regPrepare(owner, serverName string, tools []*mcp.Tool) ([]Tool, [][sha256.
 	return out, digests, size, nil
 }
 
-// regCopy is the registry's own copy of t, decoded from the canonical form
-// of its JSON (canonicalJSON), and that JSON: the schemas and each _meta
-// member stay JSON, as ToolJSON decodes them, so that the copy costs about
-// its JSON and reading it decodes nothing.
-func regCopy(t *mcp.Tool) (*mcp.Tool, []byte, error) {
+// regCanonical is the canonical form of t's JSON (canonicalJSON), which
+// the registry's copy of t is decoded from (regDecode) and digested.
+func regCanonical(t *mcp.Tool) ([]byte, error) {
 	raw, err := json.Marshal(t)
 	if err != nil {
-		return nil, nil, fmt.Errorf("tool %q cannot be encoded as JSON: %w", t.Name, err)
+		return nil, fmt.Errorf("tool %q cannot be encoded as JSON: %w", t.Name, err)
 	}
 	canonical, err := canonicalJSON(raw)
 	if err != nil {
-		return nil, nil, fmt.Errorf("tool %q cannot be encoded as canonical JSON: %w", t.Name, err)
+		return nil, fmt.Errorf("tool %q cannot be encoded as canonical JSON: %w", t.Name, err)
 	}
+	return canonical, nil
+}
+
+// regDecode is the registry's own copy of the tool name, decoded from its
+// canonical JSON: the schemas and each _meta member stay JSON, as ToolJSON
+// decodes them, so that the copy costs about its JSON and reading it
+// decodes nothing.
+func regDecode(name string, canonical []byte) (*mcp.Tool, error) {
 	var tj ToolJSON
 	if err := json.Unmarshal(canonical, &tj); err != nil {
-		return nil, nil, fmt.Errorf("tool %q cannot be decoded from JSON: %w", t.Name, err)
+		return nil, fmt.Errorf("tool %q cannot be decoded from JSON: %w", name, err)
 	}
-	up, err := tj.Decoded()
+	return tj.Decoded()
+}
+
+// regCopy is the registry's own copy of t (regCanonical, then regDecode).
+func regCopy(t *mcp.Tool) (*mcp.Tool, error) {
+	canonical, err := regCanonical(t)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return up, canonical, nil
+	return regDecode(t.Name, canonical)
+}
+
+// entry is o's entry for t (the same public name, raw name, server name
+// and owner) if its canonical JSON has digest.
+func (o *regOwner) entry(t Tool, digest [sha256.Size]byte) (Tool, bool) {
+	if o == nil {
+		return Tool{}, false
+	}
+	i, ok := slices.BinarySearchFunc(o.tools, t.Name, func(e Tool, name string) int { return cmp.Compare(e.Name, name) })
+	if !ok || o.digests[i] != digest {
+		return Tool{}, false
+	}
+	e := o.tools[i]
+	return e, e.RawName == t.RawName && e.ServerName == t.ServerName && e.Owner == t.Owner
 }
 
 // regKeepUnchanged hands the entries of next that equal cur's (same public
