@@ -15,7 +15,9 @@
 // The fixtures run as separate processes (--http=127.0.0.1:0): the victim's
 // plain one, the attacker's hostile one (--big-result --slow-body, a 12 MiB
 // answer that arrives 1 MiB every 500 ms) and its storming one (-storm-tools
-// tools, its list changed every 15 ms, each change announced). With -tokens (the default) a
+// tools, its list changed every 15 ms, each change announced; its process
+// is stopped while the victim runs alone, after its server is connected,
+// so that the storm is part of the attack only). With -tokens (the default) a
 // control plane (bin/k8s, as for make test) answers the gateway's
 // TokenReviews and SubjectAccessReviews with the manager's default caches
 // and limits. The gateway (the default budgets, the Go memory limit the
@@ -147,7 +149,7 @@ func run() error {
 		}
 		defer auth.stop()
 	}
-	upstreams, stopFixtures, err := startFixtures(bin)
+	upstreams, storm, stopFixtures, err := startFixtures(bin)
 	defer stopFixtures()
 	if err != nil {
 		return err
@@ -162,14 +164,21 @@ func run() error {
 		return err
 	}
 	defer stop()
+	// The storm is part of the attack: its upstream is held still while the
+	// victim runs alone, its server connected and listed (docs/benchmarks.md,
+	// "Isolation").
+	storm.pause()
 	victimURL, attackerURL := base+"/namespaces/"+victimNS+"/mcp", base+"/namespaces/"+attackerNS+"/mcp"
 
 	mem := &memPeak{}
+	calmBefore := attackerChanges.Load()
 	unloaded, err := victimAgent(victimURL, auth.token(victimNS), mem)
 	if err != nil {
 		return err
 	}
+	calm := attackerChanges.Load() - calmBefore
 	mem.reset()
+	storm.resume()
 	attacker, err := startAgents("attacker", attackerURL, auth.token(attackerNS), auth.token(prober))
 	if err != nil {
 		return err
@@ -201,7 +210,7 @@ func run() error {
 	if err := attacker.finish(&att); err != nil {
 		return err
 	}
-	printTable(unloaded, loaded, att, changes, mem, hists, loadBefore)
+	printTable(unloaded, loaded, att, [2]int64{calm, changes}, mem, hists, loadBefore)
 	return nil
 }
 
@@ -215,10 +224,11 @@ type fixtureSpec struct {
 }
 
 // startFixtures starts the victim's plain upstream, the attacker's hostile
-// one and, with -storm-tools, its storming one; stop ends those started.
-func startFixtures(bin string) ([]upstream, func(), error) {
+// one and, with -storm-tools, its storming one (storm, nil without); stop
+// ends those started.
+func startFixtures(bin string) (ups []upstream, storm *fixtureProc, stop func(), err error) {
 	var started []*fixtureProc
-	stop := func() {
+	stop = func() {
 		for _, fx := range started {
 			fx.stop()
 		}
@@ -233,17 +243,19 @@ func startFixtures(bin string) ([]upstream, func(), error) {
 		specs = append(specs, fixtureSpec{upstream{ns: attackerNS, name: stormServer}, *flagNice,
 			[]string{"--tools=" + strconv.Itoa(*flagStorm), "--schema-bytes=256", "--list-changed-every=" + fixture.MinListChangedEvery.String()}})
 	}
-	var ups []upstream
 	for _, sp := range specs {
 		fx, err := startFixture(sp.nice, bin, sp.args...)
 		if err != nil {
-			return nil, stop, err
+			return nil, nil, stop, err
 		}
 		started = append(started, fx)
 		sp.up.url = fx.url
 		ups = append(ups, sp.up)
+		if sp.up.name == stormServer {
+			storm = fx
+		}
 	}
-	return ups, stop, nil
+	return ups, storm, stop, nil
 }
 
 // agentsProc is this program run as -role: the agents of one tenant in a
@@ -354,7 +366,21 @@ func startFixture(nice int, bin string, args ...string) (*fixtureProc, error) {
 	return fx, nil
 }
 
+// pause stops fx's process (SIGSTOP) and resume lets it go on: a paused
+// process answers nothing, so only a server no one calls meanwhile may be
+// paused. Both do nothing on a nil fx.
+func (fx *fixtureProc) pause() { fx.signal(syscall.SIGSTOP) }
+
+func (fx *fixtureProc) resume() { fx.signal(syscall.SIGCONT) }
+
+func (fx *fixtureProc) signal(sig syscall.Signal) {
+	if fx != nil {
+		_ = fx.cmd.Process.Signal(sig)
+	}
+}
+
 func (fx *fixtureProc) stop() {
+	fx.resume() // a stopped process would keep SIGTERM pending
 	_ = fx.cmd.Process.Signal(syscall.SIGTERM)
 	_ = fx.cmd.Wait()
 }

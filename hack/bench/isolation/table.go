@@ -42,7 +42,7 @@ func rss() uint64 {
 
 // ---- the table -----------------------------------------------------------------
 
-func printTable(unloaded, loaded victimRun, a attackCounts, changes int64, mem *memPeak, hists [2][]metrics.Sample, loadBefore string) {
+func printTable(unloaded, loaded victimRun, a attackCounts, changes [2]int64, mem *memPeak, hists [2][]metrics.Sample, loadBefore string) {
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/1e6) }
 	p := func(r victimRun, q float64) time.Duration { return report.Percentile(r.Lat, q) }
 	fmt.Printf("`go run ./hack/bench/isolation -duration=%s -rate=%d -sessions=%d -oversized=%d -flooders=%d -attacker-nice=%d"+
@@ -67,8 +67,8 @@ func printTable(unloaded, loaded victimRun, a attackCounts, changes int64, mem *
 			a.Forged401, a.Forged429, a.Probes403, a.Probes429)
 	}
 	if *flagStorm > 0 {
-		fmt.Printf("Storm: the attacker's published tools changed %d times in %s (its upstream changes its list every %s and announces each change).\n\n",
-			changes, *flagDuration, fixture.MinListChangedEvery)
+		fmt.Printf("Storm: the attacker's published tools changed %d times in %s under attack (its upstream changes its list every %s and announces each change), %d times while the victim ran alone.\n\n",
+			changes[1], *flagDuration, fixture.MinListChangedEvery, changes[0])
 	}
 	fmt.Println("| Gateway's process under attack | Count | p99 | max |")
 	fmt.Println("|---|--:|--:|--:|")
