@@ -14,6 +14,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/time/rate"
 
 	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/policy"
@@ -74,7 +75,8 @@ func (d *httpDialer) dial(_ context.Context, onLost func(error)) (link, error) {
 	}
 	inline := &inlineTransport{base: base, dial: dial, proxy: http.ProxyFromEnvironment}
 	ctx, cancel := context.WithCancel(context.Background())
-	rt := &sessionTransport{base: inline, headers: d.spec.Headers, onLost: onLost, linkCtx: ctx, sniff: d.sniff, tracer: d.tracer}
+	rt := &sessionTransport{base: inline, headers: d.spec.Headers, onLost: onLost, linkCtx: ctx, sniff: d.sniff, tracer: d.tracer,
+		events: rate.NewLimiter(sdkEventsPerSecond, sdkEventsBurst)}
 	// No Client.Timeout: it would cut the SSE streams; every request
 	// carries its own deadline instead.
 	client := &http.Client{
@@ -182,6 +184,9 @@ type sessionTransport struct {
 	linkCtx context.Context // ends when the generation closes
 	sniff   func([]byte)
 	tracer  tracing.Tracer
+	// events paces the SSE events of the link that the SDK reads (nil: no
+	// pacing); see pacedBody.
+	events *rate.Limiter
 }
 
 func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -223,7 +228,11 @@ func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		// so one answer is bounded here.
 		body = &cappedBody{ReadCloser: body, left: maxMessageBytes}
 	}
-	if t.sniff != nil && req.Context().Value(unsniffedKey{}) == nil {
+	sdkReads := req.Context().Value(unsniffedKey{}) == nil
+	if t.events != nil && sdkReads && mediaType(resp.Header.Get("Content-Type")) == "text/event-stream" {
+		body = &pacedBody{ReadCloser: body, ctx: ctx, events: t.events}
+	}
+	if t.sniff != nil && sdkReads {
 		body = &sniffReader{ReadCloser: body, fn: t.sniff}
 	}
 	resp.Body = &releasingBody{ReadCloser: body, release: done}
