@@ -222,14 +222,15 @@ func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		t.onLost(fmt.Errorf("the server no longer knows the session (HTTP 404): %w", mcp.ErrSessionMissing))
 	}
 	body := resp.Body
-	if mediaType(resp.Header.Get("Content-Type")) != "text/event-stream" {
+	sse := mediaType(resp.Header.Get("Content-Type")) == "text/event-stream"
+	if !sse {
 		// The SDK reads a JSON answer whole, with no bound (go-sdk
 		// v1.8.0); it bounds an SSE event and a stdio frame at 16 MiB, and
 		// so one answer is bounded here.
 		body = &cappedBody{ReadCloser: body, left: maxMessageBytes}
 	}
 	sdkReads := req.Context().Value(unsniffedKey{}) == nil
-	if t.events != nil && sdkReads && mediaType(resp.Header.Get("Content-Type")) == "text/event-stream" {
+	if t.events != nil && sdkReads && sse {
 		body = &pacedBody{ReadCloser: body, ctx: ctx, events: t.events}
 	}
 	if t.sniff != nil && sdkReads {

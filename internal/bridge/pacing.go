@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"io"
 
@@ -38,21 +39,11 @@ func (b *pacedBody) Read(p []byte) (int, error) {
 	for k := b.line.blankLines(p[:n]); k > 0; {
 		step := min(k, b.events.Burst())
 		if werr := b.events.WaitN(b.ctx, step); werr != nil {
-			return n, cmpErr(err, b.ctx.Err(), werr)
+			return n, cmp.Or(err, b.ctx.Err(), werr)
 		}
 		k -= step
 	}
 	return n, err
-}
-
-// cmpErr is the first non-nil error.
-func cmpErr(errs ...error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // lineState is what a stream's current line held so far: up to two bytes
