@@ -14,7 +14,6 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.opentelemetry.io/otel/trace"
-	"golang.org/x/time/rate"
 
 	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/policy"
@@ -75,8 +74,7 @@ func (d *httpDialer) dial(_ context.Context, onLost func(error)) (link, error) {
 	}
 	inline := &inlineTransport{base: base, dial: dial, proxy: http.ProxyFromEnvironment}
 	ctx, cancel := context.WithCancel(context.Background())
-	rt := &sessionTransport{base: inline, headers: d.spec.Headers, onLost: onLost, linkCtx: ctx, sniff: d.sniff, tracer: d.tracer,
-		events: rate.NewLimiter(sdkEventsPerSecond, sdkEventsBurst)}
+	rt := &sessionTransport{base: inline, headers: d.spec.Headers, onLost: onLost, linkCtx: ctx, sniff: d.sniff, tracer: d.tracer}
 	// No Client.Timeout: it would cut the SSE streams; every request
 	// carries its own deadline instead.
 	client := &http.Client{
@@ -184,9 +182,6 @@ type sessionTransport struct {
 	linkCtx context.Context // ends when the generation closes
 	sniff   func([]byte)
 	tracer  tracing.Tracer
-	// events paces the SSE events of the link that the SDK reads (nil: no
-	// pacing); see pacedBody.
-	events *rate.Limiter
 }
 
 func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -230,8 +225,8 @@ func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		body = &cappedBody{ReadCloser: body, left: maxMessageBytes}
 	}
 	sdkReads := req.Context().Value(unsniffedKey{}) == nil
-	if t.events != nil && sdkReads && sse {
-		body = &pacedBody{ReadCloser: body, ctx: ctx, events: t.events}
+	if sdkReads && sse {
+		body = &pacedBody{pacedReader: paced(ctx, body), Closer: body} // see linesPerSecond
 	}
 	if t.sniff != nil && sdkReads {
 		body = &sniffReader{ReadCloser: body, fn: t.sniff}

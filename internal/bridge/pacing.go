@@ -9,75 +9,56 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// The SSE events the SDK reads from a server (its GET stream, and the
-// answers to what the SDK sends itself) are paced per connection: the SDK
-// decodes every event, and a server may stream them as fast as loopback
-// carries them (in a test of a notification flood, 31,200 a second took a
-// process 1.7 cores, the flooding server's side included), where a
-// well-behaved one sends a few list_changed a second. Beyond the pace the stream is read
-// later: the server's writes wait, nothing is dropped. The supervisor's own
-// reads (tool calls, tools/list pages) are not paced; see docs/design.md,
-// "Budgets".
+// Every SSE stream read from a server is paced by its lines: those the SDK
+// reads (its GET stream, the answers to what it sends itself) and those the
+// supervisor reads (a tool call's answer, a tools/list page's). Reading a
+// line costs the manager far more than writing it costs the server: in a
+// test of a notification flood on a GET stream, 31,200 events a second
+// took a process 1.7 cores, and one tool call whose server streamed
+// notifications before its answer held a core on its own (530,000 a
+// second), while a server of no ill will sends a few events a second, of
+// two to four lines each. Lines, not events, are counted: a stream of
+// comment lines, or of data lines of one event that never ends, costs as
+// much per line. Each stream has its own pace, so that the answers of many
+// calls in flight are not paced against each other. Beyond the pace the
+// stream is read later: the server's writes wait, nothing is dropped. See
+// docs/design.md, "Budgets".
 const (
-	sdkEventsPerSecond = 100
-	sdkEventsBurst     = 100
+	linesPerSecond = 400
+	linesBurst     = 400
 )
 
-// pacedBody is an SSE body whose events (counted as the blank lines that
-// end them, as the SDK's scanner splits lines: "\n", or "\r\n") are handed
-// on no faster than events allows; it waits after each read for the
-// events that read completed, so that the next read, and the server, wait.
-type pacedBody struct {
-	io.ReadCloser
-	ctx    context.Context
-	events *rate.Limiter
-	line   lineState
+// pacedReader is a stream whose lines (ended by "\n", where the SDK's
+// scanner and the supervisor's reader split them) are handed on no faster
+// than lines allows; it waits after each read for the lines that read
+// completed, so that the next read, and the server, wait.
+type pacedReader struct {
+	r     io.Reader
+	ctx   context.Context
+	lines *rate.Limiter
 }
 
-func (b *pacedBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	for k := b.line.blankLines(p[:n]); k > 0; {
-		step := min(k, b.events.Burst())
-		if werr := b.events.WaitN(b.ctx, step); werr != nil {
-			return n, cmp.Or(err, b.ctx.Err(), werr)
+// paced paces r at linesPerSecond until ctx ends.
+func paced(ctx context.Context, r io.Reader) pacedReader {
+	return pacedReader{r: r, ctx: ctx, lines: rate.NewLimiter(linesPerSecond, linesBurst)}
+}
+
+func (p *pacedReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	for k := bytes.Count(b[:n], newline); k > 0; {
+		step := min(k, p.lines.Burst())
+		if werr := p.lines.WaitN(p.ctx, step); werr != nil {
+			return n, cmp.Or(err, p.ctx.Err(), werr)
 		}
 		k -= step
 	}
 	return n, err
 }
 
-// lineState is what a stream's current line held so far: up to two bytes
-// are told apart (none, "\r", anything else).
-type lineState struct {
-	seen int  // bytes of the current line, counted up to 2
-	cr   bool // the current line so far is "\r"
-}
+var newline = []byte("\n")
 
-// blankLines counts the lines of p, read after what ls saw, that end
-// empty ("\n" alone, or "\r\n"), and moves ls to the end of p.
-func (ls *lineState) blankLines(p []byte) int {
-	n := 0
-	for len(p) > 0 {
-		i := bytes.IndexByte(p, '\n')
-		if i < 0 {
-			ls.add(p)
-			return n
-		}
-		ls.add(p[:i])
-		if ls.seen == 0 || ls.seen == 1 && ls.cr {
-			n++
-		}
-		ls.seen, ls.cr, p = 0, false, p[i+1:]
-	}
-	return n
-}
-
-func (ls *lineState) add(p []byte) {
-	switch {
-	case len(p) == 0 || ls.seen >= 2:
-	case ls.seen == 0 && len(p) == 1:
-		ls.seen, ls.cr = 1, p[0] == '\r'
-	default:
-		ls.seen, ls.cr = 2, false
-	}
+// pacedBody is a response body read through a pacedReader.
+type pacedBody struct {
+	pacedReader
+	io.Closer
 }

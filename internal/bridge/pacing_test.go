@@ -1,7 +1,9 @@
 package bridge
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -10,6 +12,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	. "github.com/onsi/gomega"
@@ -18,60 +21,26 @@ import (
 	"github.com/mcpbridge/operator/test/fixture"
 )
 
-// Events end at a blank line, as the SDK's scanner splits lines ("\n",
-// and "\r\n" with its "\r" dropped), however the reads cut the stream.
-func TestBlankLinesCountsTheEventsTheSDKWouldSplit(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		chunks []string
-		want   int
-	}{
-		{"one event", []string{"event: message\ndata: {}\n\n"}, 1},
-		{"CRLF", []string{"data: {}\r\n\r\n"}, 1},
-		{"three events", []string{"data: 1\n\ndata: 2\n\ndata: 3\n\n"}, 3},
-		{"cut before the blank line", []string{"data: {}\n", "\n"}, 1},
-		{"cut inside CRLF CRLF", []string{"data: {}\r", "\n\r", "\n"}, 1},
-		{"cut in every byte", strings.Split("data: 1\r\n\r\ndata: 2\n\n", ""), 2},
-		{"an event not ended yet", []string{"data: {}\n"}, 0},
-		{"CR alone ends no line", []string{"data: {}\r\r"}, 0},
-		{"a line of two CRs is not blank", []string{"data: {}\n\r\r\n"}, 0},
-		{"a blank line first", []string{"\n"}, 1},
-		{"nothing", []string{""}, 0},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var ls lineState
-			got := 0
-			for _, c := range tc.chunks {
-				got += ls.blankLines([]byte(c))
-			}
-			if got != tc.want {
-				t.Fatalf("%q: %d events, want %d", tc.chunks, got, tc.want)
-			}
-		})
-	}
-}
-
-// A paced body hands its events on no faster than its limiter allows, and
-// a read that waits ends with its context.
-func TestAPacedBodyHandsEventsOnAtItsPace(t *testing.T) {
-	const perSecond, burst, events = 1000, 10, 210
-	body := strings.Repeat("data: {}\n\n", events)
-	b := &pacedBody{ReadCloser: io.NopCloser(strings.NewReader(body)), ctx: context.Background(),
-		events: rate.NewLimiter(perSecond, burst)}
+// A paced reader hands its lines on no faster than its limiter allows,
+// however the reads cut them, and a read that waits ends with its context.
+func TestAPacedReaderHandsLinesOnAtItsPace(t *testing.T) {
+	const perSecond, burst, lines = 1000, 10, 210
+	stream := strings.Repeat("data: {}\n\n", lines/2)
+	p := pacedReader{r: iotest.HalfReader(strings.NewReader(stream)), ctx: context.Background(), lines: rate.NewLimiter(perSecond, burst)}
 	start := time.Now()
-	got, err := io.ReadAll(b)
-	if err != nil || string(got) != body {
-		t.Fatalf("read %d bytes, %v; want the body whole", len(got), err)
+	got, err := io.ReadAll(&p)
+	if err != nil || string(got) != stream {
+		t.Fatalf("read %d bytes, %v; want the stream whole", len(got), err)
 	}
-	// The burst is free; the other 200 events take 200 ms at least.
-	if d := time.Since(start); d < (events-burst)*time.Second/perSecond {
-		t.Fatalf("%d events read in %v, faster than %d a second after a burst of %d", events, d, perSecond, burst)
+	// The burst is free; the other 200 lines take 200 ms at least.
+	if d := time.Since(start); d < (lines-burst)*time.Second/perSecond {
+		t.Fatalf("%d lines read in %v, faster than %d a second after a burst of %d", lines, d, perSecond, burst)
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
-	b = &pacedBody{ReadCloser: io.NopCloser(strings.NewReader(body)), ctx: ctx, events: rate.NewLimiter(0.001, burst)}
+	p = pacedReader{r: strings.NewReader(stream), ctx: ctx, lines: rate.NewLimiter(0.001, burst)}
 	cancel()
-	if _, err := io.ReadAll(b); !errors.Is(err, context.Canceled) {
+	if _, err := io.ReadAll(&p); !errors.Is(err, context.Canceled) {
 		t.Fatalf("read with its context done: %v, want context.Canceled", err)
 	}
 }
@@ -118,7 +87,8 @@ func TestANotificationFloodIsReadAtThePace(t *testing.T) {
 	// The server writes what the supervisor reads, and what the sockets'
 	// buffers hold besides: unpaced, the supervisor read thousands of these
 	// events a second.
-	limit := int64(d.Seconds()*sdkEventsPerSecond) + sdkEventsBurst + socketBuffers(t)/int64(len(event)) + 2
+	lines := (d.Seconds()*linesPerSecond + linesBurst) / float64(bytes.Count(event, newline))
+	limit := int64(lines) + socketBuffers(t)/int64(len(event)) + 2
 	g.Expect(n).To(BeNumerically("<=", limit), "events written in %v", d)
 }
 
@@ -139,4 +109,51 @@ func socketBuffers(t *testing.T) int64 {
 		total += most
 	}
 	return total
+}
+
+// A server that streams lines before a tool call's answer has them read at
+// the pace of linesPerSecond, whatever the lines are (events, comments, the
+// blank lines that end events), and the answer that follows them still
+// arrives: a call's stream cannot make the manager read at loopback speed.
+func TestAFloodBeforeAnAnswerIsReadAtThePace(t *testing.T) {
+	const flood = linesBurst + linesPerSecond/2 // half a second past the burst
+	for _, tc := range []struct{ name, line string }{
+		{"notifications", "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"level\":\"info\",\"data\":\"x\"}}\n\n"},
+		{"comment lines", ": still working\n"},
+		{"blank lines", "\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fx := httpFixture(t, fixture.Options{})
+			up := httpServe(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				body, _ := io.ReadAll(r.Body)
+				var msg struct {
+					ID     json.RawMessage `json:"id"`
+					Method string          `json:"method"`
+				}
+				if r.Method != http.MethodPost || json.Unmarshal(body, &msg) != nil || msg.Method != "tools/call" {
+					r.Body = io.NopCloser(bytes.NewReader(body))
+					fx.ServeHTTP(w, r)
+					return
+				}
+				w.Header().Set("Content-Type", "text/event-stream")
+				w.WriteHeader(http.StatusOK)
+				perLine := strings.Count(tc.line, "\n")
+				_, _ = io.WriteString(w, strings.Repeat(tc.line, (flood+perLine-1)/perLine))
+				_, _ = io.WriteString(w, `event: message`+"\n"+`data: {"jsonrpc":"2.0","id":`+string(msg.ID)+
+					`,"result":{"content":[{"type":"text","text":"after the flood"}]}}`+"\n\n")
+			}))
+			s, _ := startSupervisor(t, httpPolicy(up.URL()))
+			waitFor(t, s, "Ready", isReady)
+			start := time.Now()
+			res, isError, err := s.CallToolJSON(context.Background(), fixture.ToolEcho, []byte(`{"text":"x"}`))
+			d := time.Since(start)
+			if err != nil || isError || !strings.Contains(string(res), "after the flood") {
+				t.Fatalf("call: %s, isError %v, %v; want the answer after the flood", res, isError, err)
+			}
+			// The burst is free; the rest takes its time at the pace.
+			if least := (flood - linesBurst) * time.Second / linesPerSecond; d < least {
+				t.Fatalf("%d lines before the answer read in %v, want at least %v", flood, d, least)
+			}
+		})
+	}
 }

@@ -252,7 +252,7 @@ func (g *generation) readResponse(ctx context.Context, hl *httpLink, resp *http.
 	if err := checkCallResponse(resp); err != nil {
 		return nil, err
 	}
-	res, lastID, err := readAnswerFrom(resp, id, registry.ResultBytesFrom(ctx), g.serverMessage)
+	res, lastID, err := readAnswerFrom(ctx, resp, id, registry.ResultBytesFrom(ctx), g.serverMessage)
 	for try := 0; errors.Is(err, errStreamEnded) && lastID != "" && try < maxResumes; try++ {
 		res, lastID, err = g.resume(ctx, hl, id, lastID)
 	}
@@ -300,7 +300,8 @@ func (g *generation) resume(ctx context.Context, hl *httpLink, id, lastID string
 	if err := checkCallResponse(resp); err != nil {
 		return nil, lastID, err
 	}
-	res, newID, err := readEvents(resp.Body, id, registry.ResultBytesFrom(ctx), g.serverMessage)
+	body := paced(ctx, resp.Body)
+	res, newID, err := readEvents(&body, id, registry.ResultBytesFrom(ctx), g.serverMessage)
 	return res, cmp.Or(newID, lastID), err
 }
 

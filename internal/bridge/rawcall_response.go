@@ -3,6 +3,7 @@ package bridge
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -72,7 +73,7 @@ type answer struct {
 
 // readAnswer returns the result of the response to id.
 func readAnswer(resp *http.Response, id string) (json.RawMessage, error) {
-	res, _, err := readAnswerFrom(resp, id, nil, nil)
+	res, _, err := readAnswerFrom(context.Background(), resp, id, nil, nil)
 	return res, err
 }
 
@@ -80,8 +81,9 @@ func readAnswer(resp *http.Response, id string) (json.RawMessage, error) {
 // event seen, from which an ended stream can be resumed. What it holds of
 // the answer is counted into rb (nil: uncounted); the result it returns
 // shares the memory of what was read, so that it is held once. Every other
-// message of an SSE stream is handed to other (nil: dropped).
-func readAnswerFrom(resp *http.Response, id string, rb registry.ResultBytes, other func(data []byte)) (json.RawMessage, string, error) {
+// message of an SSE stream is handed to other (nil: dropped). An SSE
+// stream is read at the pace of linesPerSecond until ctx ends.
+func readAnswerFrom(ctx context.Context, resp *http.Response, id string, rb registry.ResultBytes, other func(data []byte)) (json.RawMessage, string, error) {
 	media := mediaType(resp.Header.Get("Content-Type"))
 	switch media {
 	case "application/json":
@@ -100,7 +102,8 @@ func readAnswerFrom(resp *http.Response, id string, rb registry.ResultBytes, oth
 		}
 		return res, "", err
 	case "text/event-stream":
-		return readEvents(resp.Body, id, rb, other)
+		body := paced(ctx, resp.Body)
+		return readEvents(&body, id, rb, other)
 	default:
 		return nil, "", fmt.Errorf("the server answered with content type %q", media)
 	}
