@@ -19,10 +19,11 @@ import (
 // second), while a server of no ill will sends a few events a second, of
 // two to four lines each. Lines, not events, are counted: a stream of
 // comment lines, or of data lines of one event that never ends, costs as
-// much per line. Each stream has its own pace, so that the answers of many
-// calls in flight are not paced against each other. Beyond the pace the
-// stream is read later: the server's writes wait, nothing is dropped. See
-// docs/design.md, "Budgets".
+// much per line. Each answer's stream has its own pace, so that the answers
+// of many calls in flight are not paced against each other; the SDK's GET
+// streams of one link share one, as the server decides when the next one
+// opens. Beyond the pace the stream is read later: the server's writes
+// wait, nothing is dropped. See docs/design.md, "Budgets".
 const (
 	linesPerSecond = 400
 	linesBurst     = 400
@@ -38,10 +39,13 @@ type pacedReader struct {
 	lines *rate.Limiter
 }
 
-// paced paces r at linesPerSecond until ctx ends.
+// paced paces r on its own at linesPerSecond until ctx ends.
 func paced(ctx context.Context, r io.Reader) pacedReader {
-	return pacedReader{r: r, ctx: ctx, lines: rate.NewLimiter(linesPerSecond, linesBurst)}
+	return pacedReader{r: r, ctx: ctx, lines: newLinePace()}
 }
+
+// newLinePace is the pace of one stream, or of the streams that share it.
+func newLinePace() *rate.Limiter { return rate.NewLimiter(linesPerSecond, linesBurst) }
 
 func (p *pacedReader) Read(b []byte) (int, error) {
 	n, err := p.r.Read(b)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -156,4 +157,41 @@ func TestAFloodBeforeAnAnswerIsReadAtThePace(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A server that ends its GET stream after every burst, asking the SDK to
+// open the next one a millisecond later ("retry: 1"), gets no new burst
+// with each: the SDK's GET streams of a link share one pace.
+func TestTheSDKsGETStreamsShareOnePace(t *testing.T) {
+	const events = linesBurst / 4 // a burst's worth of 4-line events per stream
+	fx := httpFixture(t, fixture.Options{})
+	var streams, lines atomic.Int64
+	var first atomic.Pointer[time.Time]
+	up := httpServe(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			fx.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		now := time.Now()
+		first.CompareAndSwap(nil, &now)
+		n := streams.Add(1)
+		var b strings.Builder
+		for i := range events {
+			fmt.Fprintf(&b, "id: %d-%d\nretry: 1\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"level\":\"info\",\"data\":\"x\"}}\n\n", n, i)
+		}
+		_, _ = io.WriteString(w, b.String())
+		lines.Add(4 * events)
+	}))
+	s, _ := startSupervisor(t, httpPolicy(up.URL()))
+	waitFor(t, s, "Ready", isReady)
+	g := NewWithT(t)
+	g.Eventually(streams.Load, eventually).Should(BeNumerically(">", 0), "the GET stream opened")
+	time.Sleep(2 * time.Second) // the server ends its streams; the SDK opens the next ones
+	d := time.Since(*first.Load())
+	// Read at one pace, the streams' lines are at most the burst and the
+	// pace since the first, and one more stream waiting in the sockets.
+	limit := (d.Seconds()*linesPerSecond+linesBurst)/(4*events) + 2
+	g.Expect(float64(streams.Load())).To(BeNumerically("<=", limit), "GET streams opened in %v (%d lines)", d, lines.Load())
 }
