@@ -14,7 +14,6 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.opentelemetry.io/otel/trace"
-	"golang.org/x/time/rate"
 
 	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/policy"
@@ -76,7 +75,7 @@ func (d *httpDialer) dial(_ context.Context, onLost func(error)) (link, error) {
 	inline := &inlineTransport{base: base, dial: dial, proxy: http.ProxyFromEnvironment}
 	ctx, cancel := context.WithCancel(context.Background())
 	rt := &sessionTransport{base: inline, headers: d.spec.Headers, onLost: onLost, linkCtx: ctx, sniff: d.sniff, tracer: d.tracer,
-		getLines: newLinePace()}
+		getPace: newPace()}
 	// No Client.Timeout: it would cut the SSE streams; every request
 	// carries its own deadline instead.
 	client := &http.Client{
@@ -184,10 +183,10 @@ type sessionTransport struct {
 	linkCtx context.Context // ends when the generation closes
 	sniff   func([]byte)
 	tracer  tracing.Tracer
-	// getLines paces the SDK's GET streams of the link together (nil: each
+	// getPace paces the SDK's GET streams of the link together (nil: each
 	// on its own): the server sets the delay before the SDK opens the next
 	// one, so a pace of their own would restart with each.
-	getLines *rate.Limiter
+	getPace *pace
 }
 
 func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -232,11 +231,11 @@ func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	}
 	sdkReads := req.Context().Value(unsniffedKey{}) == nil
 	if sdkReads && sse {
-		lines := newLinePace() // see linesPerSecond
-		if req.Method == http.MethodGet && t.getLines != nil {
-			lines = t.getLines
+		p := newPace() // see linesPerSecond
+		if req.Method == http.MethodGet && t.getPace != nil {
+			p = t.getPace
 		}
-		body = &pacedBody{pacedReader: pacedReader{r: body, ctx: ctx, lines: lines}, Closer: body}
+		body = &pacedBody{pacedReader: pacedReader{r: body, ctx: ctx, pace: p}, Closer: body}
 	}
 	if t.sniff != nil && sdkReads {
 		body = &sniffReader{ReadCloser: body, fn: t.sniff}

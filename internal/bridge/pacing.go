@@ -9,54 +9,80 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// Every SSE stream read from a server is paced by its lines: those the SDK
-// reads (its GET stream, the answers to what it sends itself) and those the
-// supervisor reads (a tool call's answer, a tools/list page's). Reading a
-// line costs the manager far more than writing it costs the server: in a
-// test of a notification flood on a GET stream, 31,200 events a second
-// took a process 1.7 cores, and one tool call whose server streamed
-// notifications before its answer held a core on its own (530,000 a
-// second), while a server of no ill will sends a few events a second, of
-// two to four lines each. Lines, not events, are counted: a stream of
+// Every SSE stream read from a server is paced, by its lines and by its
+// bytes: those the SDK reads (its GET stream, the answers to what it sends
+// itself) and those the supervisor reads (a tool call's answer, a
+// tools/list page's). Reading costs the manager far more than writing
+// costs the server: in a test of a notification flood on a GET stream,
+// 31,200 events a second took a process 1.7 cores, and events of 1 MiB,
+// 83 a second, 1.55 cores (the SDK decodes each); one tool call whose
+// server streamed notifications before its answer held a core on its own
+// (530,000 a second). A server of no ill will sends a few events a second,
+// of two to four lines each. Lines, not events, are counted: a stream of
 // comment lines, or of data lines of one event that never ends, costs as
-// much per line. Each answer's stream has its own pace, so that the answers
-// of many calls in flight are not paced against each other; the SDK's GET
-// streams of one link share one, as the server decides when the next one
-// opens. Beyond the pace the stream is read later: the server's writes
-// wait, nothing is dropped. See docs/design.md, "Budgets".
+// much per line. A stream's bytes pass at once up to one message of the
+// largest size (an answer is one message), and then at bytesPerSecond, a
+// few KiB of notifications a second being what such a server sends: the
+// SDK took 80 ms of CPU for each MiB of them.
+//
+// Each answer's stream has its own pace, so that the answers of many calls
+// in flight are not paced against each other; the SDK's GET streams of one
+// link share one, as the server decides when the next one opens. Beyond
+// the pace the stream is read later: the server's writes wait, nothing is
+// dropped. See docs/design.md, "Budgets".
 const (
 	linesPerSecond = 400
 	linesBurst     = 400
+	bytesPerSecond = 64 << 10
+	bytesBurst     = maxMessageBytes
 )
 
+// pace is what a stream, or the streams that share it, may read.
+type pace struct{ lines, bytes *rate.Limiter }
+
+func newPace() *pace {
+	return &pace{lines: rate.NewLimiter(linesPerSecond, linesBurst), bytes: rate.NewLimiter(bytesPerSecond, bytesBurst)}
+}
+
 // pacedReader is a stream whose lines (ended by "\n", where the SDK's
-// scanner and the supervisor's reader split them) are handed on no faster
-// than lines allows; it waits after each read for the lines that read
-// completed, so that the next read, and the server, wait.
+// scanner and the supervisor's reader split them) and bytes are handed on
+// no faster than its pace allows; it waits after each read for what that
+// read brought, so that the next read, and the server, wait.
 type pacedReader struct {
-	r     io.Reader
-	ctx   context.Context
-	lines *rate.Limiter
+	r    io.Reader
+	ctx  context.Context
+	pace *pace
 }
 
-// paced paces r on its own at linesPerSecond until ctx ends.
+// paced paces r on its own until ctx ends.
 func paced(ctx context.Context, r io.Reader) pacedReader {
-	return pacedReader{r: r, ctx: ctx, lines: newLinePace()}
+	return pacedReader{r: r, ctx: ctx, pace: newPace()}
 }
-
-// newLinePace is the pace of one stream, or of the streams that share it.
-func newLinePace() *rate.Limiter { return rate.NewLimiter(linesPerSecond, linesBurst) }
 
 func (p *pacedReader) Read(b []byte) (int, error) {
 	n, err := p.r.Read(b)
-	for k := bytes.Count(b[:n], newline); k > 0; {
-		step := min(k, p.lines.Burst())
-		if werr := p.lines.WaitN(p.ctx, step); werr != nil {
-			return n, cmp.Or(err, p.ctx.Err(), werr)
-		}
-		k -= step
+	if werr := waitPace(p.ctx, p.pace.lines, bytes.Count(b[:n], newline)); werr != nil {
+		return n, cmp.Or(err, werr)
+	}
+	if werr := waitPace(p.ctx, p.pace.bytes, n); werr != nil {
+		return n, cmp.Or(err, werr)
 	}
 	return n, err
+}
+
+// waitPace waits until lim allows n, a burst at a time, or ctx ends.
+func waitPace(ctx context.Context, lim *rate.Limiter, n int) error {
+	if lim.Limit() == rate.Inf {
+		return nil
+	}
+	for n > 0 {
+		step := min(n, lim.Burst())
+		if err := lim.WaitN(ctx, step); err != nil {
+			return cmp.Or(ctx.Err(), err)
+		}
+		n -= step
+	}
+	return nil
 }
 
 var newline = []byte("\n")
