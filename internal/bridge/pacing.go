@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"io"
+	"sync/atomic"
 
 	"golang.org/x/time/rate"
 )
@@ -91,4 +92,86 @@ var newline = []byte("\n")
 type pacedBody struct {
 	pacedReader
 	io.Closer
+}
+
+// A stdio server's stdout is paced as an SSE stream is, by lines and
+// bytes, except that each line the manager writes to its stdin (a request,
+// a notification, an answer to the server's own request) lets one line
+// back unpaced: a stdio server answers on the same stream it notifies on,
+// so its answers pass at the rate it is asked, and the rest (notifications,
+// requests of its own) at the pace. In a test, a stdio server that wrote
+// notifications without pause took the manager's process 1.7 cores.
+// See docs/design.md, "Budgets".
+
+// pacedStdio wraps a stdio server's stdout and stdin. Closing the stdout
+// it returns ends a wait for the pace.
+func pacedStdio(stdout io.ReadCloser, stdin io.WriteCloser) (io.ReadCloser, io.WriteCloser) {
+	ctx, cancel := context.WithCancel(context.Background())
+	credit := new(atomic.Int64)
+	return &pacedLines{ReadCloser: stdout, ctx: ctx, cancel: cancel, credit: credit, pace: newPace()},
+		creditingWriter{WriteCloser: stdin, credit: credit}
+}
+
+// creditingWriter counts the lines written to a stdio server.
+type creditingWriter struct {
+	io.WriteCloser
+	credit *atomic.Int64
+}
+
+func (w creditingWriter) Write(b []byte) (int, error) {
+	n, err := w.WriteCloser.Write(b)
+	w.credit.Add(int64(bytes.Count(b[:n], newline)))
+	return n, err
+}
+
+// pacedLines is a stdio server's stdout: a line read takes one of the
+// lines written, or else its place at the pace (and its bytes).
+type pacedLines struct {
+	io.ReadCloser
+	ctx    context.Context
+	cancel context.CancelFunc
+	credit *atomic.Int64
+	pace   *pace
+	line   int // bytes of the line being read, so far
+}
+
+func (r *pacedLines) Read(b []byte) (int, error) {
+	n, err := r.ReadCloser.Read(b)
+	lines, size := 0, 0
+	for p := b[:n]; len(p) > 0; {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			r.line += len(p)
+			break
+		}
+		if !takeOne(r.credit) {
+			lines, size = lines+1, size+r.line+i+1
+		}
+		r.line, p = 0, p[i+1:]
+	}
+	if werr := waitPace(r.ctx, r.pace.lines, lines); werr != nil {
+		return n, cmp.Or(err, werr)
+	}
+	if werr := waitPace(r.ctx, r.pace.bytes, size); werr != nil {
+		return n, cmp.Or(err, werr)
+	}
+	return n, err
+}
+
+func (r *pacedLines) Close() error {
+	r.cancel()
+	return r.ReadCloser.Close()
+}
+
+// takeOne takes one from c if it is above zero.
+func takeOne(c *atomic.Int64) bool {
+	for {
+		v := c.Load()
+		if v <= 0 {
+			return false
+		}
+		if c.CompareAndSwap(v, v-1) {
+			return true
+		}
+	}
 }

@@ -230,3 +230,73 @@ func TestLargeEventsAreReadAtTheBytePace(t *testing.T) {
 	limit := int64(d.Seconds()*bytesPerSecond) + bytesBurst + socketBuffers(t) + int64(len(event))
 	g.Expect(n).To(BeNumerically("<=", limit), "bytes written in %v", d)
 }
+
+// A stdio server that writes notifications without pause has them read at
+// the pace of linesPerSecond, and its answers still come: the calls made
+// during the flood succeed, once the lines written before each answer
+// have been read at the pace (the pipe holds about 700 of them).
+func TestAStdioFloodIsReadAtThePaceAndItsAnswersPass(t *testing.T) {
+	ev := eventsPath(t)
+	s, _ := startSupervisor(t, stdioPolicy("--flood-after=300ms", "--events-file="+ev))
+	waitFor(t, s, "Ready", isReady)
+	waitEvent(t, ev, "the flood", func(e fixture.Event) bool { return e.Kind == fixture.EventFlooded })
+	before, start := floodedSoFar(t, ev), time.Now()
+	const calls = 1
+	for i := range calls {
+		res, err := s.CallTool(context.Background(), fixture.ToolEcho, map[string]any{"text": strconv.Itoa(i)})
+		if err != nil || RenderText(res) != strconv.Itoa(i) {
+			t.Fatalf("call %d during the flood: %v, %v", i, RenderText(res), err)
+		}
+	}
+	time.Sleep(2 * time.Second) // the flood goes on; what it wrote is counted below
+	written, d := floodedSoFar(t, ev), time.Since(start)
+	// Since start: read at the pace, with a burst, the pipe's 64 KiB and
+	// the lines of one read that the pace has not let through yet (at
+	// most as many), a line for each line written to the server, and the
+	// lines since the last record.
+	const slack = 2 * (64 << 10) / len(fixture.FloodLine)
+	limit := before + int(d.Seconds()*linesPerSecond) + linesBurst + slack + 2*calls + fixture.FloodRecordEvery
+	t.Logf("the server wrote %d lines in %v (%d before); the pace lets through %d", written, d, before, limit)
+	if written > limit {
+		t.Fatalf("the server wrote %d lines in %v, more than the pace lets through (%d)", written, d, limit)
+	}
+}
+
+// floodedSoFar is the count of the last "flooded" event.
+func floodedSoFar(t *testing.T, path string) int {
+	t.Helper()
+	evs, err := fixture.ReadEvents(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range evs {
+		if e.Kind == fixture.EventFlooded {
+			n = e.Count
+		}
+	}
+	return n
+}
+
+// Each line written to a stdio server lets one line back without taking
+// from the pace: a busy server's answers are not paced, its other lines are.
+func TestAStdioServersAnswersTakeNothingFromThePace(t *testing.T) {
+	const asked, extra = 2 * linesBurst, 10
+	answers := strings.Repeat(`{"jsonrpc":"2.0","id":1,"result":{}}`+"\n", asked+extra)
+	r, w := pacedStdio(io.NopCloser(strings.NewReader(answers)), nopWriteCloser{io.Discard})
+	defer r.Close()
+	if _, err := io.WriteString(w, strings.Repeat(`{"jsonrpc":"2.0","id":1,"method":"ping"}`+"\n", asked)); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := io.ReadAll(r); err != nil || string(got) != answers {
+		t.Fatalf("read %d bytes, %v; want the answers whole", len(got), err)
+	}
+	// Only the lines nobody asked for took from the pace.
+	if left := r.(*pacedLines).pace.lines.Tokens(); left < linesBurst-extra {
+		t.Fatalf("%.1f of the pace's %d lines left, want at least %d", left, linesBurst, linesBurst-extra)
+	}
+}
+
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }

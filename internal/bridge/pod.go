@@ -149,11 +149,11 @@ type tunnelLink struct {
 }
 
 func (l *tunnelLink) transport() mcp.Transport {
-	var r io.ReadCloser = &endAfter{ReadCloser: l.t.Stdout(), done: l.down}
+	r, w := pacedStdio(&endAfter{ReadCloser: l.t.Stdout(), done: l.down}, l.t.Stdin())
 	if l.sniff != nil {
 		r = &sniffReader{ReadCloser: r, fn: l.sniff}
 	}
-	return &mcp.IOTransport{Reader: r, Writer: l.t.Stdin()}
+	return &mcp.IOTransport{Reader: r, Writer: w}
 }
 
 // close half-closes the tunnel: the child reads EOF, and the shim ends it

@@ -111,11 +111,11 @@ func (l *stdioLink) exitError() error {
 }
 
 func (l *stdioLink) transport() mcp.Transport {
-	var r io.ReadCloser = l.stdout
+	r, w := pacedStdio(l.stdout, l.stdin)
 	if l.sniff != nil {
-		r = &sniffReader{ReadCloser: l.stdout, fn: l.sniff}
+		r = &sniffReader{ReadCloser: r, fn: l.sniff}
 	}
-	return &mcp.IOTransport{Reader: r, Writer: l.stdin}
+	return &mcp.IOTransport{Reader: r, Writer: w}
 }
 
 // released waits until the child and what was left of its process group
