@@ -51,11 +51,50 @@ func TestAPacedReaderHandsLinesOnAtItsPace(t *testing.T) {
 // thousands of events a second (docs/design.md, "Budgets"). Its tools stay
 // callable meanwhile.
 func TestANotificationFloodIsReadAtThePace(t *testing.T) {
-	fx := httpFixture(t, fixture.Options{})
-	var written atomic.Int64
-	var first atomic.Pointer[time.Time]
 	event := []byte("event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"level\":\"info\",\"data\":\"" +
 		strings.Repeat("x", 16<<10) + "\"}}\n\n")
+	s, written, since := getStreamFlood(t, event)
+	g := NewWithT(t)
+	for range 10 {
+		res, isError, err := s.CallToolJSON(context.Background(), fixture.ToolEcho, []byte(`{"text":"still here"}`))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(isError).To(BeFalse())
+		g.Expect(string(res)).To(ContainSubstring("still here"))
+	}
+	time.Sleep(2 * time.Second) // the flood goes on; what it wrote is counted below
+	n, d := written.Load(), since()
+	// The server writes what the supervisor reads, and what the sockets'
+	// buffers hold besides: unpaced, the supervisor read thousands of these
+	// events a second.
+	lines := (d.Seconds()*linesPerSecond + linesBurst) / float64(bytes.Count(event, newline))
+	limit := int64(lines) + socketBuffers(t)/int64(len(event)) + 2
+	g.Expect(n).To(BeNumerically("<=", limit), "events written in %v", d)
+}
+
+// getStreamFlood starts a supervisor of a server whose GET stream writes
+// event without pause, once it is Ready and the flood has started; written
+// counts the events written, since is the time since the first.
+func getStreamFlood(t *testing.T, event []byte) (s *Supervisor, written *atomic.Int64, since func() time.Duration) {
+	written = new(atomic.Int64)
+	s, since = serveGETStreams(t, func(w http.ResponseWriter) {
+		for {
+			if _, err := w.Write(event); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			written.Add(1)
+		}
+	})
+	NewWithT(t).Eventually(written.Load, eventually).Should(BeNumerically(">", 0), "the flood started")
+	return s, written, since
+}
+
+// serveGETStreams starts a supervisor, and waits until it is Ready, of the
+// fixture over Streamable HTTP whose GET streams stream writes; since is
+// the time since the first opened.
+func serveGETStreams(t *testing.T, stream func(w http.ResponseWriter)) (*Supervisor, func() time.Duration) {
+	fx := httpFixture(t, fixture.Options{})
+	var first atomic.Pointer[time.Time]
 	up := httpServe(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet {
 			fx.ServeHTTP(w, r)
@@ -65,32 +104,11 @@ func TestANotificationFloodIsReadAtThePace(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 		now := time.Now()
 		first.CompareAndSwap(nil, &now)
-		for {
-			if _, err := w.Write(event); err != nil {
-				return
-			}
-			w.(http.Flusher).Flush()
-			written.Add(1)
-		}
+		stream(w)
 	}))
 	s, _ := startSupervisor(t, httpPolicy(up.URL()))
 	waitFor(t, s, "Ready", isReady)
-	g := NewWithT(t)
-	g.Eventually(written.Load, eventually).Should(BeNumerically(">", 0), "the flood started")
-	for range 10 {
-		res, isError, err := s.CallToolJSON(context.Background(), fixture.ToolEcho, []byte(`{"text":"still here"}`))
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(isError).To(BeFalse())
-		g.Expect(string(res)).To(ContainSubstring("still here"))
-	}
-	time.Sleep(2 * time.Second) // the flood goes on; what it wrote is counted below
-	n, d := written.Load(), time.Since(*first.Load())
-	// The server writes what the supervisor reads, and what the sockets'
-	// buffers hold besides: unpaced, the supervisor read thousands of these
-	// events a second.
-	lines := (d.Seconds()*linesPerSecond + linesBurst) / float64(bytes.Count(event, newline))
-	limit := int64(lines) + socketBuffers(t)/int64(len(event)) + 2
-	g.Expect(n).To(BeNumerically("<=", limit), "events written in %v", d)
+	return s, func() time.Duration { return time.Since(*first.Load()) }
 }
 
 // socketBuffers is the most a loopback TCP connection's two buffers can
@@ -164,71 +182,36 @@ func TestAFloodBeforeAnAnswerIsReadAtThePace(t *testing.T) {
 // with each: the SDK's GET streams of a link share one pace.
 func TestTheSDKsGETStreamsShareOnePace(t *testing.T) {
 	const events = linesBurst / 4 // a burst's worth of 4-line events per stream
-	fx := httpFixture(t, fixture.Options{})
-	var streams, lines atomic.Int64
-	var first atomic.Pointer[time.Time]
-	up := httpServe(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodGet {
-			fx.ServeHTTP(w, r)
-			return
-		}
-		w.Header().Set("Content-Type", "text/event-stream")
-		w.WriteHeader(http.StatusOK)
-		now := time.Now()
-		first.CompareAndSwap(nil, &now)
+	var streams atomic.Int64
+	_, since := serveGETStreams(t, func(w http.ResponseWriter) {
 		n := streams.Add(1)
 		var b strings.Builder
 		for i := range events {
 			fmt.Fprintf(&b, "id: %d-%d\nretry: 1\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"level\":\"info\",\"data\":\"x\"}}\n\n", n, i)
 		}
 		_, _ = io.WriteString(w, b.String())
-		lines.Add(4 * events)
-	}))
-	s, _ := startSupervisor(t, httpPolicy(up.URL()))
-	waitFor(t, s, "Ready", isReady)
+	})
 	g := NewWithT(t)
 	g.Eventually(streams.Load, eventually).Should(BeNumerically(">", 0), "the GET stream opened")
 	time.Sleep(2 * time.Second) // the server ends its streams; the SDK opens the next ones
-	d := time.Since(*first.Load())
+	d := since()
 	// Read at one pace, the streams' lines are at most the burst and the
 	// pace since the first, and one more stream waiting in the sockets.
 	limit := (d.Seconds()*linesPerSecond+linesBurst)/(4*events) + 2
-	g.Expect(float64(streams.Load())).To(BeNumerically("<=", limit), "GET streams opened in %v (%d lines)", d, lines.Load())
+	g.Expect(float64(streams.Load())).To(BeNumerically("<=", limit), "GET streams opened in %v", d)
 }
 
 // A server that streams large events (few lines, many bytes) has them read
 // at the pace of bytesPerSecond once a message's worth has passed: the SDK
 // decodes each, and 83 events of 1 MiB a second held 1.55 cores unpaced.
 func TestLargeEventsAreReadAtTheBytePace(t *testing.T) {
-	fx := httpFixture(t, fixture.Options{})
-	var written atomic.Int64
-	var first atomic.Pointer[time.Time]
 	event := []byte("event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"level\":\"info\",\"data\":\"" +
 		strings.Repeat("x", 1<<20) + "\"}}\n\n")
-	up := httpServe(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodGet {
-			fx.ServeHTTP(w, r)
-			return
-		}
-		w.Header().Set("Content-Type", "text/event-stream")
-		w.WriteHeader(http.StatusOK)
-		now := time.Now()
-		first.CompareAndSwap(nil, &now)
-		for {
-			if _, err := w.Write(event); err != nil {
-				return
-			}
-			written.Add(int64(len(event)))
-		}
-	}))
-	s, _ := startSupervisor(t, httpPolicy(up.URL()))
-	waitFor(t, s, "Ready", isReady)
-	g := NewWithT(t)
-	g.Eventually(written.Load, eventually).Should(BeNumerically(">", 0), "the flood started")
+	_, written, since := getStreamFlood(t, event)
 	time.Sleep(2 * time.Second) // the flood goes on; what it wrote is counted below
-	n, d := written.Load(), time.Since(*first.Load())
+	n, d := written.Load()*int64(len(event)), since()
 	limit := int64(d.Seconds()*bytesPerSecond) + bytesBurst + socketBuffers(t) + int64(len(event))
-	g.Expect(n).To(BeNumerically("<=", limit), "bytes written in %v", d)
+	NewWithT(t).Expect(n).To(BeNumerically("<=", limit), "bytes written in %v", d)
 }
 
 // A stdio server that writes notifications without pause has them read at
