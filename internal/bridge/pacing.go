@@ -62,13 +62,18 @@ func paced(ctx context.Context, r io.Reader) pacedReader {
 
 func (p *pacedReader) Read(b []byte) (int, error) {
 	n, err := p.r.Read(b)
-	if werr := waitPace(p.ctx, p.pace.lines, bytes.Count(b[:n], newline)); werr != nil {
-		return n, cmp.Or(err, werr)
-	}
-	if werr := waitPace(p.ctx, p.pace.bytes, n); werr != nil {
+	if werr := p.pace.wait(p.ctx, bytes.Count(b[:n], newline), n); werr != nil {
 		return n, cmp.Or(err, werr)
 	}
 	return n, err
+}
+
+// wait waits until the pace allows lines and size bytes, or ctx ends.
+func (p *pace) wait(ctx context.Context, lines, size int) error {
+	if err := waitPace(ctx, p.lines, lines); err != nil {
+		return err
+	}
+	return waitPace(ctx, p.bytes, size)
 }
 
 // waitPace waits until lim allows n, a burst at a time, or ctx ends.
@@ -149,10 +154,7 @@ func (r *pacedLines) Read(b []byte) (int, error) {
 		}
 		r.line, p = 0, p[i+1:]
 	}
-	if werr := waitPace(r.ctx, r.pace.lines, lines); werr != nil {
-		return n, cmp.Or(err, werr)
-	}
-	if werr := waitPace(r.ctx, r.pace.bytes, size); werr != nil {
+	if werr := r.pace.wait(r.ctx, lines, size); werr != nil {
 		return n, cmp.Or(err, werr)
 	}
 	return n, err

@@ -300,8 +300,7 @@ func (g *generation) resume(ctx context.Context, hl *httpLink, id, lastID string
 	if err := checkCallResponse(resp); err != nil {
 		return nil, lastID, err
 	}
-	body := paced(ctx, resp.Body)
-	res, newID, err := readEvents(&body, id, registry.ResultBytesFrom(ctx), g.serverMessage)
+	res, newID, err := readEvents(ctx, resp.Body, id, registry.ResultBytesFrom(ctx), g.serverMessage)
 	return res, cmp.Or(newID, lastID), err
 }
 

@@ -82,7 +82,7 @@ func readAnswer(resp *http.Response, id string) (json.RawMessage, error) {
 // the answer is counted into rb (nil: uncounted); the result it returns
 // shares the memory of what was read, so that it is held once. Every other
 // message of an SSE stream is handed to other (nil: dropped). An SSE
-// stream is read at the pace of linesPerSecond until ctx ends.
+// stream is read at its pace (readEvents) until ctx ends.
 func readAnswerFrom(ctx context.Context, resp *http.Response, id string, rb registry.ResultBytes, other func(data []byte)) (json.RawMessage, string, error) {
 	media := mediaType(resp.Header.Get("Content-Type"))
 	switch media {
@@ -102,8 +102,7 @@ func readAnswerFrom(ctx context.Context, resp *http.Response, id string, rb regi
 		}
 		return res, "", err
 	case "text/event-stream":
-		body := paced(ctx, resp.Body)
-		return readEvents(&body, id, rb, other)
+		return readEvents(ctx, resp.Body, id, rb, other)
 	default:
 		return nil, "", fmt.Errorf("the server answered with content type %q", media)
 	}
@@ -189,10 +188,12 @@ func resultFor(data []byte, id string) json.RawMessage {
 // are handed to other, if set, and not forwarded. It returns
 // the id of the last event seen, for a resumption. The lines of the event
 // being read are counted into rb (nil: uncounted) and given back when the
-// event is not the answer.
-func readEvents(body io.Reader, id string, rb registry.ResultBytes, other func(data []byte)) (json.RawMessage, string, error) {
+// event is not the answer. The stream is read at a pace of its own
+// (paced) until ctx ends.
+func readEvents(ctx context.Context, body io.Reader, id string, rb registry.ResultBytes, other func(data []byte)) (json.RawMessage, string, error) {
+	pr := paced(ctx, body)
 	r := eventReaders.Get().(*bufio.Reader)
-	r.Reset(body)
+	r.Reset(&pr)
 	defer func() { r.Reset(nil); eventReaders.Put(r) }()
 	var ev sseEvent
 	held := &heldBytes{rb: rb}
