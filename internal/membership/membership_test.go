@@ -82,6 +82,8 @@ var _ = Describe("Replica membership", func() {
 		b := startReplica(ns, "b", withLeaseDuration(time.Minute), withReleaseAfter(letGo))
 		b.joinedWithin(10 * time.Second)
 		Eventually(memberNames(a)).WithTimeout(10 * time.Second).Should(Equal([]string{"a", "b"}))
+		// b may join before a's Lease exists: it sees a only by its watch.
+		Eventually(memberNames(b)).WithTimeout(10*time.Second).Should(Equal([]string{"a", "b"}), "b sees a")
 		Eventually(changes).Should(Receive(leaseOf("b")), "b joined")
 		uids := make([]types.UID, 50)
 		for i := range uids {
@@ -130,6 +132,7 @@ var _ = Describe("Replica membership", func() {
 		x := startReplica(ns, "x", withLeaseDuration(d), withClient(leaseWriterWithoutUpdate(ctx, ns)))
 		x.joinedWithin(10 * time.Second)
 		Eventually(memberNames(a)).WithTimeout(10 * time.Second).Should(Equal([]string{"a", "x"}))
+		Eventually(func() bool { _, ok := x.Live("a"); return ok }).WithTimeout(d/3).Should(BeTrue(), "x sees a")
 		uids := make([]types.UID, 50)
 		for i := range uids {
 			uids[i] = types.UID(fmt.Sprintf("uid-%d", i))
