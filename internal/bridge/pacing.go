@@ -117,7 +117,15 @@ func pacedStdio(stdout io.ReadCloser, stdin io.WriteCloser) (io.ReadCloser, io.W
 		creditingWriter{WriteCloser: stdin, credit: credit}
 }
 
-// creditingWriter counts the lines written to a stdio server.
+// maxStdioCredit bounds the lines a stdio server may send back unpaced:
+// a server that leaves requests unanswered (or is sent notifications,
+// which it does not answer) would otherwise save their credits up for a
+// flood. It is 64 times a namespace's default budget of calls in flight,
+// so that answers do not wait unless one server is sent more at once.
+const maxStdioCredit = 16384
+
+// creditingWriter counts the lines written to a stdio server, up to
+// maxStdioCredit not yet taken.
 type creditingWriter struct {
 	io.WriteCloser
 	credit *atomic.Int64
@@ -125,8 +133,18 @@ type creditingWriter struct {
 
 func (w creditingWriter) Write(b []byte) (int, error) {
 	n, err := w.WriteCloser.Write(b)
-	w.credit.Add(int64(bytes.Count(b[:n], newline)))
+	addCapped(w.credit, int64(bytes.Count(b[:n], newline)), maxStdioCredit)
 	return n, err
+}
+
+// addCapped adds d to c, which stays at most limit.
+func addCapped(c *atomic.Int64, d, limit int64) {
+	for d > 0 {
+		v := c.Load()
+		if c.CompareAndSwap(v, min(v+d, limit)) {
+			return
+		}
+	}
 }
 
 // pacedLines is a stdio server's stdout: a line read takes one of the

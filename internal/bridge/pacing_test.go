@@ -280,6 +280,21 @@ func TestAStdioServersAnswersTakeNothingFromThePace(t *testing.T) {
 	}
 }
 
+// A stdio server that leaves what it is sent unanswered does not save up
+// more than maxStdioCredit lines to send back unpaced.
+func TestAStdioServerSavesUpNoMoreThanTheCreditLimit(t *testing.T) {
+	r, w := pacedStdio(io.NopCloser(strings.NewReader("")), nopWriteCloser{io.Discard})
+	defer r.Close()
+	for range 3 * maxStdioCredit / 1024 {
+		if _, err := io.WriteString(w, strings.Repeat(`{"jsonrpc":"2.0","method":"notifications/cancelled"}`+"\n", 1024)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := r.(*pacedLines).credit.Load(); got != maxStdioCredit {
+		t.Fatalf("%d lines may come back unpaced after %d unanswered, want %d", got, 3*maxStdioCredit, maxStdioCredit)
+	}
+}
+
 type nopWriteCloser struct{ io.Writer }
 
 func (nopWriteCloser) Close() error { return nil }
