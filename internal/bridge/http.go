@@ -41,8 +41,9 @@ func (d *httpDialer) dial(_ context.Context, onLost func(error)) (link, error) {
 	// as JSON alike, is dialled by this one transport, so the guard sees
 	// each address it connects to. See docs/design.md, "Egress policy".
 	guard := d.egress.Guard(d.namespace)
-	dial := (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second,
-		ControlContext: guard.Control}).DialContext
+	ctx, cancel := context.WithCancel(context.Background())
+	dial := dialWithin(ctx, (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second,
+		ControlContext: guard.Control}).DialContext)
 	base := &http.Transport{
 		Proxy:       guard.Proxy(http.ProxyFromEnvironment),
 		DialContext: dial,
@@ -73,7 +74,6 @@ func (d *httpDialer) dial(_ context.Context, onLost func(error)) (link, error) {
 		WriteBufferSize: connBufferSize,
 	}
 	inline := &inlineTransport{base: base, dial: dial, proxy: http.ProxyFromEnvironment}
-	ctx, cancel := context.WithCancel(context.Background())
 	rt := &sessionTransport{base: inline, headers: d.spec.Headers, onLost: onLost, linkCtx: ctx, sniff: d.sniff, tracer: d.tracer,
 		getPace: newPace()}
 	// No Client.Timeout: it would cut the SSE streams; every request
@@ -92,6 +92,7 @@ func (d *httpDialer) dial(_ context.Context, onLost func(error)) (link, error) {
 		url:    d.spec.URL,
 		t:      &mcp.StreamableClientTransport{Endpoint: d.spec.URL, HTTPClient: client, MaxRetries: 2},
 		done:   make(chan struct{}),
+		others: newOthersPace(),
 	}
 	return l, nil
 }
@@ -103,6 +104,7 @@ type httpLink struct {
 	client *http.Client       // the SDK's, shared by calls forwarded as JSON
 	url    string
 	ids    atomic.Int64 // ids of the requests we post ourselves (calls, probes)
+	others *pace        // the other events of the answer streams we read (otherEvents)
 	t      *mcp.StreamableClientTransport
 	done   chan struct{}
 	once   sync.Once
@@ -164,6 +166,25 @@ func (l *httpLink) close() {
 }
 
 func (l *httpLink) closed() <-chan struct{} { return l.done }
+
+// dialWithin dials as dial does until link ends as well. net/http goes on
+// with a dial that the request it was for gave up on, and pools the
+// connection it makes; one made after the link closed its idle
+// connections would stay open, unused, for idleConnTimeout.
+func dialWithin(link context.Context, dial func(context.Context, string, string) (net.Conn, error)) func(context.Context, string, string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		stop := context.AfterFunc(link, cancel)
+		defer stop()
+		c, err := dial(ctx, network, addr)
+		if err == nil && link.Err() != nil {
+			c.Close()
+			return nil, fmt.Errorf("dial %s: the connection to the server is closing", addr)
+		}
+		return c, err
+	}
+}
 
 // connBufferSize is the read and write buffer of an upstream connection
 // (net/http's default is 4 KiB each).

@@ -348,3 +348,42 @@ func newRawServer(t *testing.T, answer string) string {
 	addr, _ := newStagedServer(t, answer)
 	return addr
 }
+
+// A dial of a link that closed ends, and a connection it made is closed:
+// net/http finishes dials its requests gave up on and pools what they
+// make, where nothing would use or close it.
+func TestADialEndsWithItsLink(t *testing.T) {
+	t.Run("in progress", func(t *testing.T) {
+		link, closeLink := context.WithCancel(context.Background())
+		dial := dialWithin(link, func(ctx context.Context, _, _ string) (net.Conn, error) {
+			closeLink()
+			select { // a server that does not complete the handshake in time
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(eventually):
+				ours, theirs := net.Pipe()
+				theirs.Close()
+				return ours, nil
+			}
+		})
+		if _, err := dial(context.Background(), "tcp", "127.0.0.1:1"); err == nil {
+			t.Fatal("the dial went on after its link closed")
+		}
+	})
+	t.Run("made after", func(t *testing.T) {
+		link, closeLink := context.WithCancel(context.Background())
+		ours, theirs := net.Pipe()
+		defer theirs.Close()
+		dial := dialWithin(link, func(context.Context, string, string) (net.Conn, error) {
+			closeLink()
+			return ours, nil
+		})
+		if c, err := dial(context.Background(), "tcp", "127.0.0.1:1"); err == nil {
+			c.Close()
+			t.Fatal("a connection made after the link closed was handed out")
+		}
+		if _, err := ours.Write([]byte("x")); !errors.Is(err, io.ErrClosedPipe) {
+			t.Fatalf("write to it: %v; want it closed", err)
+		}
+	})
+}
