@@ -38,11 +38,28 @@ const (
 	bytesBurst     = maxMessageBytes
 )
 
+// The events of a link's answer streams that are not the answers
+// (otherEvents) share one more pace, which many calls in flight do not
+// multiply: more lines and bytes than a stream's own, since every call's
+// progress and log notifications take from it, and a burst of a few MiB
+// rather than a message of the largest size.
+const (
+	othersLinesPerSecond = 2000
+	othersLinesBurst     = 2000
+	othersBytesPerSecond = 256 << 10
+	othersBytesBurst     = 4 << 20
+)
+
 // pace is what a stream, or the streams that share it, may read.
 type pace struct{ lines, bytes *rate.Limiter }
 
 func newPace() *pace {
 	return &pace{lines: rate.NewLimiter(linesPerSecond, linesBurst), bytes: rate.NewLimiter(bytesPerSecond, bytesBurst)}
+}
+
+func newOthersPace() *pace {
+	return &pace{lines: rate.NewLimiter(othersLinesPerSecond, othersLinesBurst),
+		bytes: rate.NewLimiter(othersBytesPerSecond, othersBytesBurst)}
 }
 
 // pacedReader is a stream whose lines (ended by "\n", where the SDK's

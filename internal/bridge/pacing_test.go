@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/iotest"
@@ -19,6 +20,7 @@ import (
 	. "github.com/onsi/gomega"
 	"golang.org/x/time/rate"
 
+	"github.com/mcpbridge/operator/internal/registry"
 	"github.com/mcpbridge/operator/test/fixture"
 )
 
@@ -142,25 +144,8 @@ func TestAFloodBeforeAnAnswerIsReadAtThePace(t *testing.T) {
 		{"blank lines", "\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fx := httpFixture(t, fixture.Options{})
-			up := httpServe(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				body, _ := io.ReadAll(r.Body)
-				var msg struct {
-					ID     json.RawMessage `json:"id"`
-					Method string          `json:"method"`
-				}
-				if r.Method != http.MethodPost || json.Unmarshal(body, &msg) != nil || msg.Method != "tools/call" {
-					r.Body = io.NopCloser(bytes.NewReader(body))
-					fx.ServeHTTP(w, r)
-					return
-				}
-				w.Header().Set("Content-Type", "text/event-stream")
-				w.WriteHeader(http.StatusOK)
-				perLine := strings.Count(tc.line, "\n")
-				_, _ = io.WriteString(w, strings.Repeat(tc.line, (flood+perLine-1)/perLine))
-				_, _ = io.WriteString(w, `event: message`+"\n"+`data: {"jsonrpc":"2.0","id":`+string(msg.ID)+
-					`,"result":{"content":[{"type":"text","text":"after the flood"}]}}`+"\n\n")
-			}))
+			perLine := strings.Count(tc.line, "\n")
+			up := floodBeforeAnswers(t, strings.Repeat(tc.line, (flood+perLine-1)/perLine))
 			s, _ := startSupervisor(t, httpPolicy(up.URL()))
 			waitFor(t, s, "Ready", isReady)
 			start := time.Now()
@@ -172,6 +157,100 @@ func TestAFloodBeforeAnAnswerIsReadAtThePace(t *testing.T) {
 			// The burst is free; the rest takes its time at the pace.
 			if least := (flood - linesBurst) * time.Second / linesPerSecond; d < least {
 				t.Fatalf("%d lines before the answer read in %v, want at least %v", flood, d, least)
+			}
+		})
+	}
+}
+
+// floodBeforeAnswers serves the fixture, except that it answers each
+// tools/call with an SSE stream of flood and then the answer, whose text
+// is "after the flood".
+func floodBeforeAnswers(t *testing.T, flood string) *httpUpstream {
+	fx := httpFixture(t, fixture.Options{})
+	return httpServe(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var msg struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		if r.Method != http.MethodPost || json.Unmarshal(body, &msg) != nil || msg.Method != "tools/call" {
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			fx.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, flood)
+		_, _ = io.WriteString(w, `event: message`+"\n"+`data: {"jsonrpc":"2.0","id":`+string(msg.ID)+
+			`,"result":{"content":[{"type":"text","text":"after the flood"}]}}`+"\n\n")
+	}))
+}
+
+// The events before the answers of many calls in flight to one server
+// share one pace: each stream's own would let every call's flood pass its
+// burst, a message of the largest size (in a test, 256 calls whose server
+// streamed 4 KiB notifications held 1.9 cores).
+func TestTheEventsBeforeManyAnswersShareOnePace(t *testing.T) {
+	const calls = 8
+	for _, tc := range []struct {
+		name  string
+		event string
+		n     int // events before each answer
+	}{
+		{"many lines", "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"level\":\"info\",\"data\":\"x\"}}\n\n", 200},
+		{"many bytes", ": " + strings.Repeat("x", 64<<10) + "\n\n", 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := floodBeforeAnswers(t, strings.Repeat(tc.event, tc.n))
+			s, _ := startSupervisor(t, httpPolicy(up.URL()))
+			waitFor(t, s, "Ready", isReady)
+			start := time.Now()
+			var wg sync.WaitGroup
+			for range calls {
+				wg.Go(func() {
+					res, isError, err := s.CallToolJSON(context.Background(), fixture.ToolEcho, []byte(`{"text":"x"}`))
+					if err != nil || isError || !strings.Contains(string(res), "after the flood") {
+						t.Errorf("call: %s, isError %v, %v; want the answer after the flood", res, isError, err)
+					}
+				})
+			}
+			wg.Wait()
+			d := time.Since(start)
+			lines := calls * tc.n * strings.Count(tc.event, "\n")
+			size := calls * tc.n * len(tc.event)
+			least := max(time.Duration(lines-othersLinesBurst)*time.Second/othersLinesPerSecond,
+				time.Duration(size-othersBytesBurst)*time.Second/othersBytesPerSecond)
+			if d < least {
+				t.Fatalf("%d calls' %d lines and %d bytes before their answers read in %v, want at least %v", calls, lines, size, d, least)
+			}
+		})
+	}
+}
+
+// A stream that fails before its answer takes from the shared pace what
+// it read other than data: comment lines that never end an event are held
+// until the result budget is spent, and the call that failed then waits
+// as one whose events ended would have. An answer that fails takes
+// nothing from it.
+func TestAStreamThatFailsTakesItsOtherLinesFromTheSharedPace(t *testing.T) {
+	const limit = 32 << 10
+	for _, tc := range []struct {
+		name, line string
+		taken      bool
+	}{
+		{"comment lines", ": " + strings.Repeat("x", 1022) + "\n", true},
+		{"an answer too large", "data: " + strings.Repeat("x", 1018) + "\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			shared := &pace{lines: rate.NewLimiter(rate.Inf, 0), bytes: rate.NewLimiter(1, 2*limit)}
+			body := strings.NewReader(strings.Repeat(tc.line, 2*limit/len(tc.line)))
+			_, _, err := readEvents(context.Background(), body, "1", &budget{max: limit}, otherEvents{pace: shared})
+			if !errors.Is(err, registry.ErrResultBudget) {
+				t.Fatalf("read: %v, want the budget spent", err)
+			}
+			left := shared.bytes.Tokens()
+			if taken := left < 2*limit-limit/2; taken != tc.taken {
+				t.Fatalf("%.0f of the shared pace's %d bytes left; want most of the %d held taken: %v", left, 2*limit, limit, tc.taken)
 			}
 		})
 	}

@@ -252,11 +252,16 @@ func (g *generation) readResponse(ctx context.Context, hl *httpLink, resp *http.
 	if err := checkCallResponse(resp); err != nil {
 		return nil, err
 	}
-	res, lastID, err := readAnswerFrom(ctx, resp, id, registry.ResultBytesFrom(ctx), g.serverMessage)
+	res, lastID, err := readAnswerFrom(ctx, resp, id, registry.ResultBytesFrom(ctx), g.otherEvents(hl))
 	for try := 0; errors.Is(err, errStreamEnded) && lastID != "" && try < maxResumes; try++ {
 		res, lastID, err = g.resume(ctx, hl, id, lastID)
 	}
 	return res, err
+}
+
+// otherEvents is what the answer streams of hl do with their other events.
+func (g *generation) otherEvents(hl *httpLink) otherEvents {
+	return otherEvents{pace: hl.others, handle: g.serverMessage}
 }
 
 // serverMessage reads a message the server sent on a request's stream
@@ -300,7 +305,7 @@ func (g *generation) resume(ctx context.Context, hl *httpLink, id, lastID string
 	if err := checkCallResponse(resp); err != nil {
 		return nil, lastID, err
 	}
-	res, newID, err := readEvents(ctx, resp.Body, id, registry.ResultBytesFrom(ctx), g.serverMessage)
+	res, newID, err := readEvents(ctx, resp.Body, id, registry.ResultBytesFrom(ctx), g.otherEvents(hl))
 	return res, cmp.Or(newID, lastID), err
 }
 

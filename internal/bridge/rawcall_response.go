@@ -73,7 +73,7 @@ type answer struct {
 
 // readAnswer returns the result of the response to id.
 func readAnswer(resp *http.Response, id string) (json.RawMessage, error) {
-	res, _, err := readAnswerFrom(context.Background(), resp, id, nil, nil)
+	res, _, err := readAnswerFrom(context.Background(), resp, id, nil, otherEvents{})
 	return res, err
 }
 
@@ -81,9 +81,9 @@ func readAnswer(resp *http.Response, id string) (json.RawMessage, error) {
 // event seen, from which an ended stream can be resumed. What it holds of
 // the answer is counted into rb (nil: uncounted); the result it returns
 // shares the memory of what was read, so that it is held once. Every other
-// message of an SSE stream is handed to other (nil: dropped). An SSE
-// stream is read at its pace (readEvents) until ctx ends.
-func readAnswerFrom(ctx context.Context, resp *http.Response, id string, rb registry.ResultBytes, other func(data []byte)) (json.RawMessage, string, error) {
+// message of an SSE stream goes to others. An SSE stream is read at its
+// pace (readEvents) until ctx ends.
+func readAnswerFrom(ctx context.Context, resp *http.Response, id string, rb registry.ResultBytes, others otherEvents) (json.RawMessage, string, error) {
 	media := mediaType(resp.Header.Get("Content-Type"))
 	switch media {
 	case "application/json":
@@ -102,7 +102,7 @@ func readAnswerFrom(ctx context.Context, resp *http.Response, id string, rb regi
 		}
 		return res, "", err
 	case "text/event-stream":
-		return readEvents(ctx, resp.Body, id, rb, other)
+		return readEvents(ctx, resp.Body, id, rb, others)
 	default:
 		return nil, "", fmt.Errorf("the server answered with content type %q", media)
 	}
@@ -183,14 +183,26 @@ func resultFor(data []byte, id string) json.RawMessage {
 	return res
 }
 
+// otherEvents is what readEvents does with the events of a stream that do
+// not answer its request.
+type otherEvents struct {
+	// pace, shared by the answer streams of a link (nil: none), is what
+	// every such event, its lines and bytes, waits for before it is
+	// handed on and what it holds is given back: each stream's own pace
+	// lets a message of the largest size pass at once, which many calls
+	// in flight would multiply (docs/design.md, "Budgets").
+	pace *pace
+	// handle gets each such message (nil: dropped).
+	handle func(data []byte)
+}
+
 // readEvents reads an SSE stream up to the "message" event that answers id;
 // the messages before it (progress and log notifications, a list_changed)
-// are handed to other, if set, and not forwarded. It returns
-// the id of the last event seen, for a resumption. The lines of the event
-// being read are counted into rb (nil: uncounted) and given back when the
-// event is not the answer. The stream is read at a pace of its own
-// (paced) until ctx ends.
-func readEvents(ctx context.Context, body io.Reader, id string, rb registry.ResultBytes, other func(data []byte)) (json.RawMessage, string, error) {
+// go to others and are not forwarded. It returns the id of the last event
+// seen, for a resumption. The lines of the event being read are counted
+// into rb (nil: uncounted) and given back when the event is not the
+// answer. The stream is read at a pace of its own (paced) until ctx ends.
+func readEvents(ctx context.Context, body io.Reader, id string, rb registry.ResultBytes, others otherEvents) (json.RawMessage, string, error) {
 	pr := paced(ctx, body)
 	r := eventReaders.Get().(*bufio.Reader)
 	r.Reset(&pr)
@@ -198,15 +210,20 @@ func readEvents(ctx context.Context, body io.Reader, id string, rb registry.Resu
 	var ev sseEvent
 	held := &heldBytes{rb: rb}
 	lastID := ""
+	var all, junk lineCount // of the event being read; junk: not its data
 	for {
 		line, err := readEventLine(r, held)
 		eof := errors.Is(err, io.EOF)
 		if err != nil && !eof {
-			return nil, lastID, err
+			return nil, lastID, others.failed(ctx, junk, err)
+		}
+		all.add(line)
+		if !isData(line) {
+			junk.add(line)
 		}
 		if len(line) > 0 {
 			if err := ev.add(line, held); err != nil {
-				return nil, lastID, err
+				return nil, lastID, others.failed(ctx, junk, err)
 			}
 		}
 		if len(line) == 0 || eof { // an event ends with a blank line or with the stream
@@ -216,16 +233,52 @@ func readEvents(ctx context.Context, body io.Reader, id string, rb registry.Resu
 			if res, merr := ev.match(id); !errors.Is(merr, errNotOurs) {
 				return res, lastID, merr
 			}
-			if other != nil && ev.hasData {
-				other(ev.data)
+			if err := others.wait(ctx, all); err != nil {
+				return nil, lastID, err
 			}
-			ev = sseEvent{}
+			if others.handle != nil && ev.hasData {
+				others.handle(ev.data)
+			}
+			ev, all, junk = sseEvent{}, lineCount{}, lineCount{}
 			held.giveBack()
 		}
 		if eof {
 			return nil, lastID, errStreamEnded
 		}
 	}
+}
+
+// lineCount is what lines of a stream came to.
+type lineCount struct{ lines, bytes int }
+
+func (c *lineCount) add(line []byte) { c.lines, c.bytes = c.lines+1, c.bytes+len(line)+1 }
+
+// isData reports whether an SSE line is a data field: the lines an answer
+// is made of. An event's other lines (comments, other fields, the blank
+// line that ends it) are few and short in any stream that answers.
+func isData(line []byte) bool {
+	field, _, _ := bytes.Cut(line, []byte(":"))
+	return string(field) == "data"
+}
+
+// wait waits for the pace, if any, to allow what an event that was not
+// the answer came to, or for ctx to end.
+func (o otherEvents) wait(ctx context.Context, c lineCount) error {
+	if o.pace == nil {
+		return nil
+	}
+	return o.pace.wait(ctx, c.lines, c.bytes)
+}
+
+// failed is err, returned once the pace has allowed the lines read of the
+// event that failed other than its data: a stream that never ends an
+// event (comment lines without end, until what it holds passes the
+// budget) takes from the pace as one that does, while an answer that
+// failed does not wait. Its data, at most a message of the largest size,
+// is read at the stream's own pace, as an answer's is.
+func (o otherEvents) failed(ctx context.Context, junk lineCount, err error) error {
+	_ = o.wait(ctx, junk)
+	return err
 }
 
 // eventReaders are the buffers readEvents reads a stream through, one per

@@ -1095,7 +1095,7 @@ func TestAnAnswersEndAtHandIsReadWithoutAGoroutine(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if res, _, err := readAnswerFrom(context.Background(), resp, "1", nil, nil); err != nil || string(res) != "{}" {
+			if res, _, err := readAnswerFrom(context.Background(), resp, "1", nil, otherEvents{}); err != nil || string(res) != "{}" {
 				t.Fatalf("the answer: %s, %v", res, err)
 			}
 			next()

@@ -82,7 +82,7 @@ func TestReadAnswerCountsWhatItHoldsAndHoldsItOnce(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := &budget{max: tc.budget}
-			res, _, err := readAnswerFrom(context.Background(), tc.resp(), id, b, nil)
+			res, _, err := readAnswerFrom(context.Background(), tc.resp(), id, b, otherEvents{})
 			if !tc.fits {
 				if !errors.Is(err, registry.ErrResultBudget) {
 					t.Fatalf("over the budget: got %v, want registry.ErrResultBudget", err)
