@@ -218,13 +218,14 @@ func readEvents(ctx context.Context, body io.Reader, id string, rb registry.Resu
 			return nil, lastID, others.failed(ctx, junk, err)
 		}
 		all.add(line)
-		if !isData(line) {
-			junk.add(line)
-		}
+		data := false
 		if len(line) > 0 {
-			if err := ev.add(line, held); err != nil {
+			if data, err = ev.add(line, held); err != nil {
 				return nil, lastID, others.failed(ctx, junk, err)
 			}
+		}
+		if !data {
+			junk.add(line)
 		}
 		if len(line) == 0 || eof { // an event ends with a blank line or with the stream
 			if ev.id != "" {
@@ -252,14 +253,6 @@ func readEvents(ctx context.Context, body io.Reader, id string, rb registry.Resu
 type lineCount struct{ lines, bytes int }
 
 func (c *lineCount) add(line []byte) { c.lines, c.bytes = c.lines+1, c.bytes+len(line)+1 }
-
-// isData reports whether an SSE line is a data field: the lines an answer
-// is made of. An event's other lines (comments, other fields, the blank
-// line that ends it) are few and short in any stream that answers.
-func isData(line []byte) bool {
-	field, _, _ := bytes.Cut(line, []byte(":"))
-	return string(field) == "data"
-}
 
 // wait waits for the pace, if any, to allow what an event that was not
 // the answer came to, or for ctx to end.
@@ -315,10 +308,13 @@ type sseEvent struct {
 	hasData  bool // a data field was seen, even an empty one
 }
 
-// add adds one line to the event. The first data line is kept as it is
-// (the line is the event's own memory, already counted), so that a result
-// in one data line, the common case, is held once.
-func (e *sseEvent) add(line []byte, held *heldBytes) error {
+// add adds one line to the event and reports whether it was a data field:
+// the lines an answer is made of (an event's other lines, comments and
+// other fields, are few and short in any stream that answers). The first
+// data line is kept as it is (the line is the event's own memory, already
+// counted), so that a result in one data line, the common case, is held
+// once.
+func (e *sseEvent) add(line []byte, held *heldBytes) (data bool, err error) {
 	field, value, _ := bytes.Cut(line, []byte(":"))
 	value = bytes.TrimPrefix(value, []byte(" "))
 	switch string(field) {
@@ -329,17 +325,18 @@ func (e *sseEvent) add(line []byte, held *heldBytes) error {
 	case "data":
 		if !e.hasData {
 			e.data, e.hasData = value, true
-			break
+			return true, nil
 		}
 		if err := held.take(len(value) + 1); err != nil {
-			return err
+			return true, err
 		}
 		e.data = append(append(e.data, '\n'), value...)
 		if len(e.data) > maxMessageBytes {
-			return errTooLarge
+			return true, errTooLarge
 		}
+		return true, nil
 	}
-	return nil // comments (":…") and other fields are ignored
+	return false, nil // comments (":…") and other fields are ignored
 }
 
 // heldBytes is what one stream's event being read holds of a registry.ResultBytes
