@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -31,6 +32,9 @@ type httpDialer struct {
 	tracer    tracing.Tracer // a span per request of a traced operation
 	// tls is nil (the system's roots) but in tests.
 	tls *tls.Config
+	// shared is the namespace's pace (Options.Paces): the other events of
+	// the answer streams wait for it, and the SDK's streams' lines.
+	shared *pace
 }
 
 // maxResponseHeaderBytes bounds the headers of one answer of a server.
@@ -75,7 +79,7 @@ func (d *httpDialer) dial(_ context.Context, onLost func(error)) (link, error) {
 	}
 	inline := &inlineTransport{base: base, dial: dial, proxy: http.ProxyFromEnvironment}
 	rt := &sessionTransport{base: inline, headers: d.spec.Headers, onLost: onLost, linkCtx: ctx, sniff: d.sniff, tracer: d.tracer,
-		getPace: newPace()}
+		getPace: newPace(), shared: d.shared}
 	// No Client.Timeout: it would cut the SSE streams; every request
 	// carries its own deadline instead.
 	client := &http.Client{
@@ -92,7 +96,7 @@ func (d *httpDialer) dial(_ context.Context, onLost func(error)) (link, error) {
 		url:    d.spec.URL,
 		t:      &mcp.StreamableClientTransport{Endpoint: d.spec.URL, HTTPClient: client, MaxRetries: 2},
 		done:   make(chan struct{}),
-		others: newOthersPace(),
+		others: cmp.Or(d.shared, newSharedPace()),
 	}
 	return l, nil
 }
@@ -104,7 +108,7 @@ type httpLink struct {
 	client *http.Client       // the SDK's, shared by calls forwarded as JSON
 	url    string
 	ids    atomic.Int64 // ids of the requests we post ourselves (calls, probes)
-	others *pace        // the other events of the answer streams we read (otherEvents)
+	others *pace        // the other events of the answer streams we read (otherEvents): the namespace's pace
 	t      *mcp.StreamableClientTransport
 	done   chan struct{}
 	once   sync.Once
@@ -208,6 +212,9 @@ type sessionTransport struct {
 	// on its own): the server sets the delay before the SDK opens the next
 	// one, so a pace of their own would restart with each.
 	getPace *pace
+	// shared, if set, is the namespace's pace: the SDK's streams wait for
+	// its lines too.
+	shared *pace
 }
 
 func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -256,7 +263,7 @@ func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		if req.Method == http.MethodGet && t.getPace != nil {
 			p = t.getPace
 		}
-		body = &pacedBody{pacedReader: pacedReader{r: body, ctx: ctx, pace: p}, Closer: body}
+		body = &pacedBody{pacedReader: pacedReader{r: body, ctx: ctx, pace: p, shared: t.shared}, Closer: body}
 	}
 	if t.sniff != nil && sdkReads {
 		body = &sniffReader{ReadCloser: body, fn: t.sniff}

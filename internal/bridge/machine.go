@@ -71,6 +71,13 @@ func (s *Supervisor) finish() {
 	if g != nil {
 		<-g.shutdown() // already shut down on every path; shutdown is idempotent
 	}
+	s.markClosed()
+}
+
+// markClosed lets the namespace's pace go, then closes Closed: once
+// Dispose returns, the supervisor holds it no more.
+func (s *Supervisor) markClosed() {
+	s.letGo()
 	close(s.closed)
 }
 

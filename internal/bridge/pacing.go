@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"io"
+	"sync"
 	"sync/atomic"
 
 	"golang.org/x/time/rate"
@@ -38,11 +39,17 @@ const (
 	bytesBurst     = maxMessageBytes
 )
 
-// The events of a link's answer streams that are not the answers
-// (otherEvents) share one more pace, which many calls in flight do not
-// multiply: more lines and bytes than a stream's own, since every call's
-// progress and log notifications take from it, and a burst of a few MiB
-// rather than a message of the largest size.
+// The servers of a namespace share one more pace (Paces), which neither
+// many calls in flight nor many servers multiply: the events of the
+// answer streams the supervisor reads that are not the answers
+// (otherEvents) wait for its lines and bytes, and every other line read
+// from a server (the SDK's streams, a stdio server's lines beyond its
+// credit) for its lines too, besides its stream's own pace. It allows more
+// than a stream's own pace, since every call's progress and log
+// notifications take from it, and a burst of a few MiB of bytes rather
+// than a message of the largest size. The bytes of the SDK's streams and
+// of stdio lines are not taken from it: an answer they carry passes at
+// once, up to a message of the largest size.
 const (
 	othersLinesPerSecond = 2000
 	othersLinesBurst     = 2000
@@ -57,9 +64,60 @@ func newPace() *pace {
 	return &pace{lines: rate.NewLimiter(linesPerSecond, linesBurst), bytes: rate.NewLimiter(bytesPerSecond, bytesBurst)}
 }
 
-func newOthersPace() *pace {
+func newSharedPace() *pace {
 	return &pace{lines: rate.NewLimiter(othersLinesPerSecond, othersLinesBurst),
 		bytes: rate.NewLimiter(othersBytesPerSecond, othersBytesBurst)}
+}
+
+// Paces holds the pace the servers of each namespace share, for as long as
+// a supervisor of the namespace holds it. See docs/design.md, "Budgets".
+type Paces struct {
+	mu   sync.Mutex
+	byNS map[string]*heldPace
+}
+
+type heldPace struct {
+	pace    *pace
+	holders int
+}
+
+// NewPaces returns a Paces that holds no pace yet.
+func NewPaces() *Paces { return &Paces{byNS: map[string]*heldPace{}} }
+
+// hold returns the pace of namespace ns and the func that lets it go; the
+// last to let go drops it. A nil Paces gives a pace of its own.
+func (p *Paces) hold(ns string) (*pace, func()) {
+	if p == nil {
+		return newSharedPace(), func() {}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	h := p.byNS[ns]
+	if h == nil {
+		h = &heldPace{pace: newSharedPace()}
+		p.byNS[ns] = h
+	}
+	h.holders++
+	var once sync.Once
+	return h.pace, func() { once.Do(func() { p.letGo(ns, h) }) }
+}
+
+func (p *Paces) letGo(ns string, h *heldPace) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if h.holders--; h.holders == 0 && p.byNS[ns] == h {
+		delete(p.byNS, ns)
+	}
+}
+
+// Holders is how many supervisors hold the pace of namespace ns.
+func (p *Paces) Holders(ns string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if h := p.byNS[ns]; h != nil {
+		return h.holders
+	}
+	return 0
 }
 
 // pacedReader is a stream whose lines (ended by "\n", where the SDK's
@@ -70,6 +128,9 @@ type pacedReader struct {
 	r    io.Reader
 	ctx  context.Context
 	pace *pace
+	// shared, if set, is also waited for, by lines only: the namespace's
+	// (Paces).
+	shared *pace
 }
 
 // paced paces r on its own until ctx ends.
@@ -79,10 +140,19 @@ func paced(ctx context.Context, r io.Reader) pacedReader {
 
 func (p *pacedReader) Read(b []byte) (int, error) {
 	n, err := p.r.Read(b)
-	if werr := p.pace.wait(p.ctx, bytes.Count(b[:n], newline), n); werr != nil {
+	if werr := waitBoth(p.ctx, p.pace, p.shared, bytes.Count(b[:n], newline), n); werr != nil {
 		return n, cmp.Or(err, werr)
 	}
 	return n, err
+}
+
+// waitBoth waits for own to allow lines and size bytes, then for shared,
+// if set, to allow the lines.
+func waitBoth(ctx context.Context, own, shared *pace, lines, size int) error {
+	if err := own.wait(ctx, lines, size); err != nil || shared == nil {
+		return err
+	}
+	return waitPace(ctx, shared.lines, lines)
 }
 
 // wait waits until the pace allows lines and size bytes, or ctx ends.
@@ -125,12 +195,13 @@ type pacedBody struct {
 // notifications without pause took the manager's process 1.7 cores.
 // See docs/design.md, "Budgets".
 
-// pacedStdio wraps a stdio server's stdout and stdin. Closing the stdout
-// it returns ends a wait for the pace.
-func pacedStdio(stdout io.ReadCloser, stdin io.WriteCloser) (io.ReadCloser, io.WriteCloser) {
+// pacedStdio wraps a stdio server's stdout and stdin; the lines beyond the
+// credit also wait for shared, if set (the namespace's pace, lines only).
+// Closing the stdout it returns ends a wait for the pace.
+func pacedStdio(stdout io.ReadCloser, stdin io.WriteCloser, shared *pace) (io.ReadCloser, io.WriteCloser) {
 	ctx, cancel := context.WithCancel(context.Background())
 	credit := new(atomic.Int64)
-	return &pacedLines{ReadCloser: stdout, ctx: ctx, cancel: cancel, credit: credit, pace: newPace()},
+	return &pacedLines{ReadCloser: stdout, ctx: ctx, cancel: cancel, credit: credit, pace: newPace(), shared: shared},
 		creditingWriter{WriteCloser: stdin, credit: credit}
 }
 
@@ -172,7 +243,8 @@ type pacedLines struct {
 	cancel context.CancelFunc
 	credit *atomic.Int64
 	pace   *pace
-	line   int // bytes of the line being read, so far
+	shared *pace // or nil; see pacedStdio
+	line   int   // bytes of the line being read, so far
 }
 
 func (r *pacedLines) Read(b []byte) (int, error) {
@@ -189,7 +261,7 @@ func (r *pacedLines) Read(b []byte) (int, error) {
 		}
 		r.line, p = 0, p[i+1:]
 	}
-	if werr := r.pace.wait(r.ctx, lines, size); werr != nil {
+	if werr := waitBoth(r.ctx, r.pace, r.shared, lines, size); werr != nil {
 		return n, cmp.Or(err, werr)
 	}
 	return n, err

@@ -94,7 +94,7 @@ func getStreamFlood(t *testing.T, event []byte) (s *Supervisor, written *atomic.
 // serveGETStreams starts a supervisor, and waits until it is Ready, of the
 // fixture over Streamable HTTP whose GET streams stream writes; since is
 // the time since the first opened.
-func serveGETStreams(t *testing.T, stream func(w http.ResponseWriter)) (*Supervisor, func() time.Duration) {
+func serveGETStreams(t *testing.T, stream func(w http.ResponseWriter), mutate ...func(*Options)) (*Supervisor, func() time.Duration) {
 	fx := httpFixture(t, fixture.Options{})
 	var first atomic.Pointer[time.Time]
 	up := httpServe(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -108,7 +108,7 @@ func serveGETStreams(t *testing.T, stream func(w http.ResponseWriter)) (*Supervi
 		first.CompareAndSwap(nil, &now)
 		stream(w)
 	}))
-	s, _ := startSupervisor(t, httpPolicy(up.URL()))
+	s, _ := startSupervisor(t, httpPolicy(up.URL()), mutate...)
 	waitFor(t, s, "Ready", isReady)
 	return s, func() time.Duration { return time.Since(*first.Load()) }
 }
@@ -186,6 +186,25 @@ func floodBeforeAnswers(t *testing.T, flood string) *httpUpstream {
 	}))
 }
 
+// callsAfterTheFlood makes calls at once to each of sups, servers of
+// floodBeforeAnswers, and returns the time until all were answered.
+func callsAfterTheFlood(t *testing.T, calls int, sups ...*Supervisor) time.Duration {
+	start := time.Now()
+	var wg sync.WaitGroup
+	for _, s := range sups {
+		for range calls {
+			wg.Go(func() {
+				res, isError, err := s.CallToolJSON(context.Background(), fixture.ToolEcho, []byte(`{"text":"x"}`))
+				if err != nil || isError || !strings.Contains(string(res), "after the flood") {
+					t.Errorf("call: %s, isError %v, %v; want the answer after the flood", res, isError, err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	return time.Since(start)
+}
+
 // The events before the answers of many calls in flight to one server
 // share one pace: each stream's own would let every call's flood pass its
 // burst, a message of the largest size (in a test, 256 calls whose server
@@ -204,18 +223,7 @@ func TestTheEventsBeforeManyAnswersShareOnePace(t *testing.T) {
 			up := floodBeforeAnswers(t, strings.Repeat(tc.event, tc.n))
 			s, _ := startSupervisor(t, httpPolicy(up.URL()))
 			waitFor(t, s, "Ready", isReady)
-			start := time.Now()
-			var wg sync.WaitGroup
-			for range calls {
-				wg.Go(func() {
-					res, isError, err := s.CallToolJSON(context.Background(), fixture.ToolEcho, []byte(`{"text":"x"}`))
-					if err != nil || isError || !strings.Contains(string(res), "after the flood") {
-						t.Errorf("call: %s, isError %v, %v; want the answer after the flood", res, isError, err)
-					}
-				})
-			}
-			wg.Wait()
-			d := time.Since(start)
+			d := callsAfterTheFlood(t, calls, s)
 			lines := calls * tc.n * strings.Count(tc.event, "\n")
 			size := calls * tc.n * len(tc.event)
 			// A tenth less: rate.Limiter grants a little more than its rate
@@ -395,7 +403,7 @@ func floodedSoFar(t *testing.T, path string) int {
 func TestAStdioServersAnswersTakeNothingFromThePace(t *testing.T) {
 	const asked, extra = 2 * linesBurst, 10
 	answers := strings.Repeat(`{"jsonrpc":"2.0","id":1,"result":{}}`+"\n", asked+extra)
-	r, w := pacedStdio(io.NopCloser(strings.NewReader(answers)), nopWriteCloser{io.Discard})
+	r, w := pacedStdio(io.NopCloser(strings.NewReader(answers)), nopWriteCloser{io.Discard}, nil)
 	defer r.Close()
 	if _, err := io.WriteString(w, strings.Repeat(`{"jsonrpc":"2.0","id":1,"method":"ping"}`+"\n", asked)); err != nil {
 		t.Fatal(err)
@@ -412,7 +420,7 @@ func TestAStdioServersAnswersTakeNothingFromThePace(t *testing.T) {
 // A stdio server that leaves what it is sent unanswered does not save up
 // more than maxStdioCredit lines to send back unpaced.
 func TestAStdioServerSavesUpNoMoreThanTheCreditLimit(t *testing.T) {
-	r, w := pacedStdio(io.NopCloser(strings.NewReader("")), nopWriteCloser{io.Discard})
+	r, w := pacedStdio(io.NopCloser(strings.NewReader("")), nopWriteCloser{io.Discard}, nil)
 	defer r.Close()
 	for range 3 * maxStdioCredit / 1024 {
 		if _, err := io.WriteString(w, strings.Repeat(`{"jsonrpc":"2.0","method":"notifications/cancelled"}`+"\n", 1024)); err != nil {

@@ -67,10 +67,7 @@ type tunnelDialer struct {
 	target  *PodTunnel
 	barrier time.Duration // after a close, how long to wait for the shim's confirmation
 	sniff   func([]byte)
-}
-
-func newTunnelDialer(t *PodTunnel, barrier time.Duration, sniff func([]byte)) *tunnelDialer {
-	return &tunnelDialer{target: t, barrier: barrier, sniff: sniff}
+	shared  *pace // the namespace's pace (Options.Paces), or nil
 }
 
 // await returns once the Pod is Ready, reporting every new reason to wait
@@ -119,7 +116,7 @@ func (d *tunnelDialer) dial(ctx context.Context, onLost func(error)) (link, erro
 	if err != nil {
 		return nil, fmt.Errorf("Pod %s: %w", pod.Name, err)
 	}
-	l := &tunnelLink{t: t, pod: pod, barrier: d.barrier, sniff: d.sniff, down: make(chan struct{})}
+	l := &tunnelLink{t: t, pod: pod, barrier: d.barrier, sniff: d.sniff, shared: d.shared, down: make(chan struct{})}
 	go l.watchPod(d.target.Pods, changed, onLost)
 	return l, nil
 }
@@ -144,12 +141,13 @@ type tunnelLink struct {
 	pod       PodInfo
 	barrier   time.Duration
 	sniff     func([]byte)
+	shared    *pace // the namespace's, or nil (pacedStdio)
 	closeOnce sync.Once
 	down      chan struct{} // closed once the tunnel has ended and watchPod returned
 }
 
 func (l *tunnelLink) transport() mcp.Transport {
-	r, w := pacedStdio(&endAfter{ReadCloser: l.t.Stdout(), done: l.down}, l.t.Stdin())
+	r, w := pacedStdio(&endAfter{ReadCloser: l.t.Stdout(), done: l.down}, l.t.Stdin(), l.shared)
 	if l.sniff != nil {
 		r = &sniffReader{ReadCloser: r, fn: l.sniff}
 	}

@@ -144,11 +144,11 @@ func podPolicy() *policy.Policy {
 }
 
 // startPodSupervisor runs a Pod-runtime supervisor against the shim's port.
-func startPodSupervisor(t *testing.T, p *policy.Policy, pods PodSource, port int, token string) (*Supervisor, *registry.Registry) {
-	return startSupervisor(t, p, func(o *Options) {
+func startPodSupervisor(t *testing.T, p *policy.Policy, pods PodSource, port int, token string, mutate ...func(*Options)) (*Supervisor, *registry.Registry) {
+	return startSupervisor(t, p, append([]func(*Options){func(o *Options) {
 		o.Pod = &PodTunnel{Pods: pods, Token: token, Cert: podCert, Port: port}
 		o.Log = stdioLog(t)
-	})
+	}}, mutate...)...)
 }
 
 func isWaitingFor(reason string) func(Snapshot) bool {

@@ -62,6 +62,8 @@ type stdioDialer struct {
 	log   serverLog
 	grace time.Duration // between stdin close, SIGTERM and SIGKILL
 	sniff func([]byte)  // optional: sees every line the server writes
+	// shared is the namespace's pace (Options.Paces), or nil.
+	shared *pace
 }
 
 func (d *stdioDialer) dial(_ context.Context, _ func(error)) (link, error) {
@@ -80,7 +82,7 @@ func (d *stdioDialer) dial(_ context.Context, _ func(error)) (link, error) {
 		pipes.Close()
 		return nil, fmt.Errorf("start %q: %w", d.spec.Command, err)
 	}
-	l := &stdioLink{stdin: pipes.Stdin, stdout: pipes.Stdout, sniff: d.sniff,
+	l := &stdioLink{stdin: pipes.Stdin, stdout: pipes.Stdout, sniff: d.sniff, shared: d.shared,
 		exited: make(chan struct{}), stderrDone: make(chan struct{})}
 	go func() {
 		defer close(l.stderrDone)
@@ -97,6 +99,7 @@ type stdioLink struct {
 	stdin      *os.File
 	stdout     *os.File
 	sniff      func([]byte) // sees every line the server writes
+	shared     *pace        // the namespace's, or nil (pacedStdio)
 	exited     chan struct{}
 	stderrDone chan struct{}
 	waitErr    error // set before exited is closed
@@ -111,7 +114,7 @@ func (l *stdioLink) exitError() error {
 }
 
 func (l *stdioLink) transport() mcp.Transport {
-	r, w := pacedStdio(l.stdout, l.stdin)
+	r, w := pacedStdio(l.stdout, l.stdin, l.shared)
 	if l.sniff != nil {
 		r = &sniffReader{ReadCloser: r, fn: l.sniff}
 	}

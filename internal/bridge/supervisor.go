@@ -75,6 +75,10 @@ type Options struct {
 	// the signal on Changes; it must not block. A set of supervisors tells
 	// its reconciler through it without a goroutine per supervisor.
 	OnChange func()
+	// Paces shares one pace among the supervisors of each namespace, for
+	// what their servers stream besides answers; nil gives this one a pace
+	// of its own. See docs/design.md, "Budgets".
+	Paces *Paces
 
 	dialer dialer      // tests inject transports here
 	tls    *tls.Config // and trust their own HTTPS servers here
@@ -132,6 +136,11 @@ type Supervisor struct {
 	// attempt it runs is a wake.
 	waking bool
 
+	// shared is the pace of the namespace's servers (Options.Paces), held
+	// until Closed, when letGo lets it go.
+	shared *pace
+	letGo  func()
+
 	lifeMu sync.Mutex
 	cancel context.CancelFunc // nil until Start (or Dispose)
 	closed chan struct{}      // see Closed
@@ -176,6 +185,7 @@ func New(o Options) *Supervisor {
 	if s.barrier <= 0 {
 		s.barrier = DefaultCloseBarrier
 	}
+	s.shared, s.letGo = o.Paces.hold(o.Namespace)
 	if s.dialer == nil {
 		s.dialer = s.newDialer(o)
 	}
@@ -187,15 +197,15 @@ func New(o Options) *Supervisor {
 func (s *Supervisor) newDialer(o Options) dialer {
 	switch {
 	case s.p.Stdio != nil && s.p.Stdio.Runtime == v1alpha1.RuntimePod:
-		return newTunnelDialer(o.Pod, s.barrier, s.tasks.sniff)
+		return &tunnelDialer{target: o.Pod, barrier: s.barrier, sniff: s.tasks.sniff, shared: s.shared}
 	case s.p.Stdio != nil:
 		grace := o.TerminateGrace
 		if grace <= 0 {
 			grace = s.barrier / 3
 		}
-		return &stdioDialer{spec: s.p.Stdio, log: s.log, grace: grace, sniff: s.tasks.sniff}
+		return &stdioDialer{spec: s.p.Stdio, log: s.log, grace: grace, sniff: s.tasks.sniff, shared: s.shared}
 	}
-	return &httpDialer{spec: s.p.HTTP, sniff: s.tasks.sniff, egress: cmp.Or(o.Egress, egress.Default()), namespace: o.Namespace, tracer: s.tracer, tls: o.tls}
+	return &httpDialer{spec: s.p.HTTP, sniff: s.tasks.sniff, egress: cmp.Or(o.Egress, egress.Default()), namespace: o.Namespace, tracer: s.tracer, tls: o.tls, shared: s.shared}
 }
 
 // Start runs the supervisor until ctx ends or Dispose; a second Start, or a
@@ -223,7 +233,7 @@ func (s *Supervisor) Dispose(ctx context.Context) error {
 	s.lifeMu.Lock()
 	if s.cancel == nil { // never started: nothing runs, and nothing will
 		s.cancel = func() {}
-		close(s.closed)
+		s.markClosed()
 	}
 	cancel := s.cancel
 	s.lifeMu.Unlock()

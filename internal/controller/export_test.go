@@ -14,3 +14,6 @@ func (r *McpServerReconciler) Moved(ctx context.Context) []reconcile.Request {
 // TrackWrites gives a reconciler built outside a manager the record of its
 // status writes that SetupWithManager gives the manager's.
 func TrackWrites(r *McpServerReconciler) { r.written = newWrittenVersions() }
+
+// PaceHolders is how many supervisors hold namespace ns's pace.
+func (s *Supervisors) PaceHolders(ns string) int { return s.paces.Holders(ns) }

@@ -44,3 +44,21 @@ var _ = Describe("Floors and ceilings of the manager", func() {
 			"spec.connectionTimeoutMs", policy.FlagMaxConnectionTimeout+"="+suiteLimits.MaxConnectionTimeout.String()),
 	)
 })
+
+// The servers of a namespace share one pace for what they stream besides
+// answers (docs/design.md, "Budgets"), held while they run.
+var _ = Describe("The pace of a namespace's servers", func() {
+	It("is held by each server of the namespace until it is deleted", func(ctx SpecContext) {
+		ns := newNamespace()
+		objs := []*v1alpha1.McpServer{stdioServer(ns, "one"), stdioServer(ns, "two")}
+		for _, obj := range objs {
+			Expect(k8s.Create(ctx, obj)).To(Succeed())
+			Eventually(phaseOf(ns, obj.Name), eventuallyTimeout, poll).Should(Equal(v1alpha1.PhaseReady))
+		}
+		Expect(sups.PaceHolders(ns)).To(Equal(2))
+		for _, obj := range objs {
+			Expect(k8s.Delete(ctx, obj)).To(Succeed())
+		}
+		Eventually(func() int { return sups.PaceHolders(ns) }, eventuallyTimeout, poll).Should(BeZero())
+	})
+})

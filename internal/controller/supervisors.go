@@ -39,6 +39,9 @@ const shutdownTimeout = 25 * time.Second
 type Supervisors struct {
 	SupervisorsOptions
 
+	// paces is shared by the supervisors of each namespace (bridge.Paces).
+	paces *bridge.Paces
+
 	mu       sync.Mutex
 	ctx      context.Context // of the supervisors: ends only with their disposal
 	mgrCtx   context.Context // the manager's
@@ -81,6 +84,7 @@ func NewSupervisors(o SupervisorsOptions) *Supervisors {
 	o.DrainTimeout = cmp.Or(o.DrainTimeout, drainTimeout)
 	return &Supervisors{
 		SupervisorsOptions: o,
+		paces:              bridge.NewPaces(),
 		entries:            map[types.NamespacedName]*supervisorEntry{},
 		started:            make(chan struct{}),
 		disposed:           make(chan struct{}),
@@ -315,7 +319,7 @@ func (s *Supervisors) Ensure(ctx context.Context, key types.NamespacedName, spec
 }
 
 func (s *Supervisors) start(key types.NamespacedName, specKey SwapKey, opts bridge.Options, since time.Time) *bridge.Supervisor {
-	opts.Registry, opts.Egress, opts.TracerProvider = s.Registry, s.Egress, s.TracerProvider
+	opts.Registry, opts.Egress, opts.TracerProvider, opts.Paces = s.Registry, s.Egress, s.TracerProvider, s.paces
 	opts.OnChange = func() { s.noteChange(key) }
 	if opts.Log.GetSink() == nil {
 		opts.Log = s.Log
