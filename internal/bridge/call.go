@@ -39,9 +39,10 @@ func (s *Supervisor) CallTool(ctx context.Context, rawName string, args any) (re
 	if s.tracer.On() {
 		params.Meta = tracing.Meta(cctx) // MCP's way to pass the trace on, over any transport
 	}
+	cctx, refusal := withReadRefusal(cctx)
 	res, err = g.sess.CallTool(cctx, params)
 	if err != nil {
-		return nil, s.callFailed(ctx, cctx, g, err)
+		return nil, s.callFailed(ctx, cctx, g, refusal.or(err))
 	}
 	return res, nil
 }

@@ -149,8 +149,9 @@
 //     resultbytes.go: counting what that reader holds against a caller's
 //     budget; jsonspan.go: finding the result in the answer without a copy.
 //   - pacing.go: the pace at which what a server streams is read (the
-//     lines and bytes of SSE streams, a stdio server's output), and the
-//     pace the servers of a namespace share (Paces).
+//     lines and bytes of SSE streams, a stdio server's output); shares.go:
+//     what the servers of a namespace share (Shares), that pace and the
+//     budget of the bytes being read from them.
 //   - transport.go: the dialer and link a transport implements, and the
 //     awaiter of a server that may not be there yet; stdio.go (a child
 //     process), pod.go (a tunnel to the shim in the server's Pod) and

@@ -1,7 +1,6 @@
 package bridge
 
 import (
-	"cmp"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -32,9 +31,10 @@ type httpDialer struct {
 	tracer    tracing.Tracer // a span per request of a traced operation
 	// tls is nil (the system's roots) but in tests.
 	tls *tls.Config
-	// shared is the namespace's pace (Options.Paces): the other events of
-	// the answer streams wait for it, and the SDK's streams' lines.
-	shared *pace
+	// share is the namespace's (Options.Shares): the other events of the
+	// answer streams wait for its pace, and the SDK's streams' lines; the
+	// messages the SDK reads count against its budget of bytes being read.
+	share *share
 }
 
 // maxResponseHeaderBytes bounds the headers of one answer of a server.
@@ -79,7 +79,7 @@ func (d *httpDialer) dial(_ context.Context, onLost func(error)) (link, error) {
 	}
 	inline := &inlineTransport{base: base, dial: dial, proxy: http.ProxyFromEnvironment}
 	rt := &sessionTransport{base: inline, headers: d.spec.Headers, onLost: onLost, linkCtx: ctx, sniff: d.sniff, tracer: d.tracer,
-		getPace: newPace(), shared: d.shared}
+		getPace: newPace(), share: d.share}
 	// No Client.Timeout: it would cut the SSE streams; every request
 	// carries its own deadline instead.
 	client := &http.Client{
@@ -96,7 +96,7 @@ func (d *httpDialer) dial(_ context.Context, onLost func(error)) (link, error) {
 		url:    d.spec.URL,
 		t:      &mcp.StreamableClientTransport{Endpoint: d.spec.URL, HTTPClient: client, MaxRetries: 2},
 		done:   make(chan struct{}),
-		others: cmp.Or(d.shared, newSharedPace()),
+		share:  d.share,
 	}
 	return l, nil
 }
@@ -108,7 +108,7 @@ type httpLink struct {
 	client *http.Client       // the SDK's, shared by calls forwarded as JSON
 	url    string
 	ids    atomic.Int64 // ids of the requests we post ourselves (calls, probes)
-	others *pace        // the other events of the answer streams we read (otherEvents): the namespace's pace
+	share  *share       // the namespace's: its pace and budget of bytes being read
 	t      *mcp.StreamableClientTransport
 	done   chan struct{}
 	once   sync.Once
@@ -212,9 +212,9 @@ type sessionTransport struct {
 	// on its own): the server sets the delay before the SDK opens the next
 	// one, so a pace of their own would restart with each.
 	getPace *pace
-	// shared, if set, is the namespace's pace: the SDK's streams wait for
-	// its lines too.
-	shared *pace
+	// share is the namespace's: the SDK's streams wait for its pace's
+	// lines too, and what the SDK reads counts against its budget.
+	share *share
 }
 
 func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -258,12 +258,22 @@ func (t *sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		body = &cappedBody{ReadCloser: body, left: maxMessageBytes}
 	}
 	sdkReads := req.Context().Value(unsniffedKey{}) == nil
+	if sdkReads && t.share != nil {
+		lease := t.share.reading.lease()
+		body = &countedBody{ReadCloser: body, bytes: eventBytes{lease: lease, whole: !sse}, refusal: readRefusalOf(req.Context())}
+		release := done
+		done = func() { release(); lease.close() }
+	}
 	if sdkReads && sse {
 		p := newPace() // see linesPerSecond
 		if req.Method == http.MethodGet && t.getPace != nil {
 			p = t.getPace
 		}
-		body = &pacedBody{pacedReader: pacedReader{r: body, ctx: ctx, pace: p, shared: t.shared}, Closer: body}
+		var shared *pace
+		if t.share != nil {
+			shared = t.share.pace
+		}
+		body = &pacedBody{pacedReader: pacedReader{r: body, ctx: ctx, pace: p, shared: shared}, Closer: body}
 	}
 	if t.sniff != nil && sdkReads {
 		body = &sniffReader{ReadCloser: body, fn: t.sniff}

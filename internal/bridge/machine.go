@@ -74,7 +74,7 @@ func (s *Supervisor) finish() {
 	s.markClosed()
 }
 
-// markClosed lets the namespace's pace go, then closes Closed: once
+// markClosed lets the namespace's share go, then closes Closed: once
 // Dispose returns, the supervisor holds it no more.
 func (s *Supervisor) markClosed() {
 	s.letGo()

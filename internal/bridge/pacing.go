@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"io"
-	"sync"
 	"sync/atomic"
 
 	"golang.org/x/time/rate"
@@ -39,7 +38,7 @@ const (
 	bytesBurst     = maxMessageBytes
 )
 
-// The servers of a namespace share one more pace (Paces), which neither
+// The servers of a namespace share one more pace (Shares), which neither
 // many calls in flight nor many servers multiply: the events of the
 // answer streams the supervisor reads that are not the answers
 // (otherEvents) wait for its lines and bytes, and every other line read
@@ -69,57 +68,6 @@ func newSharedPace() *pace {
 		bytes: rate.NewLimiter(othersBytesPerSecond, othersBytesBurst)}
 }
 
-// Paces holds the pace the servers of each namespace share, for as long as
-// a supervisor of the namespace holds it. See docs/design.md, "Budgets".
-type Paces struct {
-	mu   sync.Mutex
-	byNS map[string]*heldPace
-}
-
-type heldPace struct {
-	pace    *pace
-	holders int
-}
-
-// NewPaces returns a Paces that holds no pace yet.
-func NewPaces() *Paces { return &Paces{byNS: map[string]*heldPace{}} }
-
-// hold returns the pace of namespace ns and the func that lets it go; the
-// last to let go drops it. A nil Paces gives a pace of its own.
-func (p *Paces) hold(ns string) (*pace, func()) {
-	if p == nil {
-		return newSharedPace(), func() {}
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	h := p.byNS[ns]
-	if h == nil {
-		h = &heldPace{pace: newSharedPace()}
-		p.byNS[ns] = h
-	}
-	h.holders++
-	var once sync.Once
-	return h.pace, func() { once.Do(func() { p.letGo(ns, h) }) }
-}
-
-func (p *Paces) letGo(ns string, h *heldPace) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if h.holders--; h.holders == 0 && p.byNS[ns] == h {
-		delete(p.byNS, ns)
-	}
-}
-
-// Holders is how many supervisors hold the pace of namespace ns.
-func (p *Paces) Holders(ns string) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if h := p.byNS[ns]; h != nil {
-		return h.holders
-	}
-	return 0
-}
-
 // pacedReader is a stream whose lines (ended by "\n", where the SDK's
 // scanner and the supervisor's reader split them) and bytes are handed on
 // no faster than its pace allows; it waits after each read for what that
@@ -129,7 +77,7 @@ type pacedReader struct {
 	ctx  context.Context
 	pace *pace
 	// shared, if set, is also waited for, by lines only: the namespace's
-	// (Paces).
+	// (Shares).
 	shared *pace
 }
 
@@ -195,14 +143,18 @@ type pacedBody struct {
 // notifications without pause took the manager's process 1.7 cores.
 // See docs/design.md, "Budgets".
 
-// pacedStdio wraps a stdio server's stdout and stdin; the lines beyond the
-// credit also wait for shared, if set (the namespace's pace, lines only).
-// Closing the stdout it returns ends a wait for the pace.
-func pacedStdio(stdout io.ReadCloser, stdin io.WriteCloser, shared *pace) (io.ReadCloser, io.WriteCloser) {
+// pacedStdio wraps a stdio server's stdout and stdin. With the namespace's
+// share, the lines beyond the credit also wait for its pace (lines only),
+// and each line counts against its budget of bytes being read until it
+// ends. Closing the stdout it returns ends a wait for the pace.
+func pacedStdio(stdout io.ReadCloser, stdin io.WriteCloser, sh *share) (io.ReadCloser, io.WriteCloser) {
 	ctx, cancel := context.WithCancel(context.Background())
 	credit := new(atomic.Int64)
-	return &pacedLines{ReadCloser: stdout, ctx: ctx, cancel: cancel, credit: credit, pace: newPace(), shared: shared},
-		creditingWriter{WriteCloser: stdin, credit: credit}
+	r := &pacedLines{ReadCloser: stdout, ctx: ctx, cancel: cancel, credit: credit, pace: newPace()}
+	if sh != nil {
+		r.shared, r.reading = sh.pace, eventBytes{lease: sh.reading.lease(), lines: true}
+	}
+	return r, creditingWriter{WriteCloser: stdin, credit: credit}
 }
 
 // maxStdioCredit bounds the lines a stdio server may send back unpaced:
@@ -239,16 +191,22 @@ func addCapped(c *atomic.Int64, d, limit int64) {
 // lines written, or else its place at the pace (and its bytes).
 type pacedLines struct {
 	io.ReadCloser
-	ctx    context.Context
-	cancel context.CancelFunc
-	credit *atomic.Int64
-	pace   *pace
-	shared *pace // or nil; see pacedStdio
-	line   int   // bytes of the line being read, so far
+	ctx     context.Context
+	cancel  context.CancelFunc
+	credit  *atomic.Int64
+	pace    *pace
+	shared  *pace      // or nil; see pacedStdio
+	reading eventBytes // its lease is nil without a share
+	line    int        // bytes of the line being read, so far
 }
 
 func (r *pacedLines) Read(b []byte) (int, error) {
 	n, err := r.ReadCloser.Read(b)
+	if r.reading.lease != nil {
+		if cerr := r.reading.add(b[:n]); cerr != nil {
+			return n, cerr
+		}
+	}
 	lines, size := 0, 0
 	for p := b[:n]; len(p) > 0; {
 		i := bytes.IndexByte(p, '\n')
@@ -269,6 +227,9 @@ func (r *pacedLines) Read(b []byte) (int, error) {
 
 func (r *pacedLines) Close() error {
 	r.cancel()
+	if r.reading.lease != nil {
+		r.reading.lease.close()
+	}
 	return r.ReadCloser.Close()
 }
 

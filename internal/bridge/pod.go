@@ -67,7 +67,7 @@ type tunnelDialer struct {
 	target  *PodTunnel
 	barrier time.Duration // after a close, how long to wait for the shim's confirmation
 	sniff   func([]byte)
-	shared  *pace // the namespace's pace (Options.Paces), or nil
+	share   *share // the namespace's (Options.Shares)
 }
 
 // await returns once the Pod is Ready, reporting every new reason to wait
@@ -116,7 +116,7 @@ func (d *tunnelDialer) dial(ctx context.Context, onLost func(error)) (link, erro
 	if err != nil {
 		return nil, fmt.Errorf("Pod %s: %w", pod.Name, err)
 	}
-	l := &tunnelLink{t: t, pod: pod, barrier: d.barrier, sniff: d.sniff, shared: d.shared, down: make(chan struct{})}
+	l := &tunnelLink{t: t, pod: pod, barrier: d.barrier, sniff: d.sniff, share: d.share, down: make(chan struct{})}
 	go l.watchPod(d.target.Pods, changed, onLost)
 	return l, nil
 }
@@ -141,13 +141,13 @@ type tunnelLink struct {
 	pod       PodInfo
 	barrier   time.Duration
 	sniff     func([]byte)
-	shared    *pace // the namespace's, or nil (pacedStdio)
+	share     *share // the namespace's (pacedStdio)
 	closeOnce sync.Once
 	down      chan struct{} // closed once the tunnel has ended and watchPod returned
 }
 
 func (l *tunnelLink) transport() mcp.Transport {
-	r, w := pacedStdio(&endAfter{ReadCloser: l.t.Stdout(), done: l.down}, l.t.Stdin(), l.shared)
+	r, w := pacedStdio(&endAfter{ReadCloser: l.t.Stdout(), done: l.down}, l.t.Stdin(), l.share)
 	if l.sniff != nil {
 		r = &sniffReader{ReadCloser: r, fn: l.sniff}
 	}

@@ -148,11 +148,38 @@ func (g *generation) request(ctx context.Context, hl *httpLink, method, name str
 	if err != nil {
 		return nil, err
 	}
+	var lease *readLease
+	if method != "tools/call" { // a call's answer is its caller's to count
+		ctx, lease = hl.reading(ctx)
+		defer lease.close()
+	}
 	res, err := g.roundTrip(ctx, hl, id, method, name, b)
 	if err != nil {
-		return nil, g.abandoned(ctx, hl, id, err)
+		return nil, g.abandoned(ctx, hl, id, readingSpent(lease, err))
 	}
 	return res, nil
+}
+
+// reading counts an answer that no caller's budget counts (a tools/list
+// page, a probe's) in the namespace's budget of bytes being read, until
+// the lease it returns (nil when ctx has a budget already; closing nil
+// does nothing) is closed.
+func (hl *httpLink) reading(ctx context.Context) (context.Context, *readLease) {
+	if registry.ResultBytesFrom(ctx) != nil {
+		return ctx, nil
+	}
+	l := hl.share.reading.lease()
+	return registry.WithResultBytes(ctx, l), l
+}
+
+// readingSpent names the namespace's budget of bytes being read in err
+// when that budget, counted through lease, refused an answer: its reader
+// says only that a budget was spent.
+func readingSpent(lease *readLease, err error) error {
+	if lease != nil && errors.Is(err, registry.ErrResultBudget) {
+		return lease.pool.spent()
+	}
+	return err
 }
 
 // listProbe asks for the first tools/list page and drops the answer: the
@@ -261,7 +288,7 @@ func (g *generation) readResponse(ctx context.Context, hl *httpLink, resp *http.
 
 // otherEvents is what the answer streams of hl do with their other events.
 func (g *generation) otherEvents(hl *httpLink) otherEvents {
-	return otherEvents{pace: hl.others, handle: g.serverMessage}
+	return otherEvents{pace: hl.share.pace, handle: g.serverMessage}
 }
 
 // serverMessage reads a message the server sent on a request's stream

@@ -62,8 +62,7 @@ type stdioDialer struct {
 	log   serverLog
 	grace time.Duration // between stdin close, SIGTERM and SIGKILL
 	sniff func([]byte)  // optional: sees every line the server writes
-	// shared is the namespace's pace (Options.Paces), or nil.
-	shared *pace
+	share *share        // the namespace's (Options.Shares)
 }
 
 func (d *stdioDialer) dial(_ context.Context, _ func(error)) (link, error) {
@@ -82,7 +81,7 @@ func (d *stdioDialer) dial(_ context.Context, _ func(error)) (link, error) {
 		pipes.Close()
 		return nil, fmt.Errorf("start %q: %w", d.spec.Command, err)
 	}
-	l := &stdioLink{stdin: pipes.Stdin, stdout: pipes.Stdout, sniff: d.sniff, shared: d.shared,
+	l := &stdioLink{stdin: pipes.Stdin, stdout: pipes.Stdout, sniff: d.sniff, share: d.share,
 		exited: make(chan struct{}), stderrDone: make(chan struct{})}
 	go func() {
 		defer close(l.stderrDone)
@@ -99,7 +98,7 @@ type stdioLink struct {
 	stdin      *os.File
 	stdout     *os.File
 	sniff      func([]byte) // sees every line the server writes
-	shared     *pace        // the namespace's, or nil (pacedStdio)
+	share      *share       // the namespace's (pacedStdio)
 	exited     chan struct{}
 	stderrDone chan struct{}
 	waitErr    error // set before exited is closed
@@ -114,7 +113,7 @@ func (l *stdioLink) exitError() error {
 }
 
 func (l *stdioLink) transport() mcp.Transport {
-	r, w := pacedStdio(l.stdout, l.stdin, l.shared)
+	r, w := pacedStdio(l.stdout, l.stdin, l.share)
 	if l.sniff != nil {
 		r = &sniffReader{ReadCloser: r, fn: l.sniff}
 	}

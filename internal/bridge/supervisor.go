@@ -75,10 +75,11 @@ type Options struct {
 	// the signal on Changes; it must not block. A set of supervisors tells
 	// its reconciler through it without a goroutine per supervisor.
 	OnChange func()
-	// Paces shares one pace among the supervisors of each namespace, for
-	// what their servers stream besides answers; nil gives this one a pace
-	// of its own. See docs/design.md, "Budgets".
-	Paces *Paces
+	// Shares is what the supervisors of each namespace share: the pace of
+	// what their servers stream besides answers, and the budget of the bytes
+	// being read from them. Nil gives this one a share of its own. See
+	// docs/design.md, "Budgets".
+	Shares *Shares
 
 	dialer dialer      // tests inject transports here
 	tls    *tls.Config // and trust their own HTTPS servers here
@@ -136,10 +137,10 @@ type Supervisor struct {
 	// attempt it runs is a wake.
 	waking bool
 
-	// shared is the pace of the namespace's servers (Options.Paces), held
-	// until Closed, when letGo lets it go.
-	shared *pace
-	letGo  func()
+	// share is the namespace's (Options.Shares), held until Closed, when
+	// letGo lets it go.
+	share *share
+	letGo func()
 
 	lifeMu sync.Mutex
 	cancel context.CancelFunc // nil until Start (or Dispose)
@@ -185,7 +186,7 @@ func New(o Options) *Supervisor {
 	if s.barrier <= 0 {
 		s.barrier = DefaultCloseBarrier
 	}
-	s.shared, s.letGo = o.Paces.hold(o.Namespace)
+	s.share, s.letGo = o.Shares.hold(o.Namespace)
 	if s.dialer == nil {
 		s.dialer = s.newDialer(o)
 	}
@@ -197,15 +198,15 @@ func New(o Options) *Supervisor {
 func (s *Supervisor) newDialer(o Options) dialer {
 	switch {
 	case s.p.Stdio != nil && s.p.Stdio.Runtime == v1alpha1.RuntimePod:
-		return &tunnelDialer{target: o.Pod, barrier: s.barrier, sniff: s.tasks.sniff, shared: s.shared}
+		return &tunnelDialer{target: o.Pod, barrier: s.barrier, sniff: s.tasks.sniff, share: s.share}
 	case s.p.Stdio != nil:
 		grace := o.TerminateGrace
 		if grace <= 0 {
 			grace = s.barrier / 3
 		}
-		return &stdioDialer{spec: s.p.Stdio, log: s.log, grace: grace, sniff: s.tasks.sniff, shared: s.shared}
+		return &stdioDialer{spec: s.p.Stdio, log: s.log, grace: grace, sniff: s.tasks.sniff, share: s.share}
 	}
-	return &httpDialer{spec: s.p.HTTP, sniff: s.tasks.sniff, egress: cmp.Or(o.Egress, egress.Default()), namespace: o.Namespace, tracer: s.tracer, tls: o.tls, shared: s.shared}
+	return &httpDialer{spec: s.p.HTTP, sniff: s.tasks.sniff, egress: cmp.Or(o.Egress, egress.Default()), namespace: o.Namespace, tracer: s.tracer, tls: o.tls, share: s.share}
 }
 
 // Start runs the supervisor until ctx ends or Dispose; a second Start, or a

@@ -95,9 +95,11 @@ var errBindsHeaders = errors.New("a tool binds a parameter to a header")
 // left out as it leaves them out, and read for the tools that require tasks
 // (which the SDK's decoding drops).
 func (s *Supervisor) decodedPage(ctx context.Context, g *generation, hl *httpLink, cursor string) (*mcp.ListToolsResult, error) {
+	ctx, lease := hl.reading(ctx) // until the page is decoded
+	defer lease.close()
 	raw, err := g.listPage(ctx, hl, cursor)
 	if err != nil {
-		return nil, err
+		return nil, readingSpent(lease, err)
 	}
 	s.tasks.sniffList(raw)
 	res, err := decodeToolsPage(raw)

@@ -15,5 +15,5 @@ func (r *McpServerReconciler) Moved(ctx context.Context) []reconcile.Request {
 // status writes that SetupWithManager gives the manager's.
 func TrackWrites(r *McpServerReconciler) { r.written = newWrittenVersions() }
 
-// PaceHolders is how many supervisors hold namespace ns's pace.
-func (s *Supervisors) PaceHolders(ns string) int { return s.paces.Holders(ns) }
+// ShareHolders is how many supervisors hold namespace ns's share.
+func (s *Supervisors) ShareHolders(ns string) int { return s.shares.Holders(ns) }

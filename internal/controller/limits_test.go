@@ -46,8 +46,9 @@ var _ = Describe("Floors and ceilings of the manager", func() {
 })
 
 // The servers of a namespace share one pace for what they stream besides
-// answers (docs/design.md, "Budgets"), held while they run.
-var _ = Describe("The pace of a namespace's servers", func() {
+// answers, and one budget of the bytes being read from them
+// (docs/design.md, "Budgets"), held while they run.
+var _ = Describe("What the servers of a namespace share", func() {
 	It("is held by each server of the namespace until it is deleted", func(ctx SpecContext) {
 		ns := newNamespace()
 		objs := []*v1alpha1.McpServer{stdioServer(ns, "one"), stdioServer(ns, "two")}
@@ -55,10 +56,10 @@ var _ = Describe("The pace of a namespace's servers", func() {
 			Expect(k8s.Create(ctx, obj)).To(Succeed())
 			Eventually(phaseOf(ns, obj.Name), eventuallyTimeout, poll).Should(Equal(v1alpha1.PhaseReady))
 		}
-		Expect(sups.PaceHolders(ns)).To(Equal(2))
+		Expect(sups.ShareHolders(ns)).To(Equal(2))
 		for _, obj := range objs {
 			Expect(k8s.Delete(ctx, obj)).To(Succeed())
 		}
-		Eventually(func() int { return sups.PaceHolders(ns) }, eventuallyTimeout, poll).Should(BeZero())
+		Eventually(func() int { return sups.ShareHolders(ns) }, eventuallyTimeout, poll).Should(BeZero())
 	})
 })

@@ -39,8 +39,8 @@ const shutdownTimeout = 25 * time.Second
 type Supervisors struct {
 	SupervisorsOptions
 
-	// paces is shared by the supervisors of each namespace (bridge.Paces).
-	paces *bridge.Paces
+	// shares are what the supervisors of each namespace share (bridge.Shares).
+	shares *bridge.Shares
 
 	mu       sync.Mutex
 	ctx      context.Context // of the supervisors: ends only with their disposal
@@ -84,7 +84,7 @@ func NewSupervisors(o SupervisorsOptions) *Supervisors {
 	o.DrainTimeout = cmp.Or(o.DrainTimeout, drainTimeout)
 	return &Supervisors{
 		SupervisorsOptions: o,
-		paces:              bridge.NewPaces(),
+		shares:             bridge.NewShares(),
 		entries:            map[types.NamespacedName]*supervisorEntry{},
 		started:            make(chan struct{}),
 		disposed:           make(chan struct{}),
@@ -319,7 +319,7 @@ func (s *Supervisors) Ensure(ctx context.Context, key types.NamespacedName, spec
 }
 
 func (s *Supervisors) start(key types.NamespacedName, specKey SwapKey, opts bridge.Options, since time.Time) *bridge.Supervisor {
-	opts.Registry, opts.Egress, opts.TracerProvider, opts.Paces = s.Registry, s.Egress, s.TracerProvider, s.paces
+	opts.Registry, opts.Egress, opts.TracerProvider, opts.Shares = s.Registry, s.Egress, s.TracerProvider, s.shares
 	opts.OnChange = func() { s.noteChange(key) }
 	if opts.Log.GetSink() == nil {
 		opts.Log = s.Log

@@ -389,13 +389,13 @@ func (fx *fixtureProc) stop() {
 // serves the gateway with the default budgets on a loopback port; it
 // returns once every server is Ready.
 func startGateway(ctx context.Context, upstreams []upstream, auth *authEnv) (string, func(), error) {
-	reg, paces := registry.New(), bridge.NewPaces() // as the manager's supervisors share them
+	reg, shares := registry.New(), bridge.NewShares() // as the manager's supervisors share them
 	var sups []*bridge.Supervisor
 	for _, up := range upstreams {
 		p := &policy.Policy{ServerName: up.name, Transport: v1alpha1.TransportStreamableHTTP, HTTP: &policy.HTTP{URL: up.url},
 			ToolCallTimeout: 30 * time.Second, ConnectionTimeout: 10 * time.Second,
 			Reconnect: policy.Reconnect{Enabled: true, InitialDelay: 100 * time.Millisecond, MaxDelay: time.Second, MaxAttempts: 10}}
-		sup := bridge.New(bridge.Options{Namespace: up.ns, Name: up.name, Policy: p, Registry: reg, Log: logr.Discard(), Paces: paces,
+		sup := bridge.New(bridge.Options{Namespace: up.ns, Name: up.name, Policy: p, Registry: reg, Log: logr.Discard(), Shares: shares,
 			Egress: egress.New([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})})
 		sup.Start(ctx)
 		sups = append(sups, sup)
