@@ -201,7 +201,7 @@ func setupForwarding(mgr ctrl.Manager, opts *options, members *membership.Member
 	var ends *peer.SessionEnds
 	pr, err := peer.New(peer.Config{Name: opts.replicas.name, Namespace: opts.replicas.namespace,
 		BindAddress: opts.replicas.bindAddress, Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
-		Local: peer.LocalFunc(mirror.Local), Ended: func(e []peer.EndedSession) { ends.Received(e) },
+		Local: peer.LocalFunc(mirror.Local), Ended: func(e []peer.EndedSession) { ends.Received(e) }, Results: gw.ResultBytes,
 		TracerProvider: opts.tracerProvider})
 	if err != nil {
 		return err

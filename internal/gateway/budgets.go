@@ -237,6 +237,21 @@ func (l *lease) Return(n int64) {
 // close returns everything the call still holds.
 func (l *lease) close() { l.Return(l.n) }
 
+// forwardedLease is the lease of a call another replica forwarded here
+// (Gateway.ResultBytes): no view counts its refusals, so it does.
+type forwardedLease struct {
+	lease
+	e *endpoint
+}
+
+func (l *forwardedLease) Take(n int64) bool {
+	if l.lease.Take(n) {
+		return true
+	}
+	l.e.refuse(limitResultBytes)
+	return false
+}
+
 // resultBudgetError is the JSON-RPC error of a call whose result would
 // pass the namespace's budget of result bytes.
 func (e *endpoint) resultBudgetError() *jsonrpc.Error {

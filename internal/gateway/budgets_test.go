@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	. "github.com/onsi/gomega"
@@ -367,4 +368,38 @@ func TestSDKPathResultsCountAgainstTheNamespaceBytes(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	release()
 	g.Eventually(v.e.results.held.Load, waitLimit).Should(BeZero())
+}
+
+// A call another replica forwarded here, to its server's owner, counts
+// into the namespace's budget of result bytes with this replica's own
+// calls (Gateway.ResultBytes): refused beyond it and counted, given back
+// when done, and the namespace's endpoint is not forgotten while it holds.
+func TestAForwardedCallCountsIntoTheNamespacesResultBytes(t *testing.T) {
+	g := NewWithT(t)
+	const budget, size = 1 << 20, 600 << 10
+	e := newTestEnv(t, envOptions{budgets: Budgets{ResultBytesPerNamespace: budget}})
+	e.fake.setHandle(func(ctx context.Context, _ json.RawMessage) (json.RawMessage, bool, error) {
+		if !registry.ResultBytesFrom(ctx).Take(size) { // as the bridge does
+			return nil, false, &bridge.StageError{Stage: bridge.StageToolsCall, Err: registry.ErrResultBudget}
+		}
+		return json.RawMessage(`{"content":[]}`), false, nil
+	})
+	forwarded, done := e.g.ResultBytes(testNS)
+	g.Expect(forwarded.Take(size)).To(BeTrue())
+
+	before := refusalCount(t, testNS, limitResultBytes)
+	another, doneAnother := e.g.ResultBytes(testNS)
+	g.Expect(another.Take(size)).To(BeFalse(), "a second forwarded call past the budget")
+	g.Expect(refusalCount(t, testNS, limitResultBytes)).To(Equal(before + 1))
+	doneAnother()
+	call, hdr := sessionlessCall(1, echoPublic, `{}`)
+	_, _, body := e.mustPost(call, hdr)
+	rc, _ := rpcError(t, body)
+	g.Expect(rc).To(BeEquivalentTo(codeBudget), "this replica's own call past the budget")
+
+	e.g.sweep(time.Now().Add(24*time.Hour), time.Minute)
+	g.Expect(e.g.allEndpoints()).To(HaveLen(1), "the endpoint whose budget a forwarded call holds")
+	done()
+	_, _, body = e.mustPost(call, hdr)
+	g.Expect(string(body)).NotTo(ContainSubstring(`"error"`), "once the forwarded call gave its bytes back")
 }

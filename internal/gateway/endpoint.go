@@ -109,10 +109,12 @@ func (e *endpoint) reap(now time.Time, idle time.Duration) {
 	}
 }
 
+// empty: no view, and no result bytes held (a forwarded call's hold no
+// view: Gateway.ResultBytes).
 func (e *endpoint) empty() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return len(e.views) == 0
+	return len(e.views) == 0 && e.results.held.Load() == 0
 }
 
 func hasAny(s *mcp.Server) bool {

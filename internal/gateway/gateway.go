@@ -224,6 +224,17 @@ func loopbackHost(hostport string) bool {
 // release is called.
 func (g *Gateway) view(ctx context.Context, ns string, gr grant) (*view, func(), error) {
 	g.mu.Lock()
+	v, release := g.endpointLocked(ns).hold(gr.user)
+	g.mu.Unlock()
+	if err := v.ensureSynced(ctx); err != nil {
+		release()
+		return nil, nil, err
+	}
+	return v, release, nil
+}
+
+// endpointLocked is the endpoint of ns, made on first use; g.mu is held.
+func (g *Gateway) endpointLocked(ns string) *endpoint {
 	if g.endpoints == nil {
 		g.endpoints = map[string]*endpoint{}
 	}
@@ -233,13 +244,21 @@ func (g *Gateway) view(ctx context.Context, ns string, gr grant) (*view, func(),
 		e = newEndpoint(ns, g)
 		g.endpoints[ns] = e
 	}
-	v, release := e.hold(gr.user)
+	return e
+}
+
+// ResultBytes is namespace ns's budget of result bytes on this replica
+// (--gateway-max-result-bytes-per-namespace), for a call that another
+// replica forwarded to this one, its server's owner: it counts what the
+// call reads of the upstream's answer, as this replica's own calls count,
+// and done gives back what the call still holds once its answer is sent.
+// A refusal counts in the refusals metric. See docs/design.md, "Budgets".
+func (g *Gateway) ResultBytes(ns string) (rb registry.ResultBytes, done func()) {
+	g.mu.Lock()
+	e := g.endpointLocked(ns)
 	g.mu.Unlock()
-	if err := v.ensureSynced(ctx); err != nil {
-		release()
-		return nil, nil, err
-	}
-	return v, release, nil
+	l := &forwardedLease{lease: lease{pool: &e.results}, e: e}
+	return l, l.close
 }
 
 // ensureSealerLocked makes the sealer of every endpoint; g.mu is held.

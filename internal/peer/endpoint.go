@@ -48,6 +48,7 @@ type Endpoint struct {
 	id              *identity
 	local           LocalFunc
 	onEnded         func([]EndedSession)
+	results         func(namespace string) (registry.ResultBytes, func())
 	log             logr.Logger
 	tracer          tracing.Tracer
 	shutdownTimeout time.Duration
@@ -59,7 +60,7 @@ type Endpoint struct {
 }
 
 func newEndpoint(cfg *Config, id *identity, tracer tracing.Tracer) *Endpoint {
-	return &Endpoint{bindAddress: cfg.BindAddress, id: id, local: cfg.Local, onEnded: cfg.Ended, log: cfg.Log, tracer: tracer,
+	return &Endpoint{bindAddress: cfg.BindAddress, id: id, local: cfg.Local, onEnded: cfg.Ended, results: cfg.Results, log: cfg.Log, tracer: tracer,
 		shutdownTimeout: cfg.ShutdownTimeout, bound: make(chan struct{}), ended: make(chan struct{})}
 }
 
@@ -184,10 +185,18 @@ func (e *Endpoint) serveCall(w http.ResponseWriter, r *http.Request) {
 		notServed(w, span)
 		return
 	}
+	if e.results != nil {
+		rb, done := e.results(c.Namespace)
+		defer done() // once the answer is written
+		ctx = registry.WithResultBytes(ctx, rb)
+	}
 	res, isError, err := callLocal(ctx, caller, &c)
 	if errors.Is(err, registry.ErrNotServing) { // retired for a handoff: not called
 		notServed(w, span)
 		return
+	}
+	if errors.Is(err, registry.ErrResultBudget) {
+		err = fmt.Errorf("%w on the replica that owns the server, for the calls of namespace %s; retry later", registry.ErrResultBudget, c.Namespace)
 	}
 	if err != nil {
 		tracing.Fail(span, tracing.ErrorType(err), "the owner's call failed")

@@ -81,6 +81,23 @@ var _ = Describe("Forwarding a call to the owning replica", func() {
 		Expect(metricValue("mcpbridge_replica_forwards_total", "outcome", "not_owner")).To(Equal(before + 1))
 	})
 
+	It("counts a call's result into the owner's budget until it is sent, and refuses one that would pass it", func(ctx SpecContext) {
+		pool := &testPool{max: 1 << 10}
+		owner := startReplica(ns, "replica-c", bLocal, withResults(pool))
+		small := `{"content":[{"type":"text","text":"` + strings.Repeat("x", 512) + `"}]}`
+		bLocal.set("team", "team/small", &jsonCaller{result: json.RawMessage(small)})
+		bLocal.set("team", "team/large", &jsonCaller{result: json.RawMessage(strings.Repeat(" ", 2<<10) + small)})
+		res, _, err := a.Client().Call(ctx, owner.target(), peer.Call{Namespace: "team", Owner: "team/small", Tool: "find"})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(res)).To(Equal(small))
+		Expect(pool.held.Load()).To(BeZero(), "given back once the answer was sent")
+		_, _, err = a.Client().Call(ctx, owner.target(), peer.Call{Namespace: "team", Owner: "team/large", Tool: "find"})
+		var callErr *peer.CallError
+		Expect(errors.As(err, &callErr)).To(BeTrue(), "got %v", err)
+		Expect(err.Error()).To(ContainSubstring("budget of result bytes held in memory is spent on the replica that owns the server, for the calls of namespace team"))
+		Expect(pool.held.Load()).To(BeZero())
+	})
+
 	It("returns the owner's error message, typed", func(ctx SpecContext) {
 		bLocal.set("team", "team/search", &jsonCaller{err: errors.New("the server is not connected (stage: tools/call)")})
 		_, _, err := a.Client().Call(ctx, b.target(), peer.Call{Namespace: "team", Owner: "team/search", Tool: "find"})

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/mcpbridge/operator/internal/certs"
+	"github.com/mcpbridge/operator/internal/registry"
 	"github.com/mcpbridge/operator/internal/tracing"
 )
 
@@ -37,6 +38,13 @@ type Config struct {
 	// Ended, when set, is given the agent sessions another replica ended
 	// (POST EndedPath; without it that route is 404): SessionEnds.Received.
 	Ended func([]EndedSession)
+	// Results, when set, is the budget of result bytes of a namespace that
+	// a call forwarded here counts what it reads into, and the func that
+	// gives back what the call still holds (the gateway's ResultBytes):
+	// the owner reads an upstream's answer whole before it sends it on, so
+	// it holds what the forwarding replica's budget counts only as it
+	// arrives. Nil: uncounted. See docs/design.md, "Budgets".
+	Results func(namespace string) (registry.ResultBytes, func())
 	// Log is the logger of the endpoint and the client; zero is
 	// ctrl.Log's "peer".
 	Log logr.Logger

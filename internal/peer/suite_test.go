@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -92,6 +93,37 @@ func withTracer(tp trace.TracerProvider) replicaOption {
 
 func withReader(r client.Reader) replicaOption { return func(c *peer.Config) { c.Reader = r } }
 
+func withResults(pool *testPool) replicaOption {
+	return func(c *peer.Config) {
+		c.Results = func(string) (registry.ResultBytes, func()) {
+			l := &testLease{pool: pool}
+			return l, func() { pool.held.Add(-l.n) }
+		}
+	}
+}
+
+// testPool is a budget of result bytes; testLease one call's share of it.
+type testPool struct {
+	max  int64
+	held atomic.Int64
+}
+
+type testLease struct {
+	pool *testPool
+	n    int64
+}
+
+func (l *testLease) Take(n int64) bool {
+	if l.pool.held.Add(n) > l.pool.max {
+		l.pool.held.Add(-n)
+		return false
+	}
+	l.n += n
+	return true
+}
+
+func (l *testLease) Return(n int64) { l.n -= n; l.pool.held.Add(-n) }
+
 func withLog(l logr.Logger) replicaOption { return func(c *peer.Config) { c.Log = l } }
 
 func withCertValidity(validity, renewBefore time.Duration) replicaOption {
@@ -177,6 +209,11 @@ func (c *jsonCaller) CallToolJSON(ctx context.Context, tool string, args json.Ra
 	c.record(recorded{tool: tool, args: string(args)})
 	if c.block != nil {
 		<-c.block
+	}
+	// What it returns counts into the call's budget, as the bridge counts
+	// what it reads.
+	if rb := registry.ResultBytesFrom(ctx); rb != nil && !rb.Take(int64(len(c.result))) {
+		return nil, false, registry.ErrResultBudget
 	}
 	return c.result, c.isError, c.err
 }
