@@ -342,3 +342,14 @@ func TestAStdioLineBeyondTheReadingBudgetFails(t *testing.T) {
 		t.Fatalf("%d bytes held after the close, want 0", n)
 	}
 }
+
+// A stdio server whose tool list passes the namespace's budget of bytes
+// being read fails its attempt, and lastError names the budget.
+func TestAStdioServerBeyondTheReadingBudgetNamesItInLastError(t *testing.T) {
+	shares := NewShares()
+	shares.reading = 1 << 10 // less than the fixture's tools/list line
+	s, _ := startSupervisor(t, stdioPolicy(), func(o *Options) { o.Shares = shares })
+	waitFor(t, s, "the budget in lastError", func(sn Snapshot) bool {
+		return sn.LastError != nil && strings.Contains(sn.LastError.Message(), "budget held at once (1 KiB)")
+	})
+}
