@@ -204,7 +204,7 @@ func (r *pacedLines) Read(b []byte) (int, error) {
 	n, err := r.ReadCloser.Read(b)
 	if r.reading.lease != nil {
 		if cerr := r.reading.add(b[:n]); cerr != nil {
-			return n, cerr
+			return 0, cerr // none of it: bytes handed on with an error are read all the same
 		}
 	}
 	lines, size := 0, 0

@@ -49,12 +49,16 @@ const readingBudget = maxMessageBytes + 1<<20
 // bytes being read (readingBudget).
 var errReadingBudget = errors.New("the messages being read from the McpServers of this namespace would pass their budget held at once")
 
-// sizeText is n bytes in MiB, or KiB when not a whole number of MiB.
+// sizeText is n bytes in MiB, KiB or bytes, the largest unit that counts
+// it whole.
 func sizeText(n int64) string {
-	if n%(1<<20) == 0 {
+	switch {
+	case n%(1<<20) == 0:
 		return fmt.Sprintf("%d MiB", n>>20)
+	case n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
 	}
-	return fmt.Sprintf("%d KiB", n>>10)
+	return fmt.Sprintf("%d bytes", n)
 }
 
 // NewShares returns a Shares that holds nothing yet.
@@ -219,7 +223,9 @@ func (b *countedBody) Read(p []byte) (int, error) {
 		if b.refusal != nil {
 			b.refusal.err.Store(&cerr)
 		}
-		return n, cerr
+		// None of it: a reader (bufio's) hands on the bytes that came with
+		// an error before the error, and a refused message would pass whole.
+		return 0, cerr
 	}
 	return n, err
 }

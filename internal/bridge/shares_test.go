@@ -325,17 +325,18 @@ func TestAToolListBeyondTheReadingBudgetIsTriedAgain(t *testing.T) {
 }
 
 // A stdio server's line counts against the namespace's budget of bytes
-// being read until it ends: a line beyond it fails the read, naming it,
-// and nothing stays held.
+// being read until it ends: a line beyond it fails the read, naming it, and
+// none of its bytes are handed on (a reader hands on the bytes that come
+// with an error); nothing stays held.
 func TestAStdioLineBeyondTheReadingBudgetFails(t *testing.T) {
 	pool := &readPool{max: 100}
-	out := strings.Repeat("x", 50) + "\n" + strings.Repeat("y", 200) + "\n"
-	r, _ := pacedStdio(io.NopCloser(strings.NewReader(out)), nopWriteCloser{io.Discard},
+	first, second := strings.Repeat("x", 50)+"\n", strings.Repeat("y", 200)+"\n"
+	r, _ := pacedStdio(io.NopCloser(io.MultiReader(strings.NewReader(first), strings.NewReader(second))), nopWriteCloser{io.Discard},
 		&share{pace: &pace{lines: rate.NewLimiter(rate.Inf, 0), bytes: rate.NewLimiter(rate.Inf, 0)}, reading: pool})
 	r.(*pacedLines).pace = &pace{lines: rate.NewLimiter(rate.Inf, 0), bytes: rate.NewLimiter(rate.Inf, 0)}
 	got, err := io.ReadAll(r)
-	if err == nil || !strings.Contains(err.Error(), "budget held at once") || !strings.HasPrefix(string(got), strings.Repeat("x", 50)+"\n") {
-		t.Fatalf("read %d bytes, %v; want the first line, then the budget's refusal", len(got), err)
+	if err == nil || !strings.Contains(err.Error(), "budget held at once (100 bytes)") || string(got) != first {
+		t.Fatalf("read %q, %v; want the first line only, then the budget's refusal", got, err)
 	}
 	_ = r.Close()
 	if n := pool.held.Load(); n != 0 {
