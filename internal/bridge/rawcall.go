@@ -148,35 +148,23 @@ func (g *generation) request(ctx context.Context, hl *httpLink, method, name str
 	if err != nil {
 		return nil, err
 	}
-	var lease *readLease
-	if method != "tools/call" { // a call's answer is its caller's to count
-		ctx, lease = hl.reading(ctx)
-		defer lease.close()
-	}
 	res, err := g.roundTrip(ctx, hl, id, method, name, b)
 	if err != nil {
-		return nil, g.abandoned(ctx, hl, id, readingSpent(lease, err))
+		return nil, g.abandoned(ctx, hl, id, err)
 	}
 	return res, nil
 }
 
-// reading counts an answer that no caller's budget counts (a tools/list
-// page, a probe's) in the namespace's budget of bytes being read, until
-// the lease it returns (nil when ctx has a budget already; closing nil
-// does nothing) is closed.
-func (hl *httpLink) reading(ctx context.Context) (context.Context, *readLease) {
-	if registry.ResultBytesFrom(ctx) != nil {
-		return ctx, nil
-	}
-	l := hl.share.reading.lease()
-	return registry.WithResultBytes(ctx, l), l
-}
-
-// readingSpent names the namespace's budget of bytes being read in err
-// when that budget, counted through lease, refused an answer: its reader
-// says only that a budget was spent.
-func readingSpent(lease *readLease, err error) error {
-	if lease != nil && errors.Is(err, registry.ErrResultBudget) {
+// counted runs read, which reads answers that no caller's budget counts (a
+// tools/list page, a probe's; a call's answer is its caller's to count),
+// with what it reads counted in the namespace's budget of bytes being read
+// until it returns. A refusal of that budget is named in the error: the
+// answer's reader says only that a budget was spent.
+func (hl *httpLink) counted(ctx context.Context, read func(context.Context) error) error {
+	lease := hl.share.reading.lease()
+	defer lease.close()
+	err := read(registry.WithResultBytes(ctx, lease))
+	if errors.Is(err, registry.ErrResultBudget) {
 		return lease.pool.spent()
 	}
 	return err
@@ -186,8 +174,10 @@ func readingSpent(lease *readLease, err error) error {
 // SDK's ListTools would keep it in its per-session cache, one more copy of
 // every server's tools for as long as the connection lives.
 func (g *generation) listProbe(ctx context.Context, hl *httpLink) error {
-	_, err := g.listPage(ctx, hl, "")
-	return err
+	return hl.counted(ctx, func(ctx context.Context) error {
+		_, err := g.listPage(ctx, hl, "")
+		return err
+	})
 }
 
 // pingProbe posts a ping (up to 2025-11-25) and drops its empty answer.
@@ -195,10 +185,12 @@ func (g *generation) listProbe(ctx context.Context, hl *httpLink) error {
 // server at every health interval, for an idle fleet the collector's
 // main work.
 func (g *generation) pingProbe(ctx context.Context, hl *httpLink) error {
-	_, err := g.request(ctx, hl, "ping", "", func(id string) ([]byte, error) {
-		return encode(pingRequest{JSONRPC: "2.0", ID: id, Method: "ping"})
+	return hl.counted(ctx, func(ctx context.Context) error {
+		_, err := g.request(ctx, hl, "ping", "", func(id string) ([]byte, error) {
+			return encode(pingRequest{JSONRPC: "2.0", ID: id, Method: "ping"})
+		})
+		return err
 	})
-	return err
 }
 
 // pingRequest is a ping on the wire.

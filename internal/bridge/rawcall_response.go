@@ -186,11 +186,11 @@ func resultFor(data []byte, id string) json.RawMessage {
 // otherEvents is what readEvents does with the events of a stream that do
 // not answer its request.
 type otherEvents struct {
-	// pace, shared by the answer streams of a link (nil: none), is what
-	// every such event, its lines and bytes, waits for before it is
-	// handed on and what it holds is given back: each stream's own pace
-	// lets a message of the largest size pass at once, which many calls
-	// in flight would multiply (docs/design.md, "Budgets").
+	// pace, the namespace's (Shares; nil: none), is what every such
+	// event, its lines and bytes, waits for before it is handed on and
+	// what it holds is given back: each stream's own pace lets a message
+	// of the largest size pass at once, which many calls in flight, and
+	// many servers, would multiply (docs/design.md, "Budgets").
 	pace *pace
 	// handle gets each such message (nil: dropped).
 	handle func(data []byte)

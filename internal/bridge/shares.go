@@ -30,6 +30,10 @@ type share struct {
 	holders int
 }
 
+func newShare(reading int64) *share {
+	return &share{pace: newSharedPace(), reading: &readPool{max: reading}}
+}
+
 // readingBudget bounds the bytes of the messages being read from the
 // servers of a namespace at once, where no caller's budget counts them:
 // the events of the SDK's streams until each ends (its GET streams, the
@@ -68,13 +72,13 @@ func NewShares() *Shares { return &Shares{byNS: map[string]*share{}, reading: re
 // last to let go drops it. A nil Shares gives a share of its own.
 func (p *Shares) hold(ns string) (*share, func()) {
 	if p == nil {
-		return &share{pace: newSharedPace(), reading: &readPool{max: readingBudget}}, func() {}
+		return newShare(readingBudget), func() {}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	h := p.byNS[ns]
 	if h == nil {
-		h = &share{pace: newSharedPace(), reading: &readPool{max: p.reading}}
+		h = newShare(p.reading)
 		p.byNS[ns] = h
 	}
 	h.holders++

@@ -139,9 +139,6 @@ func TestEveryStreamOfAServerTakesLinesFromItsNamespacesPace(t *testing.T) {
 // no byte; a stdio server's lines take from it only beyond their credit.
 func TestASharedPaceTakesLinesOnly(t *testing.T) {
 	const plenty, lines = 1 << 20, 300
-	unlimited := func() *pace {
-		return &pace{lines: rate.NewLimiter(rate.Inf, 0), bytes: rate.NewLimiter(rate.Inf, 0)}
-	}
 	counting := func() *pace {
 		return &pace{lines: rate.NewLimiter(math.SmallestNonzeroFloat64, plenty), bytes: rate.NewLimiter(math.SmallestNonzeroFloat64, plenty)}
 	}
@@ -332,8 +329,8 @@ func TestAStdioLineBeyondTheReadingBudgetFails(t *testing.T) {
 	pool := &readPool{max: 100}
 	first, second := strings.Repeat("x", 50)+"\n", strings.Repeat("y", 200)+"\n"
 	r, _ := pacedStdio(io.NopCloser(io.MultiReader(strings.NewReader(first), strings.NewReader(second))), nopWriteCloser{io.Discard},
-		&share{pace: &pace{lines: rate.NewLimiter(rate.Inf, 0), bytes: rate.NewLimiter(rate.Inf, 0)}, reading: pool})
-	r.(*pacedLines).pace = &pace{lines: rate.NewLimiter(rate.Inf, 0), bytes: rate.NewLimiter(rate.Inf, 0)}
+		&share{pace: unlimited(), reading: pool})
+	r.(*pacedLines).pace = unlimited()
 	got, err := io.ReadAll(r)
 	if err == nil || !strings.Contains(err.Error(), "budget held at once (100 bytes)") || string(got) != first {
 		t.Fatalf("read %q, %v; want the first line only, then the budget's refusal", got, err)
@@ -353,4 +350,9 @@ func TestAStdioServerBeyondTheReadingBudgetNamesItInLastError(t *testing.T) {
 	waitFor(t, s, "the budget in lastError", func(sn Snapshot) bool {
 		return sn.LastError != nil && strings.Contains(sn.LastError.Message(), "budget held at once (1 KiB)")
 	})
+}
+
+// unlimited is a pace that lets everything pass at once.
+func unlimited() *pace {
+	return &pace{lines: rate.NewLimiter(rate.Inf, 0), bytes: rate.NewLimiter(rate.Inf, 0)}
 }

@@ -93,16 +93,18 @@ var errBindsHeaders = errors.New("a tool binds a parameter to a header")
 
 // decodedPage is listPage decoded as the SDK's ListTools would, null tools
 // left out as it leaves them out, and read for the tools that require tasks
-// (which the SDK's decoding drops).
-func (s *Supervisor) decodedPage(ctx context.Context, g *generation, hl *httpLink, cursor string) (*mcp.ListToolsResult, error) {
-	ctx, lease := hl.reading(ctx) // until the page is decoded
-	defer lease.close()
-	raw, err := g.listPage(ctx, hl, cursor)
-	if err != nil {
-		return nil, readingSpent(lease, err)
-	}
-	s.tasks.sniffList(raw)
-	res, err := decodeToolsPage(raw)
+// (which the SDK's decoding drops). The page counts in the namespace's
+// budget of bytes being read until it is decoded.
+func (s *Supervisor) decodedPage(ctx context.Context, g *generation, hl *httpLink, cursor string) (res *mcp.ListToolsResult, err error) {
+	err = hl.counted(ctx, func(ctx context.Context) error {
+		raw, err := g.listPage(ctx, hl, cursor)
+		if err != nil {
+			return err
+		}
+		s.tasks.sniffList(raw)
+		res, err = decodeToolsPage(raw)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
