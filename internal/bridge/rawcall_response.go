@@ -204,9 +204,8 @@ type otherEvents struct {
 // answer. The stream is read at a pace of its own (paced) until ctx ends.
 func readEvents(ctx context.Context, body io.Reader, id string, rb registry.ResultBytes, others otherEvents) (json.RawMessage, string, error) {
 	pr := paced(ctx, body)
-	r := eventReaders.Get().(*bufio.Reader)
-	r.Reset(&pr)
-	defer func() { r.Reset(nil); eventReaders.Put(r) }()
+	r := newEventStream(&pr)
+	defer r.release()
 	var ev sseEvent
 	held := &heldBytes{rb: rb}
 	lastID := ""
@@ -280,9 +279,55 @@ func (o otherEvents) failed(ctx context.Context, junk lineCount, err error) erro
 // allocate 4 KiB for it.
 var eventReaders = sync.Pool{New: func() any { return bufio.NewReader(nil) }}
 
+// longLineReaders are the buffers of the streams whose lines outgrew an
+// eventReader's. A buffer is also what one read asks the connection for:
+// read 4 KiB at a time, a 12 MiB answer took 3,072 system calls, and a
+// tenant whose upstream sent such answers held the gateway's cores in
+// them (docs/design.md, "Budgets"). What a buffer holds counts against a
+// budget once ReadSlice hands it on, as the socket's own buffers never do.
+var longLineReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, longLineBuffer) }}
+
+// longLineBuffer is the size of a longLineReader.
+const longLineBuffer = 64 << 10
+
+// eventStream is the buffer a stream is read through: an eventReader until
+// a line does not fit in it, a longLineReader from then on.
+type eventStream struct {
+	*bufio.Reader
+	src  io.Reader
+	long bool
+}
+
+func newEventStream(src io.Reader) *eventStream {
+	r := eventReaders.Get().(*bufio.Reader)
+	r.Reset(src)
+	return &eventStream{Reader: r, src: src}
+}
+
+// grow swaps the buffer for a long one, once it holds nothing: when
+// ReadSlice has handed on all of it.
+func (s *eventStream) grow() {
+	if s.long || s.Buffered() > 0 {
+		return
+	}
+	s.release()
+	s.Reader, s.long = longLineReaders.Get().(*bufio.Reader), true
+	s.Reset(s.src)
+}
+
+// release gives the buffer back to its pool.
+func (s *eventStream) release() {
+	s.Reset(nil)
+	if s.long {
+		longLineReaders.Put(s.Reader)
+	} else {
+		eventReaders.Put(s.Reader)
+	}
+}
+
 // readEventLine reads one line without its line ending, at most
 // maxMessageBytes, into memory of its own.
-func readEventLine(r *bufio.Reader, held *heldBytes) ([]byte, error) {
+func readEventLine(r *eventStream, held *heldBytes) ([]byte, error) {
 	var line blockBuffer
 	for {
 		frag, err := r.ReadSlice('\n')
@@ -298,6 +343,7 @@ func readEventLine(r *bufio.Reader, held *heldBytes) ([]byte, error) {
 		if !errors.Is(err, bufio.ErrBufferFull) {
 			return bytes.TrimRight(line.bytes(), "\r\n"), err
 		}
+		r.grow()
 	}
 }
 

@@ -1,7 +1,6 @@
 package bridge
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"runtime"
@@ -67,7 +66,9 @@ func TestARefusedLineGivesItsBlocksBack(t *testing.T) {
 	line := bytes.Repeat([]byte("x"), size)
 	read := func() {
 		held := &heldBytes{rb: &budget{max: size / 2}}
-		if _, err := readEventLine(bufio.NewReader(bytes.NewReader(line)), held); !errors.Is(err, registry.ErrResultBudget) {
+		r := newEventStream(bytes.NewReader(line))
+		defer r.release()
+		if _, err := readEventLine(r, held); !errors.Is(err, registry.ErrResultBudget) {
 			t.Fatalf("reading past the budget: %v, want %v", err, registry.ErrResultBudget)
 		}
 	}
@@ -83,5 +84,42 @@ func TestARefusedLineGivesItsBlocksBack(t *testing.T) {
 	// collection between two reads may empty the pool once.
 	if perRead := (after.TotalAlloc - before.TotalAlloc) / runs; perRead > 1<<20 {
 		t.Fatalf("each refused read allocated %d KiB, want under 1 MiB: its blocks are not used again", perRead>>10)
+	}
+}
+
+// everyRead records how many bytes each Read asked for.
+type everyRead struct {
+	r     *bytes.Reader
+	sizes []int
+}
+
+func (c *everyRead) Read(p []byte) (int, error) {
+	c.sizes = append(c.sizes, len(p))
+	return c.r.Read(p)
+}
+
+// A line longer than the first buffer is read from the connection in reads
+// of the long buffer, not 4 KiB at a time (a system call each), and the
+// lines after it are read whole.
+func TestALongLineIsReadInLongReads(t *testing.T) {
+	long := bytes.Repeat([]byte("x"), 1<<20)
+	stream := slices.Concat([]byte("id: 7\n"), []byte("data: "), long, []byte("\n\nid: 8\ndata: after\n"))
+	src := &everyRead{r: bytes.NewReader(stream)}
+	r := newEventStream(src)
+	defer r.release()
+	want := [][]byte{[]byte("id: 7"), slices.Concat([]byte("data: "), long), {}, []byte("id: 8"), []byte("data: after")}
+	for i, w := range want {
+		line, err := readEventLine(r, &heldBytes{})
+		if err != nil {
+			t.Fatalf("line %d: %v", i, err)
+		}
+		if !bytes.Equal(line, w) {
+			t.Fatalf("line %d: %d bytes, want %d", i, len(line), len(w))
+		}
+	}
+	// One read of the first buffer, then reads of the long one (the last
+	// of them what is left of it).
+	if most := len(stream)/longLineBuffer + 3; len(src.sizes) > most {
+		t.Errorf("the stream of %d bytes took %d reads, want at most %d", len(stream), len(src.sizes), most)
 	}
 }
