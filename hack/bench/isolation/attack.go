@@ -32,6 +32,13 @@ type attack struct {
 
 func startAttack(url string) *attack {
 	a := &attack{done: make(chan struct{})}
+	if *flagDirect {
+		toolPrefix = ""
+		for range *flagUnread {
+			a.loop(func(hc *http.Client, i int) { a.unread(hc, url, i) })
+		}
+		return a
+	}
 	for range *flagSessions {
 		a.loop(func(hc *http.Client, i int) { a.initialize(hc, url) })
 	}
@@ -103,7 +110,9 @@ func (a *attack) unread(hc *http.Client, url string, i int) {
 		a.otherErrors.Add(1)
 		return
 	}
-	if resp.ContentLength > 64<<10 {
+	// The gateway answers with a length; the upstream itself (-direct), an
+	// SSE stream without one.
+	if resp.ContentLength > 64<<10 || *flagDirect && resp.StatusCode == http.StatusOK {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		a.held.Add(1)

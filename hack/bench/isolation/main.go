@@ -10,7 +10,7 @@
 //
 //	go run ./hack/bench/isolation [-duration=20s] [-rate=50] [-sessions=1] [-oversized=64] [-flooders=16]
 //		[-tokens=true] [-token-flooders=16] [-probers=4] [-phantoms=5000] [-storm-tools=1000]
-//		[-attacker-nice=19] [-cpuprofile=FILE] [-memprofile=FILE] [-trace=FILE]
+//		[-attacker-nice=19] [-control] [-cpuprofile=FILE] [-memprofile=FILE] [-trace=FILE]
 //
 // The fixtures run as separate processes (--http=127.0.0.1:0): the victim's
 // plain one, the attacker's hostile one (--big-result --slow-body, a 12 MiB
@@ -39,6 +39,11 @@
 // address of its own, and -probers agents of an identity that may use none
 // of the -phantoms McpServers of the attacker's namespace, listing tools
 // without pause (per-server authorization fan-out).
+// With -control, the victim runs a third time while the attacker's
+// oversized agents call its hostile upstream directly, and nothing else
+// runs: the attack's largest traffic, without the gateway. On a machine
+// where that alone slows the victim, the ratio under attack is partly the
+// machine's (docs/benchmarks.md, "Isolation").
 // It is a benchmark, not a test: it asserts nothing and exits 0 whether or
 // not a goal is met (exit 1 only when it cannot measure at all).
 package main
@@ -98,6 +103,9 @@ var (
 		"each list a per-server authorization fan-out over -phantoms")
 	flagPhantoms = flag.Int("phantoms", 5000, "McpServers of the attacker's namespace that its agents may not use")
 	flagStorm    = flag.Int("storm-tools", 1000, "tools of the attacker's storming upstream, whose list changes every 15 ms, each change announced with list_changed (0: no storm)")
+	flagControl  = flag.Bool("control", false, "run the victim a third time, while the attacker's -oversized agents call its hostile upstream directly, not through the gateway, "+
+		"as many at once as the gateway's budget of calls in flight per identity lets through: what the attack's largest traffic costs this machine's other processes, the victim's among them, without the gateway")
+	flagDirect = flag.Bool("direct", false, "internal: the attacker's -oversized agents call the upstream at -url by its own tool names, and no other attack runs (-control)")
 )
 
 // The tenants and their servers.
@@ -210,8 +218,48 @@ func run() error {
 	if err := attacker.finish(&att); err != nil {
 		return err
 	}
+	var control *controlRun
+	if *flagControl {
+		if control, err = runControl(upstreams, victimURL, auth.token(victimNS), mem); err != nil {
+			return err
+		}
+	}
 	printTable(unloaded, loaded, att, [2]int64{calm, changes}, mem, hists, loadBefore)
+	printControl(unloaded, loaded, control)
 	return nil
+}
+
+// controlRun is the victim's third run (-control) and what the attacker's
+// agents got meanwhile.
+type controlRun struct {
+	victim   victimRun
+	agents   int
+	received int64
+	errors   int64
+}
+
+// runControl runs the victim while the attacker's oversized agents, as many
+// as the gateway lets call at once, call the hostile upstream directly: the
+// upstream marshals and sends, and the agents receive, 12 MiB answers as
+// under attack, and the gateway has none of it to do.
+func runControl(upstreams []upstream, victimURL, token string, mem *memPeak) (*controlRun, error) {
+	i := slices.IndexFunc(upstreams, func(u upstream) bool { return u.ns == attackerNS && u.name == hostileServer })
+	n := min(*flagUnread, gateway.DefaultMaxCallsPerIdentity)
+	attacker, err := startAgents("attacker", upstreams[i].url, "", "", "-direct=true", "-oversized="+strconv.Itoa(n))
+	if err != nil {
+		return nil, err
+	}
+	defer attacker.kill()
+	c := &controlRun{agents: n}
+	if c.victim, err = victimAgent(victimURL, token, mem); err != nil {
+		return nil, err
+	}
+	var att attackCounts
+	if err := attacker.finish(&att); err != nil {
+		return nil, err
+	}
+	c.received, c.errors = att.Held, att.OtherErrors+att.RefusedCalls+att.RefusedBytes+att.Calls
+	return c, nil
 }
 
 // upstream is one supervised server.
@@ -268,7 +316,7 @@ type agentsProc struct {
 	out  strings.Builder
 }
 
-func startAgents(role, url, token, proberToken string) (*agentsProc, error) {
+func startAgents(role, url, token, proberToken string, extra ...string) (*agentsProc, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -281,6 +329,7 @@ func startAgents(role, url, token, proberToken string) (*agentsProc, error) {
 		"-rate="+strconv.Itoa(*flagRate), "-sessions="+strconv.Itoa(*flagSessions),
 		"-oversized="+strconv.Itoa(*flagUnread), "-flooders="+strconv.Itoa(*flagFlooders),
 		"-tokens="+strconv.FormatBool(*flagTokens), "-token-flooders="+strconv.Itoa(*flagForgers), "-probers="+strconv.Itoa(*flagProbers))}
+	a.cmd.Args = append(a.cmd.Args, extra...)
 	a.cmd.Env = append(os.Environ(), tokenEnv+"="+token)
 	if role == "attacker" {
 		a.cmd.Env = append(a.cmd.Env, proberTokenEnv+"="+proberToken)
@@ -515,15 +564,20 @@ func call(hc *http.Client, url string, id int, tool, args string) (string, error
 	return string(b), err
 }
 
+// toolPrefix is what the gateway puts before the tools' names of the
+// servers named "tools"; "" in the attacker's agents of -direct, which call
+// the upstream itself.
+var toolPrefix = "mcp__tools__"
+
 func callBody(id int, tool, args string) string {
-	return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"mcp__tools__%s","arguments":%s,`+
+	return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"%s%s","arguments":%s,`+
 		`"_meta":{"io.modelcontextprotocol/protocolVersion":%q,"io.modelcontextprotocol/clientCapabilities":{},`+
-		`"io.modelcontextprotocol/clientInfo":{"name":"bench","version":"0"}}}}`, id, tool, args, registry.SessionlessProtocol)
+		`"io.modelcontextprotocol/clientInfo":{"name":"bench","version":"0"}}}}`, id, toolPrefix, tool, args, registry.SessionlessProtocol)
 }
 
 func callHeaders(tool string) map[string]string {
 	return map[string]string{"Mcp-Protocol-Version": registry.SessionlessProtocol, "Mcp-Method": "tools/call",
-		"Mcp-Name": "mcp__tools__" + tool}
+		"Mcp-Name": toolPrefix + tool}
 }
 
 func post(hc *http.Client, url, body string, header map[string]string) (*http.Response, error) {

@@ -132,3 +132,21 @@ func histDelta(before, after metrics.Sample, qs ...float64) (uint64, []float64) 
 	}
 	return total, bounds
 }
+
+// printControl prints the control run (-control), if there was one: the
+// victim's p99 there against its p99 under attack tells what the gateway
+// added to the attack's cost on this machine.
+func printControl(unloaded, loaded victimRun, c *controlRun) {
+	if c == nil {
+		return
+	}
+	p99 := func(r victimRun) time.Duration { return report.Percentile(r.Lat, 99) }
+	fmt.Printf("\nControl (-control): the victim's agent through the gateway, while %d of the attacker's agents call its hostile upstream "+
+		"directly, without pause (%d answers of 12 MiB received, %d errors), and nothing reaches the gateway but the victim's calls:\n\n",
+		c.agents, c.received, c.errors)
+	fmt.Println("| Victim run | Calls | Failures | p50 | p99 | p99 against unloaded | p99 under attack against this run |")
+	fmt.Println("|---|---|---|---|---|--:|--:|")
+	fmt.Printf("| control | %d | %d | %.2f ms | %.2f ms | %.2f× | %.2f× |\n", len(c.victim.Lat), c.victim.Failures,
+		float64(report.Percentile(c.victim.Lat, 50))/1e6, float64(p99(c.victim))/1e6,
+		float64(p99(c.victim))/float64(max(p99(unloaded), 1)), float64(p99(loaded))/float64(max(p99(c.victim), 1)))
+}
