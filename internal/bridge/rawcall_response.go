@@ -211,7 +211,7 @@ func readEvents(ctx context.Context, body io.Reader, id string, rb registry.Resu
 	lastID := ""
 	var all, junk lineCount // of the event being read; junk: not its data
 	for {
-		line, err := readEventLine(r, held)
+		line, err := readEventLine(&r, held)
 		eof := errors.Is(err, io.EOF)
 		if err != nil && !eof {
 			return nil, lastID, others.failed(ctx, junk, err)
@@ -298,10 +298,10 @@ type eventStream struct {
 	long bool
 }
 
-func newEventStream(src io.Reader) *eventStream {
+func newEventStream(src io.Reader) eventStream {
 	r := eventReaders.Get().(*bufio.Reader)
 	r.Reset(src)
-	return &eventStream{Reader: r, src: src}
+	return eventStream{Reader: r, src: src}
 }
 
 // grow swaps the buffer for a long one, once it holds nothing: when

@@ -68,7 +68,7 @@ func TestARefusedLineGivesItsBlocksBack(t *testing.T) {
 		held := &heldBytes{rb: &budget{max: size / 2}}
 		r := newEventStream(bytes.NewReader(line))
 		defer r.release()
-		if _, err := readEventLine(r, held); !errors.Is(err, registry.ErrResultBudget) {
+		if _, err := readEventLine(&r, held); !errors.Is(err, registry.ErrResultBudget) {
 			t.Fatalf("reading past the budget: %v, want %v", err, registry.ErrResultBudget)
 		}
 	}
@@ -109,7 +109,7 @@ func TestALongLineIsReadInLongReads(t *testing.T) {
 	defer r.release()
 	want := [][]byte{[]byte("id: 7"), slices.Concat([]byte("data: "), long), {}, []byte("id: 8"), []byte("data: after")}
 	for i, w := range want {
-		line, err := readEventLine(r, &heldBytes{})
+		line, err := readEventLine(&r, &heldBytes{})
 		if err != nil {
 			t.Fatalf("line %d: %v", i, err)
 		}
