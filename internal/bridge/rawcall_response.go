@@ -3,6 +3,7 @@ package bridge
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -204,14 +205,14 @@ type otherEvents struct {
 // answer. The stream is read at a pace of its own (paced) until ctx ends.
 func readEvents(ctx context.Context, body io.Reader, id string, rb registry.ResultBytes, others otherEvents) (json.RawMessage, string, error) {
 	pr := paced(ctx, body)
-	r := newEventStream(&pr)
+	held := &heldBytes{rb: rb}
+	r := newEventStream(&pr, held)
 	defer r.release()
 	var ev sseEvent
-	held := &heldBytes{rb: rb}
 	lastID := ""
 	var all, junk lineCount // of the event being read; junk: not its data
 	for {
-		line, err := readEventLine(&r, held)
+		line, err := readEventLine(&r)
 		eof := errors.Is(err, io.EOF)
 		if err != nil && !eof {
 			return nil, lastID, others.failed(ctx, junk, err)
@@ -240,7 +241,7 @@ func readEvents(ctx context.Context, body io.Reader, id string, rb registry.Resu
 				others.handle(ev.data)
 			}
 			ev, all, junk = sseEvent{}, lineCount{}, lineCount{}
-			held.giveBack()
+			held.giveBackBut(r.counted())
 		}
 		if eof {
 			return nil, lastID, errStreamEnded
@@ -283,36 +284,64 @@ var eventReaders = sync.Pool{New: func() any { return bufio.NewReader(nil) }}
 // eventReader's. A buffer is also what one read asks the connection for:
 // read 4 KiB at a time, a 12 MiB answer took 3,072 system calls, and a
 // tenant whose upstream sent such answers held the gateway's cores in
-// them (docs/design.md, "Budgets"). What a buffer holds counts against a
-// budget once ReadSlice hands it on, as the socket's own buffers never do.
+// them (docs/design.md, "Budgets"). What a long buffer reads counts
+// against the stream's budget as it is read, not once ReadSlice hands it
+// on: it may hold 64 KiB of a line that does not end.
 var longLineReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, longLineBuffer) }}
 
 // longLineBuffer is the size of a longLineReader.
 const longLineBuffer = 64 << 10
 
 // eventStream is the buffer a stream is read through: an eventReader until
-// a line does not fit in it, a longLineReader from then on.
+// a line does not fit in it, a longLineReader from then on. held is what
+// the stream's event holds of its budget.
 type eventStream struct {
 	*bufio.Reader
 	src  io.Reader
+	held *heldBytes
 	long bool
 }
 
-func newEventStream(src io.Reader) eventStream {
+func newEventStream(src io.Reader, held *heldBytes) eventStream {
 	r := eventReaders.Get().(*bufio.Reader)
 	r.Reset(src)
-	return eventStream{Reader: r, src: src}
+	return eventStream{Reader: r, src: src, held: held}
 }
 
 // grow swaps the buffer for a long one, once it holds nothing: when
-// ReadSlice has handed on all of it.
+// ReadSlice has handed on all of it. The long one reads through a
+// countedSource.
 func (s *eventStream) grow() {
 	if s.long || s.Buffered() > 0 {
 		return
 	}
 	s.release()
 	s.Reader, s.long = longLineReaders.Get().(*bufio.Reader), true
-	s.Reset(s.src)
+	s.Reset(&countedSource{src: s.src, held: s.held})
+}
+
+// counted is what the buffer holds that is already counted: what a long
+// buffer read ahead.
+func (s *eventStream) counted() int {
+	if !s.long {
+		return 0
+	}
+	return s.Buffered()
+}
+
+// countedSource counts what it reads into held; a read beyond the budget
+// hands on none of its bytes.
+type countedSource struct {
+	src  io.Reader
+	held *heldBytes
+}
+
+func (c *countedSource) Read(p []byte) (int, error) {
+	n, err := c.src.Read(p)
+	if terr := c.held.take(n); terr != nil {
+		return 0, terr
+	}
+	return n, err
 }
 
 // release gives the buffer back to its pool.
@@ -326,12 +355,19 @@ func (s *eventStream) release() {
 }
 
 // readEventLine reads one line without its line ending, at most
-// maxMessageBytes, into memory of its own.
-func readEventLine(r *eventStream, held *heldBytes) ([]byte, error) {
+// maxMessageBytes, into memory of its own, counted into the stream's
+// budget: what the first buffer hands on as it is handed on, what a long
+// one reads as it reads it (countedSource).
+func readEventLine(r *eventStream) ([]byte, error) {
 	var line blockBuffer
 	for {
 		frag, err := r.ReadSlice('\n')
-		if err := held.take(len(frag)); err != nil {
+		if readOn(err) && !r.long {
+			err = cmp.Or(r.held.take(len(frag)), err)
+		}
+		if !readOn(err) {
+			// Refused (by the budget here or in countedSource), or the
+			// stream broke: the line is of no use, and its blocks go back.
 			line.discard()
 			return nil, err
 		}
@@ -345,6 +381,12 @@ func readEventLine(r *eventStream, held *heldBytes) ([]byte, error) {
 		}
 		r.grow()
 	}
+}
+
+// readOn reports whether ReadSlice's err leaves what it returned a part of
+// a line: the whole of it, a part that filled the buffer, or the last one.
+func readOn(err error) bool {
+	return err == nil || errors.Is(err, bufio.ErrBufferFull) || errors.Is(err, io.EOF)
 }
 
 // sseEvent is one event being read.
@@ -403,12 +445,13 @@ func (h *heldBytes) take(n int) error {
 	return nil
 }
 
-// giveBack returns what the event held: it was not the answer.
-func (h *heldBytes) giveBack() {
-	if h.rb != nil && h.n > 0 {
-		h.rb.Return(h.n)
+// giveBackBut returns what the event held, it was not the answer, but for
+// keep bytes that were read ahead of it and still count.
+func (h *heldBytes) giveBackBut(keep int) {
+	if back := h.n - int64(keep); h.rb != nil && back > 0 {
+		h.rb.Return(back)
 	}
-	h.n = 0
+	h.n = min(h.n, int64(keep))
 }
 
 // match is the answer to id if this event carries it. Events named other

@@ -3,10 +3,13 @@ package bridge
 import (
 	"bytes"
 	"errors"
+	"io"
 	"runtime"
 	"slices"
 	"testing"
 	"testing/iotest"
+
+	. "github.com/onsi/gomega"
 
 	"github.com/mcpbridge/operator/internal/registry"
 )
@@ -66,9 +69,9 @@ func TestARefusedLineGivesItsBlocksBack(t *testing.T) {
 	line := bytes.Repeat([]byte("x"), size)
 	read := func() {
 		held := &heldBytes{rb: &budget{max: size / 2}}
-		r := newEventStream(bytes.NewReader(line))
+		r := newEventStream(bytes.NewReader(line), held)
 		defer r.release()
-		if _, err := readEventLine(&r, held); !errors.Is(err, registry.ErrResultBudget) {
+		if _, err := readEventLine(&r); !errors.Is(err, registry.ErrResultBudget) {
 			t.Fatalf("reading past the budget: %v, want %v", err, registry.ErrResultBudget)
 		}
 	}
@@ -105,11 +108,11 @@ func TestALongLineIsReadInLongReads(t *testing.T) {
 	long := bytes.Repeat([]byte("x"), 1<<20)
 	stream := slices.Concat([]byte("id: 7\n"), []byte("data: "), long, []byte("\n\nid: 8\ndata: after\n"))
 	src := &everyRead{r: bytes.NewReader(stream)}
-	r := newEventStream(src)
+	r := newEventStream(src, &heldBytes{})
 	defer r.release()
 	want := [][]byte{[]byte("id: 7"), slices.Concat([]byte("data: "), long), {}, []byte("id: 8"), []byte("data: after")}
 	for i, w := range want {
-		line, err := readEventLine(&r, &heldBytes{})
+		line, err := readEventLine(&r)
 		if err != nil {
 			t.Fatalf("line %d: %v", i, err)
 		}
@@ -122,4 +125,27 @@ func TestALongLineIsReadInLongReads(t *testing.T) {
 	if most := len(stream)/longLineBuffer + 3; len(src.sizes) > most {
 		t.Errorf("the stream of %d bytes took %d reads, want at most %d", len(stream), len(src.sizes), most)
 	}
+}
+
+// What a long buffer reads counts as it is read: a line that stalls once it
+// outgrew the first buffer holds all that was sent of it, not only what was
+// handed on, and what is handed on after is not counted again.
+func TestALongBufferCountsWhatItReads(t *testing.T) {
+	g := NewWithT(t)
+	pool := &readPool{max: 1 << 20}
+	src, sent := io.Pipe()
+	r := newEventStream(src, &heldBytes{rb: pool.lease()})
+	defer r.release()
+	line := slices.Concat([]byte("data: "), bytes.Repeat([]byte("x"), 45<<10))
+	read := make(chan []byte, 1)
+	go func() {
+		got, _ := readEventLine(&r)
+		read <- got
+	}()
+	_, err := sent.Write(line) // returns once the reader has read it all
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(pool.held.Load, eventually).Should(BeEquivalentTo(len(line)), "held while the line stalls")
+	g.Expect(sent.Close()).To(Succeed())
+	g.Expect(<-read).To(Equal(line))
+	g.Expect(pool.held.Load()).To(BeEquivalentTo(len(line)), "held once the line is handed on")
 }
