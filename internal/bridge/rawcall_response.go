@@ -309,15 +309,15 @@ func newEventStream(src io.Reader, held *heldBytes) eventStream {
 }
 
 // grow swaps the buffer for a long one, once it holds nothing: when
-// ReadSlice has handed on all of it. The long one reads through a
-// countedSource.
+// ReadSlice has handed on all of it. The long one counts what it reads
+// into held as it reads it.
 func (s *eventStream) grow() {
 	if s.long || s.Buffered() > 0 {
 		return
 	}
 	s.release()
 	s.Reader, s.long = longLineReaders.Get().(*bufio.Reader), true
-	s.Reset(&countedSource{src: s.src, held: s.held})
+	s.Reset(&countingReader{r: s.src, rb: s.held})
 }
 
 // counted is what the buffer holds that is already counted: what a long
@@ -327,21 +327,6 @@ func (s *eventStream) counted() int {
 		return 0
 	}
 	return s.Buffered()
-}
-
-// countedSource counts what it reads into held; a read beyond the budget
-// hands on none of its bytes.
-type countedSource struct {
-	src  io.Reader
-	held *heldBytes
-}
-
-func (c *countedSource) Read(p []byte) (int, error) {
-	n, err := c.src.Read(p)
-	if terr := c.held.take(n); terr != nil {
-		return 0, terr
-	}
-	return n, err
 }
 
 // release gives the buffer back to its pool.
@@ -357,7 +342,7 @@ func (s *eventStream) release() {
 // readEventLine reads one line without its line ending, at most
 // maxMessageBytes, into memory of its own, counted into the stream's
 // budget: what the first buffer hands on as it is handed on, what a long
-// one reads as it reads it (countedSource).
+// one reads as it reads it (grow).
 func readEventLine(r *eventStream) ([]byte, error) {
 	var line blockBuffer
 	for {
@@ -366,8 +351,8 @@ func readEventLine(r *eventStream) ([]byte, error) {
 			err = cmp.Or(r.held.take(len(frag)), err)
 		}
 		if !readOn(err) {
-			// Refused (by the budget here or in countedSource), or the
-			// stream broke: the line is of no use, and its blocks go back.
+			// Refused (by the budget, here or in a long buffer's reads), or
+			// the stream broke: the line is of no use, and its blocks go back.
 			line.discard()
 			return nil, err
 		}
@@ -444,6 +429,9 @@ func (h *heldBytes) take(n int) error {
 	h.n += int64(n)
 	return nil
 }
+
+// Take is take for a countingReader.
+func (h *heldBytes) Take(n int64) bool { return h.take(int(n)) == nil }
 
 // giveBackBut returns what the event held, it was not the answer, but for
 // keep bytes that were read ahead of it and still count.

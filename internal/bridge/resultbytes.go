@@ -135,10 +135,11 @@ func putBlock(blk []byte) {
 	}
 }
 
-// countingReader takes what it reads from rb.
+// countingReader takes what it reads from rb; a read beyond it hands on
+// none of its bytes.
 type countingReader struct {
 	r  io.Reader
-	rb registry.ResultBytes
+	rb interface{ Take(n int64) bool } // a registry.ResultBytes, or an event's heldBytes
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {

@@ -33,17 +33,16 @@ type attack struct {
 func startAttack(url string) *attack {
 	a := &attack{done: make(chan struct{})}
 	if *flagDirect {
-		toolPrefix = ""
-		for range *flagUnread {
-			a.loop(func(hc *http.Client, i int) { a.unread(hc, url, i) })
-		}
-		return a
-	}
-	for range *flagSessions {
-		a.loop(func(hc *http.Client, i int) { a.initialize(hc, url) })
+		toolPrefix = "" // the upstream's own names
 	}
 	for range *flagUnread {
 		a.loop(func(hc *http.Client, i int) { a.unread(hc, url, i) })
+	}
+	if *flagDirect {
+		return a // -control: the oversized calls alone
+	}
+	for range *flagSessions {
+		a.loop(func(hc *http.Client, i int) { a.initialize(hc, url) })
 	}
 	for range *flagFlooders {
 		a.loop(func(hc *http.Client, i int) { a.flood(hc, url, i) })
