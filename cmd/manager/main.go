@@ -26,6 +26,7 @@ import (
 	"github.com/mcpbridge/operator/internal/controller"
 	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/gateway"
+	"github.com/mcpbridge/operator/internal/gctune"
 	"github.com/mcpbridge/operator/internal/kubeauth"
 	"github.com/mcpbridge/operator/internal/membership"
 	"github.com/mcpbridge/operator/internal/proc"
@@ -108,7 +109,7 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	if q := newQuietGC(opts.gc); q != nil {
+	if q := gctune.New(opts.gc); q != nil {
 		if err := mgr.Add(q); err != nil {
 			return fmt.Errorf("follow the allocation rate: %w", err)
 		}

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/mcpbridge/operator/internal/egress"
+	"github.com/mcpbridge/operator/internal/gctune"
 	"github.com/mcpbridge/operator/internal/podruntime"
 	"github.com/mcpbridge/operator/internal/policy"
 )
@@ -51,7 +52,7 @@ type options struct {
 	authLimits              authLimitOptions
 	sessionKeys             sessionKeyOptions
 	gatewayTLS              gatewayTLSOptions
-	gc                      gcFlags
+	gc                      gctune.Flags
 	zap                     zap.Options
 	// tracerProvider comes from the OTEL_* environment, not from a flag.
 	tracerProvider trace.TracerProvider
@@ -128,7 +129,7 @@ func parseOptions(fs *flag.FlagSet, args []string) (*options, error) {
 	o.sessionKeys.bindFlags(fs)
 	// The gateway's TLS (gatewaytls.go).
 	gatewayDNSNames := o.gatewayTLS.bindFlags(fs)
-	o.gc.bindFlags(fs)
+	o.gc.BindFlags(fs)
 	o.zap.BindFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n\nRuns the mcp-bridge operator: the McpServer controller, "+
@@ -297,7 +298,7 @@ func (o *options) validate() error {
 	if err := o.authLimits.validate(); err != nil {
 		return err
 	}
-	if err := o.gc.validate(); err != nil {
+	if err := o.gc.Validate(); err != nil {
 		return err
 	}
 	return o.stdio.validate()

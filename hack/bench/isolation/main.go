@@ -21,7 +21,8 @@
 // control plane (bin/k8s, as for make test) answers the gateway's
 // TokenReviews and SubjectAccessReviews with the manager's default caches
 // and limits. The gateway (the default budgets, the Go memory limit the
-// manager sets in its 512 MiB container) and the supervisors run in this
+// manager sets in its 512 MiB container and its GC tuning, unless GOGC is
+// set) and the supervisors run in this
 // process, so the heap, RSS and runtime histograms are the gateway's; the
 // victim's agent and the attacker's agents run in processes of their own
 // (this program with -role), as agents run in Pods of their own. They share
@@ -71,12 +72,14 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
 	"github.com/mcpbridge/operator/hack/bench/internal/report"
 	"github.com/mcpbridge/operator/internal/bridge"
 	"github.com/mcpbridge/operator/internal/egress"
 	"github.com/mcpbridge/operator/internal/gateway"
+	"github.com/mcpbridge/operator/internal/gctune"
 	"github.com/mcpbridge/operator/internal/policy"
 	"github.com/mcpbridge/operator/internal/registry"
 	"github.com/mcpbridge/operator/internal/testenv"
@@ -163,10 +166,14 @@ func run() error {
 		return err
 	}
 
-	// The manager sets its Go memory limit to 90% of its container's.
+	// The manager sets its Go memory limit to 90% of its container's, and
+	// tunes its GC by what it allocates.
 	debug.SetMemoryLimit(memoryLimit * 9 / 10)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(ctrl.LoggerInto(context.Background(), logr.Discard()))
 	defer cancel()
+	if gc := gctune.New(gctune.Flags{QuietHeadroom: gctune.DefaultQuietHeadroom, BusyPercent: gctune.DefaultBusyPercent}); gc != nil {
+		go func() { _ = gc.Start(ctx) }()
+	}
 	base, stop, err := startGateway(ctx, upstreams, auth)
 	if err != nil {
 		return err

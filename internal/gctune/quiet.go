@@ -1,9 +1,7 @@
-package main
+package gctune
 
 import (
 	"context"
-	"flag"
-	"fmt"
 	"math"
 	"os"
 	"runtime/debug"
@@ -13,22 +11,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 )
 
-// A replica spends most of its life quiet: its servers connected, agents
-// calling now and then. GOGC=100 still lets its heap grow to twice what is
-// live (with its stacks) before a collection, and the runtime keeps those
-// pages, so at rest a replica holds about as much garbage as live memory.
-// quietGC sizes the collector's headroom to what the manager allocates
-// instead: a GOGC whose headroom holds what it allocated in the last
-// --gc-quiet-headroom, never more than --gc-busy-percent and never less
-// than 10%. A collection then comes about once per that interval while the
-// manager is quiet, and at --gc-busy-percent when it is busy (servers
-// connecting, agents calling): 40 by default, below the runtime's 100, so
-// that a ramp's heap, which sets a replica's peak RSS, grows by 40% of what
-// is live between collections rather than by all of it, for more CPU spent
-// collecting; but by at least minBusyHeadroom. Once a burst is over, the
-// pages it took are returned to the OS at once. See docs/design.md,
-// "Replicas and ownership" (memory).
-type quietGC struct {
+// Quiet is a manager.Runnable that sets the runtime's GOGC from what the
+// process allocated in the last headroom interval (see the package's
+// documentation); the GOGC it found comes back when its context ends.
+type Quiet struct {
 	headroom    time.Duration // the interval whose allocation the headroom holds
 	busyPercent int           // GOGC while busy: --gc-busy-percent
 	leastBusy   uint64        // the least headroom while busy: minBusyHeadroom
@@ -39,9 +25,9 @@ type quietGC struct {
 }
 
 // NeedLeaderElection is false: every replica collects its own garbage.
-func (*quietGC) NeedLeaderElection() bool { return false }
+func (*Quiet) NeedLeaderElection() bool { return false }
 
-// heapSample is what quietGC reads of the runtime.
+// heapSample is what Quiet reads of the runtime.
 type heapSample struct {
 	allocated uint64 // bytes allocated since the process started
 	scannable uint64 // live heap, stacks and globals: what GOGC is a share of
@@ -61,42 +47,19 @@ const (
 	minBusyHeadroom = 32 << 20
 )
 
-// gcFlags are the collector's flags.
-type gcFlags struct {
-	quietHeadroom time.Duration
-	busyPercent   int
-}
-
-func (f *gcFlags) bindFlags(fs *flag.FlagSet) {
-	fs.DurationVar(&f.quietHeadroom, "gc-quiet-headroom", 5*time.Second,
-		"the Go heap's headroom between collections holds what the manager allocated in this last interval, "+
-			"between GOGC=10 and --gc-busy-percent: a quiet manager holds little garbage; 0 "+
-			"turns this and --gc-busy-percent off (the runtime's GOGC=100 stays), as does a GOGC in the environment")
-	fs.IntVar(&f.busyPercent, "gc-busy-percent", 40,
-		"GOGC while the manager is busy (servers connecting, agents calling): its heap grows by this share of what "+
-			"is live between collections, and by at least 32 MiB; lower holds less memory at a peak and spends more CPU on collections")
-}
-
-func (f *gcFlags) validate() error {
-	if f.busyPercent < quietGCFloor {
-		return fmt.Errorf("--gc-busy-percent=%d must be at least %d", f.busyPercent, quietGCFloor)
-	}
-	return nil
-}
-
-// newQuietGC is nil when the headroom is 0 or GOGC is set: then the
-// runtime's own setting stays.
-func newQuietGC(f gcFlags) *quietGC {
-	if f.quietHeadroom <= 0 || os.Getenv("GOGC") != "" {
+// New is nil when the headroom is 0 or GOGC is set: then the runtime's own
+// setting stays. f must be valid (Flags.Validate).
+func New(f Flags) *Quiet {
+	if f.QuietHeadroom <= 0 || os.Getenv("GOGC") != "" {
 		return nil
 	}
-	return &quietGC{headroom: f.quietHeadroom, busyPercent: f.busyPercent, leastBusy: minBusyHeadroom, every: time.Second,
+	return &Quiet{headroom: f.QuietHeadroom, busyPercent: f.BusyPercent, leastBusy: minBusyHeadroom, every: time.Second,
 		read: readHeap, set: debug.SetGCPercent, release: debug.FreeOSMemory}
 }
 
 // Start samples the allocation rate until ctx ends, then gives the runtime
 // back the GOGC it had.
-func (q *quietGC) Start(ctx context.Context) error {
+func (q *Quiet) Start(ctx context.Context) error {
 	current := busyGOGC(q.busyPercent, q.read().scannable, q.leastBusy)
 	previous := q.set(current)
 	defer q.set(previous)

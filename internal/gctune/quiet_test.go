@@ -1,4 +1,4 @@
-package main
+package gctune
 
 import (
 	"context"
@@ -88,7 +88,7 @@ func TestOverWindowScalesAWindowNotYetFull(t *testing.T) {
 func TestQuietGCFollowsTheRuntimesAllocationRate(t *testing.T) {
 	g := NewWithT(t)
 	const busy = 60
-	q := newQuietGC(gcFlags{quietHeadroom: 200 * time.Millisecond, busyPercent: busy})
+	q := New(Flags{QuietHeadroom: 200 * time.Millisecond, BusyPercent: busy})
 	g.Expect(q).NotTo(BeNil(), "GOGC is set in the test's environment")
 	q.leastBusy = 0 // the test's heap is small: no least headroom, so that the busy GOGC shows
 	q.every = 20 * time.Millisecond
