@@ -16,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpbridge/operator/internal/jsonspan"
 	"github.com/mcpbridge/operator/internal/registry"
 	"github.com/mcpbridge/operator/internal/tracing"
 )
@@ -25,8 +26,8 @@ import (
 // sent them; the SDK would decode and re-encode both, which costs more than
 // the rest of a proxied call. Over stdio it goes through the SDK session.
 func (s *Supervisor) CallToolJSON(ctx context.Context, rawName string, args json.RawMessage) (json.RawMessage, bool, error) {
-	if args != nil && !json.Valid(args) {
-		return nil, false, newStageError(StageToolsCall, errors.New("the arguments are not valid JSON"))
+	if args != nil && !jsonspan.Valid(args) {
+		return nil, false, newStageError(StageToolsCall, fmt.Errorf("the arguments are not valid JSON nested at most %d deep", jsonspan.MaxDepth))
 	}
 	if s.p.HTTP == nil { // stdio: the SDK's session, and the wake of a sleeping server
 		return s.callToolAsJSON(ctx, rawName, args)

@@ -16,7 +16,6 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	segjson "github.com/segmentio/encoding/json"
 
 	"github.com/mcpbridge/operator/internal/jsonspan"
 	"github.com/mcpbridge/operator/internal/registry"
@@ -153,15 +152,14 @@ func matchAnswer(data []byte, id string) (json.RawMessage, error) {
 // answer and memberValue match them. Anything else is nil, for the full
 // decode to answer as it did.
 //
-// The check is segmentio's Valid, which accepts what encoding/json's does
-// (FuzzMatchAnswerAgreesWithEncodingJSON) many times faster: with
-// encoding/json's, reading an answer of 12 MiB held a core for about 35 ms,
-// long enough to delay other tenants' calls on the same replica
-// (docs/design.md, "Budgets"). It recurses without a bound on nesting, so
-// data nested deeper than maxJSONDepth (which takes more bytes than that)
-// takes the full decode.
+// The check is jsonspan.Valid, segmentio's validator, which accepts what
+// encoding/json's does (FuzzMatchAnswerAgreesWithEncodingJSON) many times
+// faster: with encoding/json's, reading an answer of 12 MiB held a core for
+// about 35 ms, long enough to delay other tenants' calls on the same
+// replica (docs/design.md, "Budgets"). Data nested deeper than the SDK
+// decodes takes the full decode, which refuses it.
 func resultFor(data []byte, id string) json.RawMessage {
-	if (len(data) > maxJSONDepth && jsonspan.NestedDeeperThan(data, maxJSONDepth)) || !segjson.Valid(data) {
+	if !jsonspan.Valid(data) {
 		return nil
 	}
 	var gotID, res []byte

@@ -23,6 +23,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpbridge/operator/api/v1alpha1"
+	"github.com/mcpbridge/operator/internal/jsonspan"
 	"github.com/mcpbridge/operator/internal/registry"
 	"github.com/mcpbridge/operator/test/fixture"
 )
@@ -902,17 +903,23 @@ func TestCheckCallResponseReadsJSONRPCErrorsOfFailedRequests(t *testing.T) {
 	}
 }
 
+// Arguments that are not JSON, or nested deeper than the SDK decodes (a
+// server's SDK would refuse the whole request), are refused before any
+// request is sent.
 func TestCallToolJSONRefusesInvalidArgumentsWithoutSending(t *testing.T) {
 	up := httpServe(t, httpFixture(t, fixture.Options{}))
 	s, _ := startSupervisor(t, httpPolicy(up.URL()))
 	waitFor(t, s, "Ready", isReady)
-	before := len(up.requests())
-	_, _, err := s.CallToolJSON(httpCtx(t), "echo", json.RawMessage(`{"text":`))
-	if err == nil || !strings.Contains(err.Error(), "not valid JSON") {
-		t.Fatalf("error %v, want one about invalid JSON", err)
-	}
-	if n := len(up.requests()) - before; n != 0 {
-		t.Fatalf("%d requests sent for invalid arguments", n)
+	deep := `{"text":"x","n":` + strings.Repeat("[", jsonspan.MaxDepth) + strings.Repeat("]", jsonspan.MaxDepth) + `}`
+	for _, args := range []string{`{"text":`, deep} {
+		before := len(up.requests())
+		_, _, err := s.CallToolJSON(httpCtx(t), "echo", json.RawMessage(args))
+		if err == nil || !strings.Contains(err.Error(), "not valid JSON nested at most 1000 deep") {
+			t.Fatalf("%.40s: error %v, want one about invalid JSON", args, err)
+		}
+		if n := len(up.requests()) - before; n != 0 {
+			t.Fatalf("%.40s: %d requests sent for invalid arguments", args, n)
+		}
 	}
 }
 

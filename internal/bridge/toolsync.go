@@ -123,11 +123,11 @@ type rawToolsPage struct {
 }
 
 // decodeToolsPage decodes a tools/list result as the SDK's client decodes
-// one: member names matched case-sensitively, nested at most maxJSONDepth
+// one: member names matched case-sensitively, nested at most jsonspan.MaxDepth
 // deep (a deeper schema is one the gateway's SDK server could not serve).
 func decodeToolsPage(raw []byte) (*mcp.ListToolsResult, error) {
-	if jsonspan.NestedDeeperThan(raw, maxJSONDepth) {
-		return nil, fmt.Errorf("the tools/list result is nested deeper than %d levels", maxJSONDepth)
+	if jsonspan.NestedDeeperThan(raw, jsonspan.MaxDepth) {
+		return nil, fmt.Errorf("the tools/list result is nested deeper than %d levels", jsonspan.MaxDepth)
 	}
 	page := new(rawToolsPage)
 	rest, err := segjson.Parse(raw, page, segjson.DontMatchCaseInsensitiveStructFields)
@@ -143,9 +143,6 @@ func decodeToolsPage(raw []byte) (*mcp.ListToolsResult, error) {
 	}
 	return &mcp.ListToolsResult{NextCursor: page.NextCursor, Tools: tools}, nil
 }
-
-// maxJSONDepth is the SDK's limit on the nesting of a message it decodes.
-const maxJSONDepth = 1000
 
 // fetchPages lists every page with list; page is the last one asked for,
 // the one a failure happened on.

@@ -16,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpbridge/operator/internal/jsonspan"
 	"github.com/mcpbridge/operator/internal/registry"
 )
 
@@ -51,9 +52,10 @@ type message struct {
 // json.Unmarshal into maps either, which scanned the body once per level
 // and copied every value (BenchmarkFramingDecode*, docs/benchmarks.md):
 // the body is validated once and its members read in place (jsonscan.go),
-// with the results encoding/json gave.
+// with the results encoding/json gave. A message nested deeper than
+// jsonspan.MaxDepth is not read: the SDK, which then has it, refuses it.
 func decodeMessage(body []byte) (*message, bool) {
-	if !json.Valid(body) {
+	if !jsonspan.Valid(body) {
 		return nil, false
 	}
 	top, ok := readObject(body)

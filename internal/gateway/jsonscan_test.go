@@ -3,7 +3,12 @@ package gateway
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/mcpbridge/operator/internal/jsonspan"
 )
 
 // decodeWithMaps is what decodeMessage must agree with: the message read
@@ -81,5 +86,26 @@ func TestDecodeMessageAgreesWithEncodingJSON(t *testing.T) {
 				t.Errorf("decodeMessage(%s) = %+v, %v; encoding/json gives %+v, %v", body, got, gotOK, want, wantOK)
 			}
 		})
+	}
+}
+
+// A message nested deeper than the SDK decodes is left to the SDK, which
+// refuses it; one as deep as the SDK decodes is read. Either way the fast
+// path and the SDK agree on what is a message.
+func TestDecodeMessageLeavesTooDeepAMessageToTheSDK(t *testing.T) {
+	// The message and its params are two levels; the arguments the rest.
+	call := func(depth int) []byte {
+		args := strings.Repeat("[", depth-2) + strings.Repeat("]", depth-2)
+		return []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":` + args + `}}`)
+	}
+	for _, tc := range []struct {
+		depth int
+		want  bool
+	}{{jsonspan.MaxDepth, true}, {jsonspan.MaxDepth + 1, false}} {
+		_, ok := decodeMessage(call(tc.depth))
+		_, sdkErr := jsonrpc.DecodeMessage(call(tc.depth))
+		if ok != tc.want || (sdkErr == nil) != tc.want {
+			t.Errorf("nested %d deep: decodeMessage ok %v, the SDK's error %v; want read: %v", tc.depth, ok, sdkErr, tc.want)
+		}
 	}
 }

@@ -4,5 +4,6 @@
 // upstream's answer, and the registry walks a schema into canonical form,
 // each with these same steps. A result may be one string of megabytes, so a
 // string is skipped by searching for its closing quote, not byte by byte
-// (docs/design.md, "Budgets").
+// (docs/design.md, "Budgets"). Valid is the check that makes bytes known to
+// be valid JSON, within the nesting the SDK decodes.
 package jsonspan
