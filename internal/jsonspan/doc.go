@@ -5,5 +5,6 @@
 // each with these same steps. A result may be one string of megabytes, so a
 // string is skipped by searching for its closing quote, not byte by byte
 // (docs/design.md, "Budgets"). Valid is the check that makes bytes known to
-// be valid JSON, within the nesting the SDK decodes.
+// be valid JSON, within the nesting the SDK decodes; AppendCompact copies
+// such bytes without the whitespace between their tokens.
 package jsonspan
