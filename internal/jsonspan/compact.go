@@ -7,26 +7,18 @@ package jsonspan
 // byte: the arguments of a call, up to 4 MiB, are compacted into the
 // request posted upstream (BenchmarkCompact*).
 func AppendCompact(dst, d []byte) []byte {
-	for i := 0; i < len(d); {
-		switch d[i] {
-		case ' ', '\t', '\n', '\r':
-			i++
-		case '"':
-			j := SkipString(d, i)
-			dst = append(dst, d[i:j]...)
-			i = j
-		default:
-			j := i + 1
-			for j < len(d) && !tokenEnd(d[j]) {
+	for i := SkipSpace(d, 0); i < len(d); i = SkipSpace(d, i) {
+		// A string, or a run of other bytes up to the next space or string.
+		j := i + 1
+		if d[i] == '"' {
+			j = SkipString(d, i)
+		} else {
+			for j < len(d) && !isSpace(d[j]) && d[j] != '"' {
 				j++
 			}
-			dst = append(dst, d[i:j]...)
-			i = j
 		}
+		dst = append(dst, d[i:j]...)
+		i = j
 	}
 	return dst
 }
-
-// tokenEnd: c ends a run of bytes outside strings that AppendCompact
-// copies as it is.
-func tokenEnd(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '"' }

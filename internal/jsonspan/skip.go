@@ -8,11 +8,14 @@ import (
 // SkipSpace returns the index of the first byte at or after i that is not
 // JSON whitespace.
 func SkipSpace(d []byte, i int) int {
-	for i < len(d) && (d[i] == ' ' || d[i] == '\t' || d[i] == '\n' || d[i] == '\r') {
+	for i < len(d) && isSpace(d[i]) {
 		i++
 	}
 	return i
 }
+
+// isSpace: c is JSON whitespace.
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
 // SkipString returns the index after the string that starts at d[i]:
 // after the first quote that an even run of backslashes precedes, or
