@@ -249,7 +249,11 @@ func (e *Endpoint) startSpan(r *http.Request, c *Call) (context.Context, trace.S
 
 // callLocal runs the call on the owner's caller: through its JSON path
 // when it has one (the arguments and the result stay bytes), unless the
-// forwarding replica was called through the SDK.
+// forwarding replica was called through the SDK. The JSON path counts what
+// it reads into the budget ctx carries; on the SDK's path the upstream's
+// session has read and decoded the result, and its JSON, held until it is
+// sent, is counted here, as the gateway counts the results of its own SDK
+// path (docs/design.md, "Budgets").
 func callLocal(ctx context.Context, caller registry.Caller, c *Call) (json.RawMessage, bool, error) {
 	if jc, ok := caller.(registry.JSONCaller); ok && !c.SDK {
 		return jc.CallToolJSON(ctx, c.Tool, c.Arguments)
@@ -265,6 +269,9 @@ func callLocal(ctx context.Context, caller registry.Caller, c *Call) (json.RawMe
 	b, err := json.Marshal(res)
 	if err != nil {
 		return nil, false, fmt.Errorf("encode the result: %w", err)
+	}
+	if rb := registry.ResultBytesFrom(ctx); rb != nil && !rb.Take(int64(len(b))) {
+		return nil, false, registry.ErrResultBudget
 	}
 	return b, res.IsError, nil
 }

@@ -84,18 +84,22 @@ var _ = Describe("Forwarding a call to the owning replica", func() {
 	It("counts a call's result into the owner's budget until it is sent, and refuses one that would pass it", func(ctx SpecContext) {
 		pool := &testPool{max: 1 << 10}
 		owner := startReplica(ns, "replica-c", bLocal, withResults(pool))
-		small := `{"content":[{"type":"text","text":"` + strings.Repeat("x", 512) + `"}]}`
+		text := func(n int) string { return `{"content":[{"type":"text","text":"` + strings.Repeat("x", n) + `"}]}` }
+		small := text(512)
 		bLocal.set("team", "team/small", &jsonCaller{result: json.RawMessage(small)})
-		bLocal.set("team", "team/large", &jsonCaller{result: json.RawMessage(strings.Repeat(" ", 2<<10) + small)})
-		res, _, err := a.Client().Call(ctx, owner.target(), peer.Call{Namespace: "team", Owner: "team/small", Tool: "find"})
-		Expect(err).NotTo(HaveOccurred())
-		Expect(string(res)).To(Equal(small))
-		Expect(pool.held.Load()).To(BeZero(), "given back once the answer was sent")
-		_, _, err = a.Client().Call(ctx, owner.target(), peer.Call{Namespace: "team", Owner: "team/large", Tool: "find"})
-		var callErr *peer.CallError
-		Expect(errors.As(err, &callErr)).To(BeTrue(), "got %v", err)
-		Expect(err.Error()).To(ContainSubstring("budget of result bytes held in memory is spent on the replica that owns the server, for the calls of namespace team"))
-		Expect(pool.held.Load()).To(BeZero())
+		bLocal.set("team", "team/large", &jsonCaller{result: json.RawMessage(text(2 << 10))})
+		for _, sdk := range []bool{false, true} {
+			By(fmt.Sprintf("through the SDK: %t", sdk))
+			res, _, err := a.Client().Call(ctx, owner.target(), peer.Call{Namespace: "team", Owner: "team/small", Tool: "find", SDK: sdk})
+			Expect(err).NotTo(HaveOccurred())
+			Expect(string(res)).To(MatchJSON(small))
+			Expect(pool.held.Load()).To(BeZero(), "given back once the answer was sent")
+			_, _, err = a.Client().Call(ctx, owner.target(), peer.Call{Namespace: "team", Owner: "team/large", Tool: "find", SDK: sdk})
+			var callErr *peer.CallError
+			Expect(errors.As(err, &callErr)).To(BeTrue(), "got %v", err)
+			Expect(err.Error()).To(ContainSubstring("budget of result bytes held in memory is spent on the replica that owns the server, for the calls of namespace team"))
+			Expect(pool.held.Load()).To(BeZero())
+		}
 	})
 
 	It("returns the owner's error message, typed", func(ctx SpecContext) {
