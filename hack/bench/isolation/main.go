@@ -182,7 +182,7 @@ func run() error {
 	// The storm is part of the attack: its upstream is held still while the
 	// victim runs alone, its server connected and listed (docs/benchmarks.md,
 	// "Isolation").
-	storm.pause()
+	storm.holdStorm()
 	victimURL, attackerURL := base+"/namespaces/"+victimNS+"/mcp", base+"/namespaces/"+attackerNS+"/mcp"
 
 	mem := &memPeak{}
@@ -193,7 +193,7 @@ func run() error {
 	}
 	calm := attackerChanges.Load() - calmBefore
 	mem.reset()
-	storm.resume()
+	storm.letStormGo()
 	attacker, err := startAgents("attacker", attackerURL, auth.token(attackerNS), auth.token(prober))
 	if err != nil {
 		return err
@@ -422,12 +422,14 @@ func startFixture(nice int, bin string, args ...string) (*fixtureProc, error) {
 	return fx, nil
 }
 
-// pause stops fx's process (SIGSTOP) and resume lets it go on: a paused
-// process answers nothing, so only a server no one calls meanwhile may be
-// paused. Both do nothing on a nil fx.
-func (fx *fixtureProc) pause() { fx.signal(syscall.SIGSTOP) }
+// holdStorm holds the storm of fx (a fixture run with
+// --list-changed-every), which goes on answering, and letStormGo lets it go
+// on. Stopping the process instead (SIGSTOP) stalled the re-sync its last
+// change asked for, and its server reconnected or failed during the
+// attack. Both do nothing on a nil fx.
+func (fx *fixtureProc) holdStorm() { fx.signal(syscall.SIGUSR1) }
 
-func (fx *fixtureProc) resume() { fx.signal(syscall.SIGCONT) }
+func (fx *fixtureProc) letStormGo() { fx.signal(syscall.SIGUSR2) }
 
 func (fx *fixtureProc) signal(sig syscall.Signal) {
 	if fx != nil {
@@ -436,7 +438,6 @@ func (fx *fixtureProc) signal(sig syscall.Signal) {
 }
 
 func (fx *fixtureProc) stop() {
-	fx.resume() // a stopped process would keep SIGTERM pending
 	_ = fx.cmd.Process.Signal(syscall.SIGTERM)
 	_ = fx.cmd.Wait()
 }
@@ -455,6 +456,9 @@ func startGateway(ctx context.Context, upstreams []upstream, auth *authEnv) (str
 			Egress: egress.New([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})})
 		sup.Start(ctx)
 		sups = append(sups, sup)
+		if up.name == stormServer {
+			stormSupervisor = sup
+		}
 	}
 	go countChanges(ctx, reg.Subscribe(), attackerNS, &attackerChanges)
 	g := &gateway.Gateway{Registry: reg, Log: logr.Discard()}
@@ -491,6 +495,10 @@ func startGateway(ctx context.Context, upstreams []upstream, auth *authEnv) (str
 	}
 	return "http://" + ln.Addr().String(), stop, nil
 }
+
+// stormSupervisor supervises the storming upstream (-storm-tools), for the
+// report of its state once the attack ends.
+var stormSupervisor *bridge.Supervisor
 
 // attackerChanges counts the changes of the attacker's published tools:
 // with -storm-tools, the storm's re-syncs that reached the registry.

@@ -69,6 +69,7 @@ func printTable(unloaded, loaded victimRun, a attackCounts, changes [2]int64, me
 	if *flagStorm > 0 {
 		fmt.Printf("Storm: the attacker's published tools changed %d times in %s under attack (its upstream changes its list every %s and announces each change), %d times while the victim ran alone.\n\n",
 			changes[1], *flagDuration, fixture.MinListChangedEvery, changes[0])
+		fmt.Printf("The storm's server after the attack: %s.\n\n", stormState())
 	}
 	fmt.Println("| Gateway's process under attack | Count | p99 | max |")
 	fmt.Println("|---|--:|--:|--:|")
@@ -149,4 +150,18 @@ func printControl(unloaded, loaded victimRun, c *controlRun) {
 	fmt.Printf("| control | %d | %d | %.2f ms | %.2f ms | %.2f× | %.2f× |\n", len(c.victim.Lat), c.victim.Failures,
 		float64(report.Percentile(c.victim.Lat, 50))/1e6, float64(p99(c.victim))/1e6,
 		float64(p99(c.victim))/float64(max(p99(unloaded), 1)), float64(p99(loaded))/float64(max(p99(c.victim), 1)))
+}
+
+// stormState says what phase the storm's supervisor is in, with its
+// generation, failed attempts and last error.
+func stormState() string {
+	if stormSupervisor == nil {
+		return "not supervised"
+	}
+	sn := stormSupervisor.Snapshot()
+	state := fmt.Sprintf("%s, connection generation %d, %d failed attempts", sn.Phase, sn.Generation, sn.FailedAttempts)
+	if sn.LastError != nil {
+		state += ", last error: " + sn.LastError.Error()
+	}
+	return state
 }
