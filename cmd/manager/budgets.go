@@ -29,8 +29,8 @@ func (o *budgetOptions) bindFlags(fs *flag.FlagSet) {
 		"tools/call all identities together may have in flight in one namespace; one more gets a JSON-RPC error naming this flag.")
 	o.gateway.ResultBytesPerNamespace = gateway.DefaultMaxResultBytesPerNamespace
 	fs.Var(byteQuantity{&o.gateway.ResultBytesPerNamespace}, flagName(gateway.FlagMaxResultBytesPerNamespace),
-		"Bytes of tool results one namespace's calls may hold in the manager at once (a quantity, e.g. 64Mi); "+
-			"a call whose result would pass it gets a JSON-RPC error naming this flag.")
+		"Bytes of agents' requests, tool results and arguments one namespace may hold in the manager at once (a quantity, e.g. 64Mi); "+
+			"a call whose result would pass it gets a JSON-RPC error naming this flag, a request HTTP 429.")
 	o.toolBytes = registry.DefaultMaxToolBytesPerNamespace
 	fs.Var(byteQuantity{&o.toolBytes}, flagName(registry.FlagMaxToolBytesPerNamespace),
 		"Bytes of published tools (as JSON, schemas included) of all McpServers of one namespace (a quantity, e.g. 64Mi); "+

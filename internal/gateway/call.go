@@ -158,18 +158,50 @@ const (
 
 // serveFast answers r itself when it is a tools/call (or the cancellation
 // of one) it can forward as JSON, and reports whether it did. Otherwise r's
-// body is left for the SDK to read.
-func (v *view) serveFast(w http.ResponseWriter, r *http.Request) bool {
-	body, err := io.ReadAll(r.Body)
+// body is left for the SDK to read, once what the SDK's decoding of it will
+// hold is taken from held; a request over the budget it answers itself.
+func (v *view) serveFast(w http.ResponseWriter, r *http.Request, held *lease) bool {
+	body, err := readBody(r)
+	if errors.Is(err, errRequestBytes) {
+		v.refuseRequestBytes(w)
+		return true
+	}
 	if err != nil {
 		// Let the SDK meet the same error (e.g. the size limit) and answer it.
 		r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(body), r.Body))
 		return false
 	}
-	if v.answerFast(w, r, body) {
+	if mayBeFast(r) && v.answerFast(w, r, body) {
+		return true
+	}
+	if !v.holdDecoded(w, held, body) {
 		return true
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
+	return false
+}
+
+// readBody reads r's body into one buffer of its length when it has one
+// (Gateway.serve refused it if over the limit), so that a body of
+// megabytes is not read into buffers that grow and are thrown away.
+func readBody(r *http.Request) ([]byte, error) {
+	if r.ContentLength <= 0 {
+		return io.ReadAll(r.Body)
+	}
+	body := make([]byte, r.ContentLength)
+	n, err := io.ReadFull(r.Body, body)
+	return body[:n], err
+}
+
+// mayBeFast: r may be a message the fast path answers. Its Mcp-Method
+// header, when it has one, names its method (the SDK refuses a message
+// whose header and body disagree), and a message of another method is not
+// decoded twice.
+func mayBeFast(r *http.Request) bool {
+	switch r.Header.Get("Mcp-Method") {
+	case "", "tools/call", "notifications/cancelled":
+		return true
+	}
 	return false
 }
 
@@ -232,8 +264,8 @@ func (v *view) fastCall(w http.ResponseWriter, r *http.Request, msg *message) bo
 	var isError bool
 	err := registry.ErrResultBudget
 	// The arguments are held twice while the call runs: in the agent's
-	// request and in the one posted upstream.
-	if held.Take(2 * int64(len(msg.Params.Arguments))) {
+	// request, which holdRequest counted, and in the one posted upstream.
+	if held.Take(int64(len(msg.Params.Arguments))) {
 		cctx := registry.WithAfterAnswer(registry.WithResultBytes(ctx, held), &after)
 		res, isError, err = jc.CallToolJSON(cctx, tool.RawName, msg.Params.Arguments)
 	}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
+	"fmt"
 	"net"
 	"net/http"
 	"net/url"
@@ -149,7 +150,13 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	r.Body = http.MaxBytesReader(w, r.Body, cmp.Or(g.MaxBodyBytes, DefaultMaxBodyBytes))
+	maxBody := cmp.Or(g.MaxBodyBytes, DefaultMaxBodyBytes)
+	if r.ContentLength > maxBody { // refused before a byte of it is read
+		http.Error(w, fmt.Sprintf("the request body of %d bytes is over the gateway's limit of %d", r.ContentLength, maxBody),
+			http.StatusRequestEntityTooLarge)
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
 	// One copy of the request, with the span and the grant.
 	refused := v.budgetRefused.Load()
 	v.ServeHTTP(w, r.WithContext(withGrant(rt.served(r.Context()), gr)))

@@ -121,8 +121,15 @@ func (v *view) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if sid != "" && stateful && !v.takeUp(w, r, sid) {
 		return
 	}
-	if r.Method == http.MethodPost && v.serveFast(w, r) {
-		return
+	if r.Method == http.MethodPost {
+		held, ok := v.holdRequest(w, r)
+		if !ok {
+			return
+		}
+		defer held.close()
+		if v.serveFast(w, r, held) {
+			return
+		}
 	}
 	forSDK(r)
 	if !stateful {
