@@ -27,6 +27,7 @@ type attack struct {
 	refusedCalls, otherErrors atomic.Int64
 	forged401, forged429      atomic.Int64
 	probes403, probes429      atomic.Int64
+	heavyOK, heavy429         atomic.Int64
 	firstToolError            atomic.Pointer[string]
 }
 
@@ -43,6 +44,12 @@ func startAttack(url string) *attack {
 	}
 	for range *flagSessions {
 		a.loop(func(hc *http.Client, i int) { a.initialize(hc, url) })
+	}
+	if *flagHeavy > 0 {
+		body := heavyBody()
+		for range *flagHeavy {
+			a.loop(func(hc *http.Client, i int) { a.heavy(hc, url, body) })
+		}
 	}
 	for range *flagFlooders {
 		a.loop(func(hc *http.Client, i int) { a.flood(hc, url, i) })
@@ -118,6 +125,43 @@ func (a *attack) unread(hc *http.Client, url string, i int) {
 		return
 	}
 	a.countRefusal(resp)
+}
+
+// heavy lists tools with a request of nearly 4 MiB, the gateway's bound on
+// a body, and counts the answers and the 429s.
+func (a *attack) heavy(hc *http.Client, url, body string) {
+	resp, err := post(hc, url, body, map[string]string{"Mcp-Protocol-Version": registry.SessionlessProtocol, "Mcp-Method": "tools/list"})
+	if err != nil {
+		a.otherErrors.Add(1)
+		return
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+		a.heavyOK.Add(1)
+	case http.StatusTooManyRequests:
+		a.heavy429.Add(1)
+	default:
+		a.otherErrors.Add(1)
+	}
+}
+
+// heavyBody is a tools/list whose _meta holds small objects up to nearly
+// 4 MiB.
+func heavyBody() string {
+	var b strings.Builder
+	b.WriteString(`{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{`)
+	b.WriteString(`"io.modelcontextprotocol/protocolVersion":"` + registry.SessionlessProtocol + `","io.modelcontextprotocol/clientCapabilities":{},`)
+	b.WriteString(`"io.modelcontextprotocol/clientInfo":{"name":"bench","version":"0"},"pad":[`)
+	for i := 0; b.Len() < 4<<20-64; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(`{"a":1,"b":[2,3]}`)
+	}
+	b.WriteString(`]}}}`)
+	return b.String()
 }
 
 func (a *attack) flood(hc *http.Client, url string, i int) {
@@ -203,7 +247,7 @@ func (a *attack) stop() {
 // attackCounts is what the attacker's agents got, as runAttacker prints it.
 type attackCounts struct {
 	SessionsOK, Sessions429, Held, RefusedBytes, RefusedCalls, Calls, OtherErrors int64
-	Forged401, Forged429, Probes403, Probes429                                    int64
+	Forged401, Forged429, Probes403, Probes429, HeavyOK, Heavy429                 int64
 	FirstToolError                                                                string
 }
 
@@ -216,7 +260,7 @@ func runAttacker() error {
 	c := attackCounts{SessionsOK: a.sessionsOK.Load(), Sessions429: a.sessions429.Load(), Held: a.held.Load(),
 		RefusedBytes: a.refusedBytes.Load(), RefusedCalls: a.refusedCalls.Load(), Calls: a.calls.Load(),
 		OtherErrors: a.otherErrors.Load(), Forged401: a.forged401.Load(), Forged429: a.forged429.Load(),
-		Probes403: a.probes403.Load(), Probes429: a.probes429.Load()}
+		Probes403: a.probes403.Load(), Probes429: a.probes429.Load(), HeavyOK: a.heavyOK.Load(), Heavy429: a.heavy429.Load()}
 	if e := a.firstToolError.Load(); e != nil {
 		c.FirstToolError = *e
 	}

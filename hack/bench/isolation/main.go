@@ -10,14 +10,14 @@
 //
 //	go run ./hack/bench/isolation [-duration=20s] [-rate=50] [-sessions=1] [-oversized=64] [-flooders=16]
 //		[-tokens=true] [-token-flooders=16] [-probers=4] [-phantoms=5000] [-storm-tools=1000]
-//		[-attacker-nice=19] [-control] [-cpuprofile=FILE] [-memprofile=FILE] [-trace=FILE]
+//		[-heavy=0] [-attacker-nice=19] [-control] [-cpuprofile=FILE] [-memprofile=FILE] [-trace=FILE]
 //
 // The fixtures run as separate processes (--http=127.0.0.1:0): the victim's
 // plain one, the attacker's hostile one (--big-result --slow-body, a 12 MiB
 // answer that arrives 1 MiB every 500 ms) and its storming one (-storm-tools
-// tools, its list changed every 15 ms, each change announced; its process
-// is stopped while the victim runs alone, after its server is connected,
-// so that the storm is part of the attack only). With -tokens (the default) a
+// tools, its list changed every 15 ms, each change announced; the storm is
+// held while the victim runs alone, after its server is connected, so that
+// it is part of the attack only). With -tokens (the default) a
 // control plane (bin/k8s, as for make test) answers the gateway's
 // TokenReviews and SubjectAccessReviews with the manager's default caches
 // and limits. The gateway (the default budgets, the Go memory limit the
@@ -39,7 +39,10 @@
 // a TokenReview can refuse it) on every request, each from a loopback
 // address of its own, and -probers agents of an identity that may use none
 // of the -phantoms McpServers of the attacker's namespace, listing tools
-// without pause (per-server authorization fan-out).
+// without pause (per-server authorization fan-out); and -heavy agents
+// listing tools without pause with 4 MiB of small objects in _meta, which
+// the SDK's path would decode into tens of times that (none by default,
+// so that runs compare with the ones before the flag).
 // With -control, the victim runs a third time while the attacker's
 // oversized agents call its hostile upstream directly, and nothing else
 // runs: the attack's largest traffic, without the gateway. On a machine
@@ -102,6 +105,7 @@ var (
 	flagTokens     = flag.Bool("tokens", true, "authenticate agents with ServiceAccount tokens (a control plane answers the reviews) and add the token attacks: "+
 		"-token-flooders, -probers and -phantoms")
 	flagForgers = flag.Int("token-flooders", 16, "attacker agents that send a new forged token on every request, each from an address of its own (127.0.0.2, ...)")
+	flagHeavy   = flag.Int("heavy", 0, "attacker agents that list tools without pause, each request carrying a 4 MiB _meta member of small objects that the gateway reads and checks")
 	flagProbers = flag.Int("probers", 4, "attacker agents, of an identity that may use none of its namespace's McpServers, that list tools without pause: "+
 		"each list a per-server authorization fan-out over -phantoms")
 	flagPhantoms = flag.Int("phantoms", 5000, "McpServers of the attacker's namespace that its agents may not use")
@@ -335,7 +339,7 @@ func startAgents(role, url, token, proberToken string, extra ...string) (*agents
 	a := &agentsProc{role: role, cmd: niced(nice, self, "-role="+role, "-url="+url, "-duration="+flagDuration.String(),
 		"-rate="+strconv.Itoa(*flagRate), "-sessions="+strconv.Itoa(*flagSessions),
 		"-oversized="+strconv.Itoa(*flagUnread), "-flooders="+strconv.Itoa(*flagFlooders),
-		"-tokens="+strconv.FormatBool(*flagTokens), "-token-flooders="+strconv.Itoa(*flagForgers), "-probers="+strconv.Itoa(*flagProbers))}
+		"-tokens="+strconv.FormatBool(*flagTokens), "-token-flooders="+strconv.Itoa(*flagForgers), "-probers="+strconv.Itoa(*flagProbers), "-heavy="+strconv.Itoa(*flagHeavy))}
 	a.cmd.Args = append(a.cmd.Args, extra...)
 	a.cmd.Env = append(os.Environ(), tokenEnv+"="+token)
 	if role == "attacker" {

@@ -61,6 +61,9 @@ func printTable(unloaded, loaded victimRun, a attackCounts, changes [2]int64, me
 	fmt.Printf("Attacker: %d sessions opened, %d initialize refused with 429; %d answers of 12 MiB received, %d calls refused "+
 		"by the result-byte budget, %d by the in-flight budgets, %d answered, %d other errors.\n\n",
 		a.SessionsOK, a.Sessions429, a.Held, a.RefusedBytes, a.RefusedCalls, a.Calls, a.OtherErrors)
+	if *flagHeavy > 0 {
+		fmt.Printf("Heavy lists: %d answered, %d refused with 429.\n\n", a.HeavyOK, a.Heavy429)
+	}
 	if *flagTokens {
 		fmt.Printf("Forged tokens: %d refused with 401 after a TokenReview, %d with 429 by the TokenReview limits. "+
 			"Probers' lists: %d refused with 403, %d with 429 by the SubjectAccessReview limits (per request and per identity).\n\n",
