@@ -104,8 +104,23 @@ func (g *Gateway) paceRefused(r *http.Request, aw *answerWriter) {
 		}
 	}
 	if pc := pacedConnOf(r); pc != nil {
-		pc.pause(cmp.Or(g.RefusalPause, DefaultRefusalPause))
+		pc.pause(pauseAfter(cmp.Or(g.RefusalPause, DefaultRefusalPause), r.ContentLength))
 	}
+}
+
+// refusedBytesPerSecond paces the bodies of refused requests: reading and
+// checking a body of megabytes costs the replica milliseconds of a core
+// before it can be refused (docs/design.md, "Budgets"), so after a refused
+// request of n bytes its connection waits at least n / refusedBytesPerSecond
+// (a second for a body of 4 MiB, the limit) to be read again.
+const refusedBytesPerSecond = 4 << 20
+
+// pauseAfter is how long a connection waits after a refusal of a request
+// whose body is n bytes (-1 when unknown): pause, or longer for a large
+// body.
+func pauseAfter(pause time.Duration, n int64) time.Duration {
+	n = min(max(n, 0), 1<<32) // refused over the body limit long before
+	return max(pause, time.Duration(n)*time.Second/refusedBytesPerSecond)
 }
 
 // Server is the gateway's HTTP server and the listener it serves on, ln

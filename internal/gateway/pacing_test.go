@@ -145,3 +145,49 @@ func (c *rawConn) post(t *testing.T, body string, header map[string]string) (int
 	c.send(t, body, header)
 	return c.read(t)
 }
+
+func TestPauseAfterALargeRefusedBody(t *testing.T) {
+	for _, tc := range []struct {
+		n    int64
+		want time.Duration
+	}{
+		{-1, DefaultRefusalPause},
+		{0, DefaultRefusalPause},
+		{64 << 10, DefaultRefusalPause},
+		{1 << 20, 250 * time.Millisecond},
+		{4 << 20, time.Second},
+		{1 << 40, 1 << 32 * time.Second / refusedBytesPerSecond},
+	} {
+		if got := pauseAfter(DefaultRefusalPause, tc.n); got != tc.want {
+			t.Errorf("pauseAfter(%v, %d) = %v, want %v", DefaultRefusalPause, tc.n, got, tc.want)
+		}
+	}
+}
+
+// TestALargeRefusedRequestPausesItsConnectionLonger: a request of 2 MiB
+// refused once read (its million values would pass the budget once the SDK
+// decoded them) keeps its connection unread for half a second, however
+// short the pause of a small one, while another connection is answered. (A
+// body refused by its length alone is not read, and net/http closes its
+// connection.)
+func TestALargeRefusedRequestPausesItsConnectionLonger(t *testing.T) {
+	g := NewWithT(t)
+	e := newTestEnv(t, envOptions{budgets: Budgets{ResultBytesPerNamespace: 8 << 20}})
+	e.g.RefusalPause = time.Millisecond
+	addr := servePaced(t, e.g)
+	refused, other := dialRaw(t, addr), dialRaw(t, addr)
+	big, hdr := sessionlessList("[" + strings.Repeat("0,", 1<<20) + "0]")
+	code, _ := refused.post(t, big, hdr)
+	g.Expect(code).To(Equal(http.StatusTooManyRequests))
+	answered := time.Now()
+	list, _ := sessionlessList(`"small"`)
+	refused.send(t, list, hdr)
+	other.send(t, list, hdr)
+	first := make(chan string, 2)
+	go func() { refused.read(t); first <- "refused" }()
+	go func() { other.read(t); first <- "other" }()
+	g.Expect(<-first).To(Equal("other"), "the other connection was answered first")
+	g.Expect(<-first).To(Equal("refused"))
+	g.Expect(time.Since(answered)).To(BeNumerically(">=", time.Duration(len(big))*time.Second/refusedBytesPerSecond),
+		"read again only after the body's pause")
+}

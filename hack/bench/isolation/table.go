@@ -46,9 +46,9 @@ func printTable(unloaded, loaded victimRun, a attackCounts, changes [2]int64, me
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/1e6) }
 	p := func(r victimRun, q float64) time.Duration { return report.Percentile(r.Lat, q) }
 	fmt.Printf("`go run ./hack/bench/isolation -duration=%s -rate=%d -sessions=%d -oversized=%d -flooders=%d -attacker-nice=%d"+
-		" -tokens=%t -token-flooders=%d -probers=%d -phantoms=%d -storm-tools=%d` (load average %s before, %s after)\n\n",
+		" -tokens=%t -token-flooders=%d -probers=%d -phantoms=%d -storm-tools=%d -heavy=%d` (load average %s before, %s after)\n\n",
 		*flagDuration, *flagRate, *flagSessions, *flagUnread, *flagFlooders, *flagNice,
-		*flagTokens, *flagForgers, *flagProbers, *flagPhantoms, *flagStorm, loadBefore, report.LoadAvg())
+		*flagTokens, *flagForgers, *flagProbers, *flagPhantoms, *flagStorm, *flagHeavy, loadBefore, report.LoadAvg())
 	fmt.Println("| Victim run | Calls | Failures | p50 | p99 |")
 	fmt.Println("|---|---|---|---|---|")
 	for _, r := range []struct {
