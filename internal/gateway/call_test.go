@@ -224,7 +224,13 @@ func (e *testEnv) post(ctx context.Context, body string, header map[string]strin
 
 // postResponse is post with the whole response (its body read and closed).
 func (e *testEnv) postResponse(ctx context.Context, body string, header map[string]string) (*http.Response, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url, strings.NewReader(body))
+	return e.postFrom(ctx, strings.NewReader(body), header)
+}
+
+// postFrom is postResponse of the body body reads (sent without a length
+// unless the client knows it from body's type).
+func (e *testEnv) postFrom(ctx context.Context, body io.Reader, header map[string]string) (*http.Response, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url, body)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -59,20 +59,7 @@ func TestARefusedCallersConnectionIsReadAgainOnlyAfterThePause(t *testing.T) {
 			refused, other := dialRaw(t, addr), dialRaw(t, addr)
 
 			tc.refuse(t, e, refused)
-			answered := time.Now()
-			// Its next request waits; another connection's, sent after it,
-			// does not.
-			list := `{"jsonrpc":"2.0","id":9,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"` +
-				sessionlessProto + `","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"raw","version":"0"}}}}`
-			hdr := map[string]string{"Mcp-Protocol-Version": sessionlessProto, "Mcp-Method": "tools/list"}
-			refused.send(t, list, hdr)
-			other.send(t, list, hdr)
-			first := make(chan string, 2)
-			go func() { refused.read(t); first <- "refused" }()
-			go func() { other.read(t); first <- "other" }()
-			g.Expect(<-first).To(Equal("other"), "the other connection was answered first")
-			g.Expect(<-first).To(Equal("refused"))
-			g.Expect(time.Since(answered)).To(BeNumerically(">=", pause), "read again only after the pause")
+			g.Expect(readAgainAfter(t, refused, other)).To(BeNumerically(">=", pause), "read again only after the pause")
 		})
 	}
 }
@@ -179,8 +166,19 @@ func TestALargeRefusedRequestPausesItsConnectionLonger(t *testing.T) {
 	big, hdr := sessionlessList("[" + strings.Repeat("0,", 1<<20) + "0]")
 	code, _ := refused.post(t, big, hdr)
 	g.Expect(code).To(Equal(http.StatusTooManyRequests))
+	g.Expect(readAgainAfter(t, refused, other)).To(BeNumerically(">=", time.Duration(len(big))*time.Second/refusedBytesPerSecond),
+		"read again only after the body's pause")
+}
+
+// readAgainAfter sends a small list on the refused connection and then on
+// other, expects other's answer first, and returns how long after the
+// call the refused connection's came: its next request waits, another
+// connection's, sent after it, does not.
+func readAgainAfter(t *testing.T, refused, other *rawConn) time.Duration {
+	t.Helper()
+	g := NewWithT(t)
 	answered := time.Now()
-	list, _ := sessionlessList(`"small"`)
+	list, hdr := sessionlessList("null")
 	refused.send(t, list, hdr)
 	other.send(t, list, hdr)
 	first := make(chan string, 2)
@@ -188,6 +186,5 @@ func TestALargeRefusedRequestPausesItsConnectionLonger(t *testing.T) {
 	go func() { other.read(t); first <- "other" }()
 	g.Expect(<-first).To(Equal("other"), "the other connection was answered first")
 	g.Expect(<-first).To(Equal("refused"))
-	g.Expect(time.Since(answered)).To(BeNumerically(">=", time.Duration(len(big))*time.Second/refusedBytesPerSecond),
-		"read again only after the body's pause")
+	return time.Since(answered)
 }
