@@ -136,6 +136,77 @@ func TestOneTenantCannotTakeTheManagerFromAnother(t *testing.T) {
 	g.Expect(ok).To(BeNumerically(">", 0))
 }
 
+// TestRequestsOfManySmallValuesCannotTakeTheManager: agents of one tenant
+// send tools/list requests of 4 MiB of small objects in _meta, which the
+// SDK would decode into about thirty times their bytes. Each is refused
+// with 429 naming the bytes-held budget, the manager's heap stays far below
+// what eight of them decoded at once would take, and the other tenant's
+// agent keeps succeeding. See docs/design.md, "Budgets".
+func TestRequestsOfManySmallValuesCannotTakeTheManager(t *testing.T) {
+	const (
+		agents    = 8
+		each      = 3
+		heapBound = 200 << 20 // without the budget: about 120 MiB a request decoded, 8 at once
+	)
+	attacker, tenant := newNamespace(t, "attacker-"), newNamespace(t, "tenant-")
+	createHTTPServer(t, attacker, "tools", serveFixture(t, fixture.Options{}))
+	createHTTPServer(t, tenant, "tools", serveFixture(t, fixture.Options{}))
+	probes, metrics, gw := freeAddr(t), freeAddr(t), freeAddr(t)
+	t.Setenv("GOGC", "25") // as above: the bound is about what is live
+	startManager(t, probes, "--kubeconfig="+env.KubeconfigPath, "--health-probe-bind-address="+probes,
+		"--metrics-bind-address="+metrics, "--metrics-secure=false", "--gateway-bind-address="+gw, "--gateway-auth=none", "--gateway-tls=false",
+		"--upstream-allow-cidrs=127.0.0.0/8")
+	g := NewWithT(t)
+	waitForPhase(t, attacker, "tools", v1alpha1.PhaseReady)
+	waitForPhase(t, tenant, "tools", v1alpha1.PhaseReady)
+	victim := startVictim(t, "http://"+gw+"/namespaces/"+tenant+"/mcp")
+	attackerURL := "http://" + gw + "/namespaces/" + attacker + "/mcp"
+
+	var pad strings.Builder
+	for pad.Len() < 4<<20-512 {
+		pad.WriteString(`{"a":1,"b":[2,3]},`)
+	}
+	heavy := `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"` +
+		registry.SessionlessProtocol + `","io.modelcontextprotocol/clientCapabilities":{},"pad":[` + pad.String() + `0]}}}`
+	hdr := map[string]string{"Mcp-Protocol-Version": registry.SessionlessProtocol, "Mcp-Method": "tools/list"}
+	peak := watchHeap(t, metrics)
+	var mu sync.Mutex
+	var answers []string
+	var wg sync.WaitGroup
+	for range agents {
+		wg.Go(func() {
+			hc := &http.Client{Transport: &http.Transport{}} // a connection of its own
+			for range each {
+				resp, err := post(ctx(t), hc, attackerURL, heavy, hdr)
+				answer := fmt.Sprint(err)
+				if err == nil {
+					b, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					answer = fmt.Sprintf("%d %s", resp.StatusCode, b)
+				}
+				mu.Lock()
+				answers = append(answers, answer)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	maxHeap := peak()
+	t.Logf("the manager's heap in use peaked at %.1f MiB", maxHeap/(1<<20))
+	g.Expect(answers).To(HaveLen(agents * each))
+	for _, a := range answers {
+		g.Expect(a).To(HavePrefix("429 "))
+		g.Expect(a).To(ContainSubstring("--gateway-max-result-bytes-per-namespace"))
+	}
+	g.Expect(maxHeap).To(BeNumerically("<", heapBound), "heap in use peaked at %d MiB", int(maxHeap)>>20)
+	g.Expect(gauge(t, scrape(t, metrics), `mcpbridge_gateway_refusals_total{limit="result_bytes_per_namespace",namespace="`+attacker+`"}`)).
+		To(BeNumerically(">=", agents*each))
+
+	ok, failures := victim.stop()
+	g.Expect(failures).To(BeEmpty())
+	g.Expect(ok).To(BeNumerically(">", 0))
+}
+
 const initializeRequest = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25",` +
 	`"capabilities":{},"clientInfo":{"name":"attacker","version":"0"}}}`
 
