@@ -17,6 +17,8 @@ type answerWriter struct {
 	// refused: a budget refused the request with a JSON-RPC error, which
 	// status does not show (pacing.go).
 	refused bool
+	// bodyRead is how many bytes of the request's body were read.
+	bodyRead int64
 }
 
 func (w *answerWriter) start(code int) {

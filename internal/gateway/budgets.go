@@ -264,6 +264,9 @@ func formatBytes(n int64) string {
 	if n >= 1<<20 && n%(1<<20) == 0 {
 		return strconv.FormatInt(n>>20, 10) + " MiB"
 	}
+	if n >= 1<<10 && n%(1<<10) == 0 {
+		return strconv.FormatInt(n>>10, 10) + " KiB"
+	}
 	return strconv.FormatInt(n, 10) + " bytes"
 }
 

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"sync"
 	"sync/atomic"
@@ -37,6 +38,9 @@ type endpoint struct {
 	// identities together (budgets.go).
 	opening    sync.Mutex
 	openingNow int
+	// bodies paces the namespace's large request bodies after one was
+	// refused once read, on whatever connection they come (pacing.go).
+	bodies bodyPacer
 
 	mu    sync.Mutex
 	views map[string]*view // by identity
@@ -46,7 +50,8 @@ func newEndpoint(ns string, g *Gateway) *endpoint {
 	log := g.Log.WithValues("namespace", ns)
 	b := g.Budgets.withDefaults()
 	return &endpoint{ns: ns, registry: g.Registry, access: g.Auth, log: log, auditLog: log.WithName("audit"),
-		tracer: g.tracer, budgets: b, sealer: g.sealer, results: resultBytes{max: b.ResultBytesPerNamespace}, views: map[string]*view{}}
+		tracer: g.tracer, budgets: b, sealer: g.sealer, results: resultBytes{max: b.ResultBytesPerNamespace}, views: map[string]*view{},
+		bodies: bodyPacer{pause: cmp.Or(g.RefusalPause, DefaultRefusalPause)}}
 }
 
 // hold returns the view of u's identity, creating it on first use, and

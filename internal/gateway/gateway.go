@@ -156,12 +156,22 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 			http.StatusRequestEntityTooLarge)
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
-	// One copy of the request, with the span and the grant.
+	// One copy of the request, with the span, the grant and its body
+	// bounded and counted. The server's own request keeps its body, which
+	// net/http checks for what is left unread before it answers.
+	req := r.WithContext(withGrant(rt.served(r.Context()), gr))
+	body := &countedBody{ReadCloser: http.MaxBytesReader(w, r.Body, maxBody)}
+	req.Body = body
+	if v.refuseUnread(w, req) {
+		return
+	}
 	refused := v.budgetRefused.Load()
-	v.ServeHTTP(w, r.WithContext(withGrant(rt.served(r.Context()), gr)))
+	v.ServeHTTP(w, req)
 	if v.budgetRefused.Load() != refused {
 		aw.refused = true // maybe by another request of the identity: it is over a budget too
+	}
+	if aw.bodyRead = body.n; aw.isRefusal() {
+		v.e.bodies.refused(body.n)
 	}
 }
 
@@ -413,7 +423,7 @@ func (g *Gateway) httpServer() *http.Server {
 		IdleTimeout:       cmp.Or(g.IdleTimeout, DefaultIdleTimeout),
 		MaxHeaderBytes:    maxHeaderBytes,
 		ConnContext:       withConn,
-		ConnState:         g.conns.track,
+		ConnState:         g.connState,
 	}
 }
 

@@ -3,6 +3,7 @@ package gateway
 import (
 	"cmp"
 	"crypto/tls"
+	"io"
 	"net"
 	"net/http"
 	"sync"
@@ -38,13 +39,25 @@ func (l pacedListener) Accept() (net.Conn, error) {
 type pacedConn struct {
 	net.Conn
 	notBefore atomic.Int64 // unix nanoseconds; no read starts before
+	pending   atomic.Int64 // the pause to start once the answer is done
 	closed    chan struct{}
 	closeOnce sync.Once
 }
 
-// pause puts off the connection's reads for d from now.
+// pause puts off the connection's reads for d once the answer now being
+// written is done (idle): until then net/http may still read what is
+// left of the request's body (up to 256 KiB) before it sends the answer,
+// which must not wait.
 func (c *pacedConn) pause(d time.Duration) {
-	c.notBefore.Store(time.Now().Add(d).UnixNano())
+	c.pending.Store(int64(d))
+}
+
+// idle starts the pending pause, if any: the server's answer is done and
+// the next read is the next request's.
+func (c *pacedConn) idle() {
+	if d := c.pending.Swap(0); d > 0 {
+		c.notBefore.Store(time.Now().Add(time.Duration(d)).UnixNano())
+	}
 }
 
 func (c *pacedConn) Read(p []byte) (int, error) {
@@ -87,6 +100,11 @@ func (c *pacedConn) CloseWrite() error {
 // by Server.
 func pacedConnOf(r *http.Request) *pacedConn {
 	c, _ := r.Context().Value(connKey{}).(net.Conn)
+	return asPaced(c)
+}
+
+// asPaced is c as the pacedConn under it, or nil.
+func asPaced(c net.Conn) *pacedConn {
 	if tc, ok := c.(*tls.Conn); ok {
 		c = tc.NetConn()
 	}
@@ -94,18 +112,92 @@ func pacedConnOf(r *http.Request) *pacedConn {
 	return pc
 }
 
+// connState is the server's ConnState hook: it tracks the connections
+// (conns.go) and starts a refused request's pause once it is answered.
+func (g *Gateway) connState(c net.Conn, s http.ConnState) {
+	g.conns.track(c, s)
+	if pc := asPaced(c); s == http.StateIdle && pc != nil {
+		pc.idle()
+	}
+}
+
 // paceRefused puts off the next read of r's connection when r was refused.
 func (g *Gateway) paceRefused(r *http.Request, aw *answerWriter) {
-	switch aw.status {
-	case http.StatusUnauthorized, http.StatusForbidden, http.StatusTooManyRequests:
-	default:
-		if !aw.refused {
+	if !aw.isRefusal() {
+		return
+	}
+	if pc := pacedConnOf(r); pc != nil {
+		pc.pause(pauseAfter(cmp.Or(g.RefusalPause, DefaultRefusalPause), max(r.ContentLength, aw.bodyRead)))
+	}
+}
+
+// isRefusal: the request was refused (401, 403, 413, 429, or a tools/call
+// a budget refused).
+func (w *answerWriter) isRefusal() bool {
+	switch w.status {
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusRequestEntityTooLarge, http.StatusTooManyRequests:
+		return true
+	}
+	return w.refused
+}
+
+// A large body refused once read has cost the replica its read and its
+// check, milliseconds of a core for 4 MiB, and an agent that opens a new
+// connection for each request is not slowed by its connection's pause:
+// eight such agents, each refused, took another tenant's p99 to 14.82
+// times its unloaded p99. So such a refusal also puts off the namespace's
+// large bodies, on any connection: a body over pacedBodyBytes (or of
+// unknown length) is refused before a byte of it is read until the pause
+// its refused bytes earned has passed, the pauses of refusals that come
+// together adding up. Smaller requests are served meanwhile. See
+// docs/design.md, "Budgets".
+
+// pacedBodyBytes is the size over which a body is paced by its namespace.
+const pacedBodyBytes = 64 << 10
+
+// bodyPacer paces one namespace's large bodies.
+type bodyPacer struct {
+	pause time.Duration // the Gateway's RefusalPause
+	until atomic.Int64  // unix nanoseconds; no large body is read before
+}
+
+// refused notes that a body of n bytes was refused once read.
+func (p *bodyPacer) refused(n int64) {
+	if n <= pacedBodyBytes {
+		return
+	}
+	d := int64(pauseAfter(p.pause, n))
+	for {
+		old := p.until.Load()
+		if p.until.CompareAndSwap(old, max(old, time.Now().UnixNano())+d) {
 			return
 		}
 	}
-	if pc := pacedConnOf(r); pc != nil {
-		pc.pause(pauseAfter(cmp.Or(g.RefusalPause, DefaultRefusalPause), r.ContentLength))
+}
+
+// wait is how long a body of n bytes (-1: unknown) must wait to be read:
+// 0 when it may be read now.
+func (p *bodyPacer) wait(n int64) time.Duration {
+	if n >= 0 && n <= pacedBodyBytes {
+		return 0
 	}
+	until := p.until.Load()
+	if until == 0 {
+		return 0
+	}
+	return max(time.Until(time.Unix(0, until)), 0)
+}
+
+// countedBody counts the bytes read of a request's body.
+type countedBody struct {
+	io.ReadCloser
+	n int64
+}
+
+func (b *countedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n += int64(n)
+	return n, err
 }
 
 // refusedBytesPerSecond paces the bodies of refused requests: reading and

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -187,4 +188,68 @@ func readAgainAfter(t *testing.T, refused, other *rawConn) time.Duration {
 	g.Expect(<-first).To(Equal("other"), "the other connection was answered first")
 	g.Expect(<-first).To(Equal("refused"))
 	return time.Since(answered)
+}
+
+// TestALargeRefusedBodyPutsOffTheNamespacesLargeBodiesOnEveryConnection:
+// after a request of 2 MiB is refused once read, a large body sent to the
+// same namespace on a new connection, with a length or without one, is
+// refused with 429 before it is read (the test sends only its first
+// kilobyte, then ends the stream: a gateway that read it would meet the
+// end of the stream instead), and that 429 is not held back by its own
+// connection's pause, which starts once the answer is done; a small
+// request of the namespace, and a large one of another namespace, are
+// served.
+func TestALargeRefusedBodyPutsOffTheNamespacesLargeBodiesOnEveryConnection(t *testing.T) {
+	g := NewWithT(t)
+	e := newTestEnv(t, envOptions{budgets: Budgets{ResultBytesPerNamespace: 8 << 20}})
+	e.g.RefusalPause = time.Hour // the namespace's pause too: no test runs that long
+	addr := servePaced(t, e.g)
+	big, hdr := sessionlessList("[" + strings.Repeat("0,", 1<<20) + "0]")
+	code, _ := dialRaw(t, addr).post(t, big, hdr)
+	g.Expect(code).To(Equal(http.StatusTooManyRequests))
+
+	for _, length := range []string{strconv.Itoa(len(big)), "chunked"} {
+		c := dialRaw(t, addr)
+		c.sendPart(t, testNS, length, big[:1024], hdr)
+		code, body := c.read(t)
+		g.Expect(code).To(Equal(http.StatusTooManyRequests), "a body of length %s: %s", length, body)
+		g.Expect(string(body)).To(ContainSubstring("refused unread"))
+	}
+	small, _ := sessionlessList("null")
+	code, _ = dialRaw(t, addr).post(t, small, hdr)
+	g.Expect(code).To(Equal(http.StatusOK), "a small request of the namespace")
+	few, _ := sessionlessList(`"` + strings.Repeat("x", 2<<20) + `"`)
+	c := dialRaw(t, addr)
+	c.sendPart(t, "other", strconv.Itoa(len(few)), few, hdr)
+	code, body := c.read(t)
+	g.Expect(code).To(Equal(http.StatusOK), "a large request of another namespace: %s", body)
+}
+
+// sendPart sends a POST to ns whose body is part, with a Content-Length of
+// length or, for "chunked", in one chunk, and then ends the stream.
+func (c *rawConn) sendPart(t *testing.T, ns, length, part string, header map[string]string) {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "POST /namespaces/%s/mcp HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"+
+		"Accept: application/json, text/event-stream\r\n", ns, c.addr)
+	if length == "chunked" {
+		b.WriteString("Transfer-Encoding: chunked\r\n")
+	} else {
+		b.WriteString("Content-Length: " + length + "\r\n")
+	}
+	for k, v := range header {
+		fmt.Fprintf(&b, "%s: %s\r\n", k, v)
+	}
+	b.WriteString("\r\n")
+	if length == "chunked" {
+		fmt.Fprintf(&b, "%x\r\n%s\r\n", len(part), part)
+	} else {
+		b.WriteString(part)
+	}
+	if _, err := io.WriteString(c.c, b.String()); err != nil {
+		t.Error(err)
+	}
+	if err := c.c.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Error(err)
+	}
 }

@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/mcpbridge/operator/internal/jsonspan"
 )
@@ -65,6 +68,23 @@ func (v *view) refuseRequestBytes(w http.ResponseWriter) {
 	http.Error(w, fmt.Sprintf("the request was not served: the requests, arguments and results held in memory for namespace %s "+
 		"would pass its budget of %s (%s); retry later", v.e.ns, formatBytes(v.e.results.max), FlagMaxResultBytesPerNamespace),
 		http.StatusTooManyRequests)
+}
+
+// refuseUnread answers 429, before a byte of its body is read, a request
+// whose body may be large while the namespace's large bodies are paced
+// (pacing.go), and returns true.
+func (v *view) refuseUnread(w http.ResponseWriter, r *http.Request) bool {
+	wait := v.e.bodies.wait(r.ContentLength)
+	if wait == 0 {
+		return false
+	}
+	v.refuse(limitResultBytes)
+	w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(wait.Seconds())), 10))
+	http.Error(w, fmt.Sprintf("the request was not served: a request body of over %s sent to namespace %s was refused once read "+
+		"(over its budget of %s, %s, or the gateway's body limit), so its bodies over %s are refused unread for %s more; retry later",
+		formatBytes(pacedBodyBytes), v.e.ns, formatBytes(v.e.results.max), FlagMaxResultBytesPerNamespace, formatBytes(pacedBodyBytes),
+		wait.Round(time.Millisecond)), http.StatusTooManyRequests)
+	return true
 }
 
 // heldBody is a request body of unknown length whose bytes are taken from
