@@ -28,6 +28,8 @@ type attack struct {
 	forged401, forged429      atomic.Int64
 	probes403, probes429      atomic.Int64
 	heavyOK, heavy429         atomic.Int64
+	heavyCut                  atomic.Int64 // a heavy request's connection closed before its answer was read
+	heavyCutErr               atomic.Value // the first such error, a string
 	firstToolError            atomic.Pointer[string]
 }
 
@@ -47,8 +49,13 @@ func startAttack(url string) *attack {
 	}
 	if *flagHeavy > 0 {
 		body := heavyBody()
-		for range *flagHeavy {
-			a.loop(func(hc *http.Client, i int) { a.heavy(hc, url, body) })
+		for k := range *flagHeavy {
+			step := func(hc *http.Client, i int) { a.heavy(hc, url, body) }
+			if k%2 == 1 { // a connection's pause does not slow an agent that opens a new one each time
+				a.loopFresh(step)
+			} else {
+				a.loop(step)
+			}
 		}
 	}
 	for range *flagFlooders {
@@ -72,11 +79,19 @@ func (a *attack) loop(step func(*http.Client, int)) {
 	a.loopFrom(netip.Addr{}, step)
 }
 
+// loopFresh is loop with a new connection for every request.
+func (a *attack) loopFresh(step func(*http.Client, int)) {
+	a.loopOn(&http.Transport{DisableKeepAlives: true}, netip.Addr{}, step)
+}
+
 // loopFrom is loop with connections from the loopback address src (any
 // when it is not valid), which the gateway sees as the agent's address.
 func (a *attack) loopFrom(src netip.Addr, step func(*http.Client, int)) {
+	a.loopOn(&http.Transport{}, src, step)
+}
+
+func (a *attack) loopOn(tr *http.Transport, src netip.Addr, step func(*http.Client, int)) {
 	a.wg.Go(func() {
-		tr := &http.Transport{}
 		if src.IsValid() {
 			d := &net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0))}
 			tr.DialContext = d.DialContext
@@ -132,7 +147,10 @@ func (a *attack) unread(hc *http.Client, url string, i int) {
 func (a *attack) heavy(hc *http.Client, url, body string) {
 	resp, err := post(hc, url, body, map[string]string{"Mcp-Protocol-Version": registry.SessionlessProtocol, "Mcp-Method": "tools/list"})
 	if err != nil {
-		a.otherErrors.Add(1)
+		// The gateway answers a body it refuses unread and closes the
+		// connection, which the client may meet while still sending.
+		a.heavyCut.Add(1)
+		a.heavyCutErr.CompareAndSwap(nil, err.Error())
 		return
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
@@ -247,8 +265,8 @@ func (a *attack) stop() {
 // attackCounts is what the attacker's agents got, as runAttacker prints it.
 type attackCounts struct {
 	SessionsOK, Sessions429, Held, RefusedBytes, RefusedCalls, Calls, OtherErrors int64
-	Forged401, Forged429, Probes403, Probes429, HeavyOK, Heavy429                 int64
-	FirstToolError                                                                string
+	Forged401, Forged429, Probes403, Probes429, HeavyOK, Heavy429, HeavyCut       int64
+	FirstToolError, HeavyCutErr                                                   string
 }
 
 // runAttacker floods -url until its stdin closes, then prints what the
@@ -260,7 +278,9 @@ func runAttacker() error {
 	c := attackCounts{SessionsOK: a.sessionsOK.Load(), Sessions429: a.sessions429.Load(), Held: a.held.Load(),
 		RefusedBytes: a.refusedBytes.Load(), RefusedCalls: a.refusedCalls.Load(), Calls: a.calls.Load(),
 		OtherErrors: a.otherErrors.Load(), Forged401: a.forged401.Load(), Forged429: a.forged429.Load(),
-		Probes403: a.probes403.Load(), Probes429: a.probes429.Load(), HeavyOK: a.heavyOK.Load(), Heavy429: a.heavy429.Load()}
+		Probes403: a.probes403.Load(), Probes429: a.probes429.Load(), HeavyOK: a.heavyOK.Load(), Heavy429: a.heavy429.Load(),
+		HeavyCut: a.heavyCut.Load()}
+	c.HeavyCutErr, _ = a.heavyCutErr.Load().(string)
 	if e := a.firstToolError.Load(); e != nil {
 		c.FirstToolError = *e
 	}

@@ -62,7 +62,8 @@ func printTable(unloaded, loaded victimRun, a attackCounts, changes [2]int64, me
 		"by the result-byte budget, %d by the in-flight budgets, %d answered, %d other errors.\n\n",
 		a.SessionsOK, a.Sessions429, a.Held, a.RefusedBytes, a.RefusedCalls, a.Calls, a.OtherErrors)
 	if *flagHeavy > 0 {
-		fmt.Printf("Heavy lists: %d answered, %d refused with 429.\n\n", a.HeavyOK, a.Heavy429)
+		fmt.Printf("Heavy lists: %d answered, %d refused with 429, %d ended by the gateway's closing the connection while the body was sent (first: %q).\n\n",
+			a.HeavyOK, a.Heavy429, a.HeavyCut, a.HeavyCutErr)
 	}
 	if *flagTokens {
 		fmt.Printf("Forged tokens: %d refused with 401 after a TokenReview, %d with 429 by the TokenReview limits. "+
