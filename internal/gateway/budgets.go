@@ -62,6 +62,9 @@ const (
 	limitCallsIdent  = "calls_per_identity"
 	limitCallsNS     = "calls_per_namespace"
 	limitResultBytes = "result_bytes_per_namespace"
+	// limitLargeBodies: a body over 64 KiB refused while the namespace's
+	// large bodies are paced (pacing.go).
+	limitLargeBodies = "large_bodies_per_namespace"
 )
 
 func (b Budgets) withDefaults() Budgets {

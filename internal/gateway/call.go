@@ -156,29 +156,47 @@ const (
 	metaClientCapabilities = "io.modelcontextprotocol/clientCapabilities"
 )
 
+// What serveFast did with a request.
+type fastOutcome int
+
+const (
+	answered      fastOutcome = iota // an answer or a refusal was written
+	toSDK                            // r's body is left for the SDK
+	toSDKDecoding                    // the same, a large body: bodies.done once served
+)
+
 // serveFast answers r itself when it is a tools/call (or the cancellation
-// of one) it can forward as JSON, and reports whether it did. Otherwise r's
-// body is left for the SDK to read, once what the SDK's decoding of it will
-// hold is taken from held; a request over the budget it answers itself.
-func (v *view) serveFast(w http.ResponseWriter, r *http.Request, held *lease) bool {
+// of one) it can forward as JSON. Otherwise r's body is left for the SDK
+// to read, once what the SDK's decoding of it will hold is taken from
+// held, and a large body only when no other of the namespace's is being
+// decoded (pacing.go); a request over those bounds it answers itself.
+func (v *view) serveFast(w http.ResponseWriter, r *http.Request, held *lease) fastOutcome {
 	body, err := readBody(r)
 	if errors.Is(err, errRequestBytes) {
 		v.refuseRequestBytes(w)
-		return true
+		return answered
 	}
 	if err != nil {
 		// Let the SDK meet the same error (e.g. the size limit) and answer it.
 		r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(body), r.Body))
-		return false
+		return toSDK
 	}
 	if mayBeFast(r) && v.answerFast(w, r, body) {
-		return true
+		return answered
 	}
 	if !v.holdDecoded(w, held, body) {
-		return true
+		return answered
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	return false
+	if len(body) <= pacedBodyBytes {
+		return toSDK
+	}
+	if !v.e.bodies.decode() {
+		v.refuseDecoding(w)
+		return answered
+	}
+	v.e.bodies.spent(int64(len(body)))
+	return toSDKDecoding
 }
 
 // readBody reads r's body into one buffer of its length when it has one

@@ -171,7 +171,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 		aw.refused = true // maybe by another request of the identity: it is over a budget too
 	}
 	if aw.bodyRead = body.n; aw.isRefusal() {
-		v.e.bodies.refused(body.n)
+		v.e.bodies.spent(body.n) // a large body the SDK decoded and then refused counts twice: it cost twice
 	}
 }
 

@@ -10,9 +10,11 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	. "github.com/onsi/gomega"
 )
 
@@ -190,39 +192,65 @@ func readAgainAfter(t *testing.T, refused, other *rawConn) time.Duration {
 	return time.Since(answered)
 }
 
-// TestALargeRefusedBodyPutsOffTheNamespacesLargeBodiesOnEveryConnection:
-// after a request of 2 MiB is refused once read, a large body sent to the
-// same namespace on a new connection, with a length or without one, is
-// refused with 429 before it is read (the test sends only its first
-// kilobyte, then ends the stream: a gateway that read it would meet the
-// end of the stream instead), and that 429 is not held back by its own
-// connection's pause, which starts once the answer is done; a small
-// request of the namespace, and a large one of another namespace, are
-// served.
-func TestALargeRefusedBodyPutsOffTheNamespacesLargeBodiesOnEveryConnection(t *testing.T) {
-	g := NewWithT(t)
-	e := newTestEnv(t, envOptions{budgets: Budgets{ResultBytesPerNamespace: 8 << 20}})
-	e.g.RefusalPause = time.Hour // the namespace's pause too: no test runs that long
-	addr := servePaced(t, e.g)
-	big, hdr := sessionlessList("[" + strings.Repeat("0,", 1<<20) + "0]")
-	code, _ := dialRaw(t, addr).post(t, big, hdr)
-	g.Expect(code).To(Equal(http.StatusTooManyRequests))
+// TestALargeBodyReadInVainPutsOffTheNamespacesLargeBodiesOnEveryConnection:
+// after a request of 2 MiB is refused once read, or served by the SDK's
+// path (which decodes it several times), a large body sent to the same
+// namespace on a new connection, with a length or without one, is refused
+// with 429 before it is read (the test sends only its first kilobyte, then
+// ends the stream: a gateway that read it would meet the end of the
+// stream instead), and that 429 is not held back by its own connection's
+// pause, which starts once the answer is done; a small request of the
+// namespace, and a large one of another namespace, are served.
+func TestALargeBodyReadInVainPutsOffTheNamespacesLargeBodiesOnEveryConnection(t *testing.T) {
+	for _, tc := range []struct {
+		name, pad string
+		code      int
+	}{
+		{"refused once read", "[" + strings.Repeat("0,", 1<<20) + "0]", http.StatusTooManyRequests},
+		{"decoded by the SDK", `"` + strings.Repeat("x", 2<<20) + `"`, http.StatusOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			e := newTestEnv(t, envOptions{budgets: Budgets{ResultBytesPerNamespace: 8 << 20}})
+			e.g.RefusalPause = time.Hour // the namespace's pause too: no test runs that long
+			addr := servePaced(t, e.g)
+			big, hdr := sessionlessList(tc.pad)
+			code, _ := dialRaw(t, addr).post(t, big, hdr)
+			g.Expect(code).To(Equal(tc.code))
 
-	for _, length := range []string{strconv.Itoa(len(big)), "chunked"} {
-		c := dialRaw(t, addr)
-		c.sendPart(t, testNS, length, big[:1024], hdr)
-		code, body := c.read(t)
-		g.Expect(code).To(Equal(http.StatusTooManyRequests), "a body of length %s: %s", length, body)
-		g.Expect(string(body)).To(ContainSubstring("refused unread"))
+			for _, length := range []string{strconv.Itoa(len(big)), "chunked"} {
+				c := dialRaw(t, addr)
+				c.sendPart(t, testNS, length, big[:1024], hdr)
+				code, body := c.read(t)
+				g.Expect(code).To(Equal(http.StatusTooManyRequests), "a body of length %s: %s", length, body)
+				g.Expect(string(body)).To(ContainSubstring("refused unread"))
+			}
+			small, _ := sessionlessList("null")
+			code, _ = dialRaw(t, addr).post(t, small, hdr)
+			g.Expect(code).To(Equal(http.StatusOK), "a small request of the namespace")
+			few, _ := sessionlessList(`"` + strings.Repeat("x", 2<<20) + `"`)
+			c := dialRaw(t, addr)
+			c.sendPart(t, "other", strconv.Itoa(len(few)), few, hdr)
+			code, body := c.read(t)
+			g.Expect(code).To(Equal(http.StatusOK), "a large request of another namespace: %s", body)
+		})
 	}
-	small, _ := sessionlessList("null")
-	code, _ = dialRaw(t, addr).post(t, small, hdr)
-	g.Expect(code).To(Equal(http.StatusOK), "a small request of the namespace")
-	few, _ := sessionlessList(`"` + strings.Repeat("x", 2<<20) + `"`)
-	c := dialRaw(t, addr)
-	c.sendPart(t, "other", strconv.Itoa(len(few)), few, hdr)
-	code, body := c.read(t)
-	g.Expect(code).To(Equal(http.StatusOK), "a large request of another namespace: %s", body)
+}
+
+// TestLargeCallsOnTheFastPathAreNotPaced: tools/calls of 2 MiB of
+// arguments, which the fast path reads and checks once, are served one
+// after the other on new connections.
+func TestLargeCallsOnTheFastPathAreNotPaced(t *testing.T) {
+	g := NewWithT(t)
+	e := newTestEnv(t, envOptions{})
+	e.g.RefusalPause = time.Hour
+	addr := servePaced(t, e.g)
+	call, hdr := sessionlessCall(2, echoPublic, `{"blob":"`+strings.Repeat("x", 2<<20)+`"}`)
+	for i := range 3 {
+		code, body := dialRaw(t, addr).post(t, call, hdr)
+		g.Expect(code).To(Equal(http.StatusOK), "call %d", i)
+		g.Expect(string(body)).To(And(ContainSubstring(`"result"`), Not(ContainSubstring(`"error"`))), "call %d", i)
+	}
 }
 
 // sendPart sends a POST to ns whose body is part, with a Content-Length of
@@ -252,4 +280,52 @@ func (c *rawConn) sendPart(t *testing.T, ns, length, part string, header map[str
 	if err := c.c.(*net.TCPConn).CloseWrite(); err != nil {
 		t.Error(err)
 	}
+}
+
+// TestTheSDKDecodesOneLargeBodyOfANamespaceAtATime: while a call of 1 MiB
+// that the SDK's path serves waits on its upstream, another large body of
+// the namespace that only the SDK decodes is refused with 429 once read,
+// even when the namespace's pause is over; once the call is answered, the
+// next is served.
+func TestTheSDKDecodesOneLargeBodyOfANamespaceAtATime(t *testing.T) {
+	g := NewWithT(t)
+	e := newTestEnv(t, envOptions{})
+	addr := servePaced(t, e.g)
+	gt := newGate()
+	release := sync.OnceFunc(func() { close(gt.open) })
+	e.fake.setSDKHandle(func(ctx context.Context) (*mcp.CallToolResult, error) {
+		if err := gt.enter(ctx); err != nil {
+			return nil, err
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ok"}}}, nil
+	})
+	cs := e.agent(statefulProto)
+	t.Cleanup(release) // before the agent's Close, which waits for the call
+	called := make(chan error, 1)
+	go func() { // a tool that binds a header: the SDK's path
+		_, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: regionPublic,
+			Arguments: map[string]any{"region": "eu", "blob": strings.Repeat("x", 1<<20)}})
+		called <- err
+	}()
+	g.Eventually(gt.count, waitLimit).Should(Equal(1))
+
+	list, hdr := sessionlessList(`"` + strings.Repeat("x", 1<<20) + `"`)
+	paceOver := func() { // white-box: the pause the call earned, over
+		e.g.mu.Lock()
+		defer e.g.mu.Unlock()
+		e.g.endpoints[testNS].bodies.until.Store(0)
+	}
+	paceOver()
+	code, body := dialRaw(t, addr).post(t, list, hdr)
+	g.Expect(code).To(Equal(http.StatusTooManyRequests))
+	g.Expect(string(body)).To(ContainSubstring("decodes one at a time"))
+
+	release()
+	g.Expect(<-called).To(Succeed())
+	// The refusal's own pause may be noted after its answer was read.
+	g.Eventually(func(g Gomega) {
+		paceOver()
+		code, body := dialRaw(t, addr).post(t, list, hdr)
+		g.Expect(code).To(Equal(http.StatusOK), "%s", body)
+	}, waitLimit).Should(Succeed())
 }

@@ -78,13 +78,24 @@ func (v *view) refuseUnread(w http.ResponseWriter, r *http.Request) bool {
 	if wait == 0 {
 		return false
 	}
-	v.refuse(limitResultBytes)
+	v.refuse(limitLargeBodies)
 	w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(wait.Seconds())), 10))
-	http.Error(w, fmt.Sprintf("the request was not served: a request body of over %s sent to namespace %s was refused once read "+
-		"(over its budget of %s, %s, or the gateway's body limit), so its bodies over %s are refused unread for %s more; retry later",
-		formatBytes(pacedBodyBytes), v.e.ns, formatBytes(v.e.results.max), FlagMaxResultBytesPerNamespace, formatBytes(pacedBodyBytes),
+	http.Error(w, fmt.Sprintf("the request was not served: namespace %s was sent bodies over %s that were refused once read "+
+		"(over its budget of %s, %s, or the gateway's body limit) or decoded by the SDK's path (a method other than tools/call); "+
+		"such bodies are read at a second for each 4 MiB, and none for %s more, so this one was refused unread; retry later",
+		v.e.ns, formatBytes(pacedBodyBytes), formatBytes(v.e.results.max), FlagMaxResultBytesPerNamespace,
 		wait.Round(time.Millisecond)), http.StatusTooManyRequests)
 	return true
+}
+
+// refuseDecoding answers 429 to a request whose body over pacedBodyBytes
+// the SDK would decode while it decodes another of the namespace's.
+func (v *view) refuseDecoding(w http.ResponseWriter) {
+	v.refuse(limitLargeBodies)
+	w.Header().Set("Retry-After", "1")
+	http.Error(w, fmt.Sprintf("the request was not served: another body over %s sent to namespace %s is being decoded by the SDK's path "+
+		"(a method other than tools/call), which decodes one at a time; retry later", formatBytes(pacedBodyBytes), v.e.ns),
+		http.StatusTooManyRequests)
 }
 
 // heldBody is a request body of unknown length whose bytes are taken from

@@ -127,8 +127,11 @@ func (v *view) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		defer held.close()
-		if v.serveFast(w, r, held) {
+		switch v.serveFast(w, r, held) {
+		case answered:
 			return
+		case toSDKDecoding:
+			defer v.e.bodies.done()
 		}
 	}
 	forSDK(r)
