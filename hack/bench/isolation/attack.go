@@ -48,8 +48,9 @@ func startAttack(url string) *attack {
 		a.loop(func(hc *http.Client, i int) { a.initialize(hc, url) })
 	}
 	if *flagHeavy > 0 {
-		body := heavyBody()
+		bodies := [2]string{heavyBody(false), heavyBody(true)}
 		for k := range *flagHeavy {
+			body := bodies[k/2%2] // small objects, refused once read; one string, which the SDK decodes
 			step := func(hc *http.Client, i int) { a.heavy(hc, url, body) }
 			if k%2 == 1 { // a connection's pause does not slow an agent that opens a new one each time
 				a.loopFresh(step)
@@ -165,13 +166,19 @@ func (a *attack) heavy(hc *http.Client, url, body string) {
 	}
 }
 
-// heavyBody is a tools/list whose _meta holds small objects up to nearly
-// 4 MiB.
-func heavyBody() string {
+// heavyBody is a tools/list of nearly 4 MiB, whose _meta holds small
+// objects (which the gateway refuses once it has counted them) or, with
+// oneString, one string (a list the gateway serves, through the SDK).
+func heavyBody(oneString bool) string {
 	var b strings.Builder
 	b.WriteString(`{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{`)
 	b.WriteString(`"io.modelcontextprotocol/protocolVersion":"` + registry.SessionlessProtocol + `","io.modelcontextprotocol/clientCapabilities":{},`)
-	b.WriteString(`"io.modelcontextprotocol/clientInfo":{"name":"bench","version":"0"},"pad":[`)
+	b.WriteString(`"io.modelcontextprotocol/clientInfo":{"name":"bench","version":"0"},"pad":`)
+	if oneString {
+		b.WriteString(`"` + strings.Repeat("x", 4<<20-1024) + `"}}}`)
+		return b.String()
+	}
+	b.WriteByte('[')
 	for i := 0; b.Len() < 4<<20-64; i++ {
 		if i > 0 {
 			b.WriteByte(',')

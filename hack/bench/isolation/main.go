@@ -40,9 +40,10 @@
 // address of its own, and -probers agents of an identity that may use none
 // of the -phantoms McpServers of the attacker's namespace, listing tools
 // without pause (per-server authorization fan-out); and -heavy agents
-// listing tools without pause with 4 MiB of small objects in _meta, which
-// the SDK's path would decode into tens of times that, every second one
-// on a new connection for each request (none by default, so that runs
+// listing tools without pause with 4 MiB in _meta: small objects, which
+// the SDK's path would decode into tens of times that, or (every second
+// pair) one string, which it decodes several times; every second agent on
+// a new connection for each request (none by default, so that runs
 // compare with the ones before the flag).
 // With -control, the victim runs a third time while the attacker's
 // oversized agents call its hostile upstream directly, and nothing else
@@ -106,7 +107,7 @@ var (
 	flagTokens     = flag.Bool("tokens", true, "authenticate agents with ServiceAccount tokens (a control plane answers the reviews) and add the token attacks: "+
 		"-token-flooders, -probers and -phantoms")
 	flagForgers = flag.Int("token-flooders", 16, "attacker agents that send a new forged token on every request, each from an address of its own (127.0.0.2, ...)")
-	flagHeavy   = flag.Int("heavy", 0, "attacker agents that list tools without pause, each request carrying a 4 MiB _meta member of small objects that the gateway reads and checks; every second one opens a new connection for each request")
+	flagHeavy   = flag.Int("heavy", 0, "attacker agents that list tools without pause, each request carrying a 4 MiB _meta member: small objects that the gateway reads and checks (agents 0, 1, 4, 5, ...) or one string, a list the SDK decodes and answers (2, 3, 6, 7, ...); every second one opens a new connection for each request")
 	flagProbers = flag.Int("probers", 4, "attacker agents, of an identity that may use none of its namespace's McpServers, that list tools without pause: "+
 		"each list a per-server authorization fan-out over -phantoms")
 	flagPhantoms = flag.Int("phantoms", 5000, "McpServers of the attacker's namespace that its agents may not use")
