@@ -39,7 +39,8 @@ type endpoint struct {
 	opening    sync.Mutex
 	openingNow int
 	// bodies paces the namespace's large request bodies after one was
-	// refused once read, on whatever connection they come (pacing.go).
+	// refused once read or left to the SDK, on whatever connection they
+	// come, and lets the SDK decode one at a time (pacing.go).
 	bodies bodyPacer
 
 	mu    sync.Mutex
