@@ -30,6 +30,7 @@ type attack struct {
 	heavyOK, heavy429         atomic.Int64
 	heavyCut                  atomic.Int64 // a heavy request's connection closed before its answer was read
 	heavyCutErr               atomic.Value // the first such error, a string
+	handshakes                atomic.Int64 // lists answered on a new connection each
 	firstToolError            atomic.Pointer[string]
 }
 
@@ -59,6 +60,9 @@ func startAttack(url string) *attack {
 			}
 		}
 	}
+	for range *flagHandshakers {
+		a.loopFresh(func(hc *http.Client, i int) { a.handshake(hc, url) })
+	}
 	for range *flagFlooders {
 		a.loop(func(hc *http.Client, i int) { a.flood(hc, url, i) })
 	}
@@ -82,13 +86,15 @@ func (a *attack) loop(step func(*http.Client, int)) {
 
 // loopFresh is loop with a new connection for every request.
 func (a *attack) loopFresh(step func(*http.Client, int)) {
-	a.loopOn(&http.Transport{DisableKeepAlives: true}, netip.Addr{}, step)
+	tr := agentTransport()
+	tr.DisableKeepAlives = true
+	a.loopOn(tr, netip.Addr{}, step)
 }
 
 // loopFrom is loop with connections from the loopback address src (any
 // when it is not valid), which the gateway sees as the agent's address.
 func (a *attack) loopFrom(src netip.Addr, step func(*http.Client, int)) {
-	a.loopOn(&http.Transport{}, src, step)
+	a.loopOn(agentTransport(), src, step)
 }
 
 func (a *attack) loopOn(tr *http.Transport, src netip.Addr, step func(*http.Client, int)) {
@@ -189,6 +195,23 @@ func heavyBody(oneString bool) string {
 	return b.String()
 }
 
+// handshake lists tools on a connection of its own (loopFresh): with
+// -tls, what the gateway spends is mostly the handshake.
+func (a *attack) handshake(hc *http.Client, url string) {
+	resp, err := post(hc, url, listBody(1), map[string]string{"Mcp-Protocol-Version": registry.SessionlessProtocol, "Mcp-Method": "tools/list"})
+	if err != nil {
+		a.otherErrors.Add(1)
+		return
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode == http.StatusOK {
+		a.handshakes.Add(1)
+	} else {
+		a.otherErrors.Add(1)
+	}
+}
+
 func (a *attack) flood(hc *http.Client, url string, i int) {
 	resp, err := post(hc, url, callBody(i, "sleep", `{"ms":1000}`), callHeaders("sleep"))
 	if err != nil {
@@ -273,6 +296,7 @@ func (a *attack) stop() {
 type attackCounts struct {
 	SessionsOK, Sessions429, Held, RefusedBytes, RefusedCalls, Calls, OtherErrors int64
 	Forged401, Forged429, Probes403, Probes429, HeavyOK, Heavy429, HeavyCut       int64
+	Handshakes                                                                    int64
 	FirstToolError, HeavyCutErr                                                   string
 }
 
@@ -286,7 +310,7 @@ func runAttacker() error {
 		RefusedBytes: a.refusedBytes.Load(), RefusedCalls: a.refusedCalls.Load(), Calls: a.calls.Load(),
 		OtherErrors: a.otherErrors.Load(), Forged401: a.forged401.Load(), Forged429: a.forged429.Load(),
 		Probes403: a.probes403.Load(), Probes429: a.probes429.Load(), HeavyOK: a.heavyOK.Load(), Heavy429: a.heavy429.Load(),
-		HeavyCut: a.heavyCut.Load()}
+		HeavyCut: a.heavyCut.Load(), Handshakes: a.handshakes.Load()}
 	c.HeavyCutErr, _ = a.heavyCutErr.Load().(string)
 	if e := a.firstToolError.Load(); e != nil {
 		c.FirstToolError = *e

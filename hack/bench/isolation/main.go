@@ -10,7 +10,7 @@
 //
 //	go run ./hack/bench/isolation [-duration=20s] [-rate=50] [-sessions=1] [-oversized=64] [-flooders=16]
 //		[-tokens=true] [-token-flooders=16] [-probers=4] [-phantoms=5000] [-storm-tools=1000]
-//		[-heavy=0] [-attacker-nice=19] [-control] [-cpuprofile=FILE] [-memprofile=FILE] [-trace=FILE]
+//		[-heavy=0] [-tls] [-handshakers=0] [-attacker-nice=19] [-control] [-cpuprofile=FILE] [-memprofile=FILE] [-trace=FILE]
 //
 // The fixtures run as separate processes (--http=127.0.0.1:0): the victim's
 // plain one, the attacker's hostile one (--big-result --slow-body, a 12 MiB
@@ -45,6 +45,9 @@
 // pair) one string, which it decodes several times; every second agent on
 // a new connection for each request (none by default, so that runs
 // compare with the ones before the flag).
+// With -tls the gateway serves HTTPS with a certificate of the run's own
+// CA, and -handshakers agents list tools on a new connection each time
+// (none by default).
 // With -control, the victim runs a third time while the attacker's
 // oversized agents call its hostile upstream directly, and nothing else
 // runs: the attack's largest traffic, without the gateway. On a machine
@@ -57,6 +60,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -114,8 +118,15 @@ var (
 	flagStorm    = flag.Int("storm-tools", 1000, "tools of the attacker's storming upstream, whose list changes every 15 ms, each change announced with list_changed (0: no storm)")
 	flagControl  = flag.Bool("control", false, "run the victim a third time, while the attacker's -oversized agents call its hostile upstream directly, not through the gateway, "+
 		"as many at once as the gateway's budget of calls in flight per identity lets through: what the attack's largest traffic costs this machine's other processes, the victim's among them, without the gateway")
-	flagDirect = flag.Bool("direct", false, "internal: the attacker's -oversized agents call the upstream at -url by its own tool names, and no other attack runs (-control)")
+	flagTLS         = flag.Bool("tls", false, "serve the gateway over TLS, as the manager does by default, with a CA the bench makes for the run")
+	flagHandshakers = flag.Int("handshakers", 0, "attacker agents that list tools without pause on a new connection for each request: with -tls, a TLS handshake each")
+	flagCA          = flag.String("ca", "", "internal: the PEM file of the CA the agents of -role trust (-tls)")
+	flagDirect      = flag.Bool("direct", false, "internal: the attacker's -oversized agents call the upstream at -url by its own tool names, and no other attack runs (-control)")
 )
+
+// agentCA is the CA's certificate file the agents' processes trust, with
+// -tls.
+var agentCA string
 
 // The tenants and their servers.
 const (
@@ -180,7 +191,18 @@ func run() error {
 	if gc := gctune.New(gctune.Flags{QuietHeadroom: gctune.DefaultQuietHeadroom, BusyPercent: gctune.DefaultBusyPercent}); gc != nil {
 		go func() { _ = gc.Start(ctx) }()
 	}
-	base, stop, err := startGateway(ctx, upstreams, auth)
+	var tlsConfig *tls.Config
+	if *flagTLS {
+		dir, err := os.MkdirTemp("", "isolation-tls-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		if tlsConfig, agentCA, err = gatewayTLS(dir); err != nil {
+			return err
+		}
+	}
+	base, stop, err := startGateway(ctx, upstreams, auth, tlsConfig)
 	if err != nil {
 		return err
 	}
@@ -341,7 +363,8 @@ func startAgents(role, url, token, proberToken string, extra ...string) (*agents
 	a := &agentsProc{role: role, cmd: niced(nice, self, "-role="+role, "-url="+url, "-duration="+flagDuration.String(),
 		"-rate="+strconv.Itoa(*flagRate), "-sessions="+strconv.Itoa(*flagSessions),
 		"-oversized="+strconv.Itoa(*flagUnread), "-flooders="+strconv.Itoa(*flagFlooders),
-		"-tokens="+strconv.FormatBool(*flagTokens), "-token-flooders="+strconv.Itoa(*flagForgers), "-probers="+strconv.Itoa(*flagProbers), "-heavy="+strconv.Itoa(*flagHeavy))}
+		"-tokens="+strconv.FormatBool(*flagTokens), "-token-flooders="+strconv.Itoa(*flagForgers), "-probers="+strconv.Itoa(*flagProbers), "-heavy="+strconv.Itoa(*flagHeavy),
+		"-handshakers="+strconv.Itoa(*flagHandshakers), "-ca="+agentCA)}
 	a.cmd.Args = append(a.cmd.Args, extra...)
 	a.cmd.Env = append(os.Environ(), tokenEnv+"="+token)
 	if role == "attacker" {
@@ -451,7 +474,7 @@ func (fx *fixtureProc) stop() {
 // startGateway supervises one server per namespace ("tools" in each) and
 // serves the gateway with the default budgets on a loopback port; it
 // returns once every server is Ready.
-func startGateway(ctx context.Context, upstreams []upstream, auth *authEnv) (string, func(), error) {
+func startGateway(ctx context.Context, upstreams []upstream, auth *authEnv, tlsConfig *tls.Config) (string, func(), error) {
 	reg, shares := registry.New(), bridge.NewShares() // as the manager's supervisors share them
 	var sups []*bridge.Supervisor
 	for _, up := range upstreams {
@@ -467,7 +490,7 @@ func startGateway(ctx context.Context, upstreams []upstream, auth *authEnv) (str
 		}
 	}
 	go countChanges(ctx, reg.Subscribe(), attackerNS, &attackerChanges)
-	g := &gateway.Gateway{Registry: reg, Log: logr.Discard()}
+	g := &gateway.Gateway{Registry: reg, Log: logr.Discard(), TLS: tlsConfig}
 	if auth != nil {
 		g.Auth = auth.access()
 	}
@@ -498,6 +521,9 @@ func startGateway(ctx context.Context, upstreams []upstream, auth *authEnv) (str
 			case <-time.After(10 * time.Millisecond):
 			}
 		}
+	}
+	if tlsConfig != nil {
+		return "https://" + ln.Addr().String(), stop, nil
 	}
 	return "http://" + ln.Addr().String(), stop, nil
 }
@@ -538,7 +564,7 @@ type victimRun struct {
 // finds the previous call still running is skipped).
 func runVictim(url string, d time.Duration) victimRun {
 	var r victimRun
-	hc := &http.Client{Timeout: 30 * time.Second}
+	hc := &http.Client{Transport: agentTransport(), Timeout: 30 * time.Second}
 	tick := time.NewTicker(time.Second / time.Duration(*flagRate))
 	defer tick.Stop()
 	end := time.After(d)

@@ -46,9 +46,9 @@ func printTable(unloaded, loaded victimRun, a attackCounts, changes [2]int64, me
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/1e6) }
 	p := func(r victimRun, q float64) time.Duration { return report.Percentile(r.Lat, q) }
 	fmt.Printf("`go run ./hack/bench/isolation -duration=%s -rate=%d -sessions=%d -oversized=%d -flooders=%d -attacker-nice=%d"+
-		" -tokens=%t -token-flooders=%d -probers=%d -phantoms=%d -storm-tools=%d -heavy=%d` (load average %s before, %s after)\n\n",
+		" -tokens=%t -token-flooders=%d -probers=%d -phantoms=%d -storm-tools=%d -heavy=%d -tls=%t -handshakers=%d` (load average %s before, %s after)\n\n",
 		*flagDuration, *flagRate, *flagSessions, *flagUnread, *flagFlooders, *flagNice,
-		*flagTokens, *flagForgers, *flagProbers, *flagPhantoms, *flagStorm, *flagHeavy, loadBefore, report.LoadAvg())
+		*flagTokens, *flagForgers, *flagProbers, *flagPhantoms, *flagStorm, *flagHeavy, *flagTLS, *flagHandshakers, loadBefore, report.LoadAvg())
 	fmt.Println("| Victim run | Calls | Failures | p50 | p99 |")
 	fmt.Println("|---|---|---|---|---|")
 	for _, r := range []struct {
@@ -61,6 +61,9 @@ func printTable(unloaded, loaded victimRun, a attackCounts, changes [2]int64, me
 	fmt.Printf("Attacker: %d sessions opened, %d initialize refused with 429; %d answers of 12 MiB received, %d calls refused "+
 		"by the result-byte budget, %d by the in-flight budgets, %d answered, %d other errors.\n\n",
 		a.SessionsOK, a.Sessions429, a.Held, a.RefusedBytes, a.RefusedCalls, a.Calls, a.OtherErrors)
+	if *flagHandshakers > 0 {
+		fmt.Printf("Lists on a new connection each (-tls=%t): %d answered.\n\n", *flagTLS, a.Handshakes)
+	}
 	if *flagHeavy > 0 {
 		fmt.Printf("Heavy lists: %d answered, %d refused with 429, %d ended by the gateway's closing the connection while the body was sent (first: %q).\n\n",
 			a.HeavyOK, a.Heavy429, a.HeavyCut, a.HeavyCutErr)
