@@ -82,9 +82,9 @@ func (v *view) refuseUnread(w http.ResponseWriter, r *http.Request) bool {
 	w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(wait.Seconds())), 10))
 	http.Error(w, fmt.Sprintf("the request was not served: namespace %s was sent bodies over %s that were refused once read "+
 		"(over its budget of %s, %s, or the gateway's body limit) or decoded by the SDK's path (a method other than tools/call); "+
-		"such bodies are read at a second for each 4 MiB, and none for %s more, so this one was refused unread; retry later",
+		"such bodies are read at a second for each %s, and none for %s more, so this one was refused unread; retry later",
 		v.e.ns, formatBytes(pacedBodyBytes), formatBytes(v.e.results.max), FlagMaxResultBytesPerNamespace,
-		wait.Round(time.Millisecond)), http.StatusTooManyRequests)
+		formatBytes(refusedBytesPerSecond), wait.Round(time.Millisecond)), http.StatusTooManyRequests)
 	return true
 }
 

@@ -152,7 +152,7 @@ func (a *attack) unread(hc *http.Client, url string, i int) {
 // heavy lists tools with a request of nearly 4 MiB, the gateway's bound on
 // a body, and counts the answers and the 429s.
 func (a *attack) heavy(hc *http.Client, url, body string) {
-	resp, err := post(hc, url, body, map[string]string{"Mcp-Protocol-Version": registry.SessionlessProtocol, "Mcp-Method": "tools/list"})
+	resp, err := post(hc, url, body, listHeaders())
 	if err != nil {
 		// The gateway answers a body it refuses unread and closes the
 		// connection, which the client may meet while still sending.
@@ -160,16 +160,7 @@ func (a *attack) heavy(hc *http.Client, url, body string) {
 		a.heavyCutErr.CompareAndSwap(nil, err.Error())
 		return
 	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	switch resp.StatusCode {
-	case http.StatusOK:
-		a.heavyOK.Add(1)
-	case http.StatusTooManyRequests:
-		a.heavy429.Add(1)
-	default:
-		a.otherErrors.Add(1)
-	}
+	a.countStatus(resp, &a.heavyOK, http.StatusOK, &a.heavy429)
 }
 
 // heavyBody is a tools/list of nearly 4 MiB, whose _meta holds small
@@ -198,18 +189,12 @@ func heavyBody(oneString bool) string {
 // handshake lists tools on a connection of its own (loopFresh): with
 // -tls, what the gateway spends is mostly the handshake.
 func (a *attack) handshake(hc *http.Client, url string) {
-	resp, err := post(hc, url, listBody(1), map[string]string{"Mcp-Protocol-Version": registry.SessionlessProtocol, "Mcp-Method": "tools/list"})
+	resp, err := post(hc, url, listBody(1), listHeaders())
 	if err != nil {
 		a.otherErrors.Add(1)
 		return
 	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode == http.StatusOK {
-		a.handshakes.Add(1)
-	} else {
-		a.otherErrors.Add(1)
-	}
+	a.countStatus(resp, &a.handshakes, http.StatusOK, &a.otherErrors) // no budget refuses them
 }
 
 func (a *attack) flood(hc *http.Client, url string, i int) {
@@ -247,19 +232,24 @@ func (a *attack) probe(hc *http.Client, url string, i int, auth string) {
 	a.countStatus(resp, &a.probes403, http.StatusForbidden, &a.probes429)
 }
 
-// countStatus counts resp in refused when its status is want, in limited
+// countStatus counts resp in got when its status is want, in limited
 // when it is 429, and as an other error otherwise.
-func (a *attack) countStatus(resp *http.Response, refused *atomic.Int64, want int, limited *atomic.Int64) {
+func (a *attack) countStatus(resp *http.Response, got *atomic.Int64, want int, limited *atomic.Int64) {
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	switch resp.StatusCode {
 	case want:
-		refused.Add(1)
+		got.Add(1)
 	case http.StatusTooManyRequests:
 		limited.Add(1)
 	default:
 		a.otherErrors.Add(1)
 	}
+}
+
+// listHeaders are the headers of a sessionless tools/list.
+func listHeaders() map[string]string {
+	return map[string]string{"Mcp-Protocol-Version": registry.SessionlessProtocol, "Mcp-Method": "tools/list"}
 }
 
 func listBody(id int) string {
